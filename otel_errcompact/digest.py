@@ -1,0 +1,103 @@
+"""The values the compactor produces: a one-line :class:`Digest` and the :class:`DedupKey` behind it."""
+
+from __future__ import annotations
+
+import hashlib
+import ntpath
+import posixpath
+from dataclasses import asdict, dataclass
+from typing import Any
+
+__all__ = ["DedupKey", "Digest", "Location", "short_file"]
+
+
+def short_file(path: str) -> str:
+    """The file name a digest shows: the last component of a POSIX or Windows path.
+
+    Agents run in temp dirs and containers whose directories differ between runs; the file name and the
+    function name together identify the place without leaking the layout of the machine.
+    """
+    return ntpath.basename(posixpath.basename(path)) or path
+
+
+@dataclass(frozen=True, slots=True)
+class Location:
+    """Where the error happened in the user's own code (or the compiler diagnostic's position)."""
+
+    file: str
+    line: int | None = None
+    func: str | None = None
+
+    def __str__(self) -> str:
+        where = short_file(self.file)
+        if self.line is not None:
+            where = f"{where}:{self.line}"
+        if self.func:
+            where = f"{where} in {self.func}"
+        return where
+
+
+@dataclass(frozen=True, slots=True)
+class DedupKey:
+    """The components a dedup key is built from, and the short hash of them.
+
+    Line numbers are left out on purpose: an agent that edits the file it is debugging shifts every line
+    below the edit, and the same failure must keep its class (and its ×N counter) across such edits.
+    The file and function stay, so the same message raised from two functions is two classes.
+    """
+
+    type: str
+    where: str
+    message: str
+    hash: str
+
+    @classmethod
+    def build(cls, type_: str, where: str, message: str) -> DedupKey:
+        material = f"{type_}\x1f{where}\x1f{message}".encode("utf-8", "replace")
+        return cls(type_, where, message, hashlib.blake2b(material, digest_size=8).hexdigest())
+
+    def explain(self) -> str:
+        """A human-readable account of what went into the key and what was left out."""
+        return (
+            f"key {self.hash}\n"
+            f"  type:     {self.type!r}\n"
+            f"  where:    {self.where or '(no in-app location)'!r}  (file + function; line numbers ignored)\n"
+            f"  message:  {self.message!r}  (variable parts masked)\n"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Digest:
+    """One raw error, compacted: ``[Type] at file:line in func: root cause``.
+
+    ``raw_chars`` is the size of the raw error this digest replaces (characters, or bytes for binary
+    input); the raw text itself is not kept here: it belongs to the trajectory record.
+    """
+
+    type: str
+    cause: str
+    location: Location | None
+    format: str
+    retryable: bool
+    status: int | None
+    key_parts: DedupKey
+    raw_chars: int
+    line: str
+
+    @property
+    def key(self) -> str:
+        """The stable dedup key: equal for two occurrences of the same failure."""
+        return self.key_parts.hash
+
+    def explain(self) -> str:
+        """What the dedup key was built from (see :meth:`DedupKey.explain`)."""
+        return self.key_parts.explain()
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping of every field, the key's components included."""
+        data = asdict(self)
+        data["key"] = self.key
+        return data
+
+    def __str__(self) -> str:
+        return self.line

@@ -1,0 +1,43 @@
+"""Format parsers, tried in order; the first that recognises the text wins.
+
+Each module holds one format and one function ``parse(text, hints) -> Parsed | None``. Adding a format
+is one new module and one line in ``PARSERS``. Order matters where formats nest: pytest output embeds
+Python tracebacks, so it is tried first; the JVM, node and Go parsers come before the HTTP parser because
+their stack traces can quote a status code; compiler parsers come before the shell parser because a
+failing compiler also exits non-zero. ``fallback`` is not in the tuple: the compactor uses it (or an LLM
+summariser, when one is configured) only when no parser matched.
+"""
+
+from __future__ import annotations
+
+from otel_errcompact.parsers import (
+    gcc,
+    go,
+    http,
+    javac,
+    jvm,
+    mypy,
+    node,
+    pytest_report,
+    python,
+    rustc,
+    shell,
+)
+from otel_errcompact.parsers._base import Frame, Hints, Parsed, Parser, innermost_in_app, is_library_path
+
+PARSERS: tuple[tuple[str, Parser], ...] = (
+    ("pytest", pytest_report.parse),
+    ("python", python.parse),
+    ("jvm", jvm.parse),
+    ("node", node.parse),
+    ("go", go.parse),
+    ("mypy", mypy.parse),
+    ("gcc", gcc.parse),
+    ("javac", javac.parse),
+    ("rustc", rustc.parse),
+    ("http", http.parse),
+    ("shell", shell.parse),
+)
+"""``(kind, parse)`` pairs in the order the compactor tries them. ``kind`` is what ``Hints.kind`` names."""
+
+__all__ = ["PARSERS", "Frame", "Hints", "Parsed", "Parser", "innermost_in_app", "is_library_path"]

@@ -1,0 +1,114 @@
+"""The contract every format parser follows, and the frame helpers they share.
+
+A parser is a plain function ``parse(text, hints) -> Parsed | None``. It returns ``None`` quickly when
+the text is not its format (check a cheap marker before running any regular expression), and otherwise
+the exception type, the root cause and the frames it found. Parsers never raise on odd input: the
+compactor guards them, but a parser that raises is a bug.
+
+The compactor hands parsers text that is already decoded, stripped of ANSI escapes and control
+characters, and bounded in size (see ``otel_errcompact._sanitize``), so parsers need not repeat that.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+__all__ = [
+    "Frame",
+    "Hints",
+    "Parsed",
+    "Parser",
+    "innermost_in_app",
+    "is_library_path",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Hints:
+    """What the caller knows about the failure besides its text.
+
+    ``kind`` names a format (``"python"``, ``"http"``, ``"shell"`` …) and makes the compactor try that
+    parser first; ``exit_code`` and ``command`` come from a process that failed.
+    """
+
+    exit_code: int | None = None
+    command: str | None = None
+    kind: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One stack frame (or one compiler diagnostic position).
+
+    ``in_app`` is False for the standard library, site-packages, node internals, the JDK and the Go
+    runtime: the digest's location is the innermost frame where ``in_app`` is True.
+    """
+
+    file: str
+    line: int | None = None
+    func: str | None = None
+    in_app: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Parsed:
+    """What a parser extracted from one raw error.
+
+    ``type`` is the error class as the runtime names it (``KeyError``, ``HTTP 429``, ``gcc error``,
+    ``CommandNotFound``); ``cause`` is the root-cause text and must keep the token that names the cause
+    (the key, table, module, field, file name, status code). ``frames`` run outermost first, innermost
+    last; ``location`` overrides the compactor's choice of frame when the parser knows better (a compiler
+    diagnostic's own position). ``retryable`` is ``None`` when the parser has no opinion; the compactor
+    then decides from the type and status. ``status`` is the HTTP status or the process exit code.
+    """
+
+    type: str
+    cause: str
+    format: str
+    frames: tuple[Frame, ...] = ()
+    location: Frame | None = None
+    retryable: bool | None = None
+    status: int | None = None
+
+
+Parser = Callable[[str, Hints], "Parsed | None"]
+
+# Paths that belong to an interpreter, a runtime or an installed dependency rather than to the user's
+# own code. Matched against the frame's file as printed by the runtime.
+_LIBRARY_PATH = re.compile(
+    r"""
+    (?:^|[\\/])(?:site|dist)-packages[\\/]         # pip-installed Python packages
+    | (?:^|[\\/])lib[\\/]python\d+(?:\.\d+)?[\\/]  # the Python standard library
+    | ^<frozen\s                                   # frozen stdlib modules (<frozen runpy>)
+    | ^<(?:string|stdin)>$
+    | (?:^|[\\/])node_modules[\\/]                 # npm packages
+    | ^node:                                       # node:internal/…, node:fs
+    | ^internal[\\/]                               # node's internal modules in older releases
+    | (?:^|[\\/])go[\\/]src[\\/]                    # the Go standard library and runtime
+    | (?:^|[\\/])pkg[\\/]mod[\\/]                   # the Go module cache
+    | (?:^|[\\/])\.cargo[\\/]registry[\\/]          # Rust crates
+    | (?:^|[\\/])rustc[\\/][0-9a-f]{7,}[\\/]         # the Rust standard library
+    """,
+    re.VERBOSE,
+)
+
+
+def is_library_path(path: str) -> bool:
+    """True when ``path`` belongs to a runtime, standard library or installed dependency.
+
+    >>> is_library_path("/usr/lib/python3.11/json/decoder.py")
+    True
+    >>> is_library_path("/home/me/agent/tools.py")
+    False
+    """
+    return _LIBRARY_PATH.search(path) is not None
+
+
+def innermost_in_app(frames: Sequence[Frame]) -> Frame | None:
+    """The innermost frame of the user's own code, else the innermost frame, else ``None``."""
+    for frame in reversed(frames):
+        if frame.in_app:
+            return frame
+    return frames[-1] if frames else None

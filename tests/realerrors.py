@@ -1,0 +1,66 @@
+"""Produce real error output by running real code and real tools, for tests and benchmarks.
+
+Nothing here types an error by hand: each helper writes a small program into a temporary folder, runs
+the real interpreter or compiler on it, and returns what that tool printed.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["Run", "have", "python_error", "run", "write"]
+
+
+@dataclass(frozen=True)
+class Run:
+    """What a process printed and how it ended."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+    @property
+    def output(self) -> str:
+        """stdout then stderr, as a terminal would show them."""
+        return self.stdout + self.stderr
+
+
+def have(tool: str) -> bool:
+    """True when ``tool`` is on PATH (tests for a missing toolchain skip with a reason)."""
+    return shutil.which(tool) is not None
+
+
+def write(folder: Path, name: str, source: str) -> Path:
+    """Write dedented ``source`` to ``folder/name`` (creating sub-folders) and return the path."""
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(textwrap.dedent(source).lstrip("\n"), encoding="utf-8")
+    return path
+
+
+def run(cmd: list[str] | str, cwd: Path, *, shell: bool = False, timeout: float = 120,
+        env: dict[str, str] | None = None) -> Run:
+    """Run a real command and capture its output (never raises on a non-zero exit)."""
+    merged = {**os.environ, "NO_COLOR": "1", "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    proc = subprocess.run(
+        cmd, cwd=cwd, shell=shell, capture_output=True, text=True, timeout=timeout, env=merged,
+        errors="replace",
+    )
+    return Run(proc.returncode, proc.stdout, proc.stderr)
+
+
+def python_error(folder: Path, source: str, *, name: str = "app.py", args: list[str] | None = None,
+                 extra_files: dict[str, str] | None = None) -> str:
+    """Run ``source`` as a Python script and return the traceback it printed to stderr."""
+    for extra_name, extra_source in (extra_files or {}).items():
+        write(folder, extra_name, extra_source)
+    script = write(folder, name, source)
+    result = run([sys.executable, str(script), *(args or [])], cwd=folder)
+    assert result.returncode != 0, f"script was expected to fail:\n{result.output}"
+    return result.stderr
