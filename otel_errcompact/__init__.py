@@ -1,0 +1,65 @@
+"""otel-errcompact: keep tool errors from eating an agent's context window, without losing a byte.
+
+Core (no OpenTelemetry needed)::
+
+    from otel_errcompact import compact_text, ErrorHistory, Thresholds
+
+    d = compact_text(raw_traceback)          # "[KeyError] at app.py:42 in load_user: 'user_id'"
+    h = ErrorHistory(Thresholds(consecutive=3, budget=20))
+    v = h.observe("conv-1", d)               # new class appended, or its (×N) counter incremented
+    v.escalation                             # None, or why the thresholds were breached
+    h.render("conv-1")                       # the [RECENT ERRORS] block, "" when nothing failed
+"""
+
+from otel_errcompact.compactor import MAX_CAUSE_CHARS, Compactor, Summarizer, compact_text
+from otel_errcompact.digest import DedupKey, Digest, Location
+from otel_errcompact.events import digest_event, render_events
+from otel_errcompact.exceptions import ConfigurationError, ErrCompactError, ErrorBudgetExceeded
+from otel_errcompact.history import Action, ErrorHistory, Escalation, Limits, Observation, Thresholds
+from otel_errcompact.parsers import Frame, Hints, Parsed
+from otel_errcompact.redact import redact
+from otel_errcompact.tokens import count_tokens
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "MAX_CAUSE_CHARS",
+    "Action",
+    "Compactor",
+    "ConfigurationError",
+    "DedupKey",
+    "Digest",
+    "ErrCompactError",
+    "ErrorBudgetExceeded",
+    "ErrorHistory",
+    "Escalation",
+    "Frame",
+    "Hints",
+    "Limits",
+    "Location",
+    "Observation",
+    "Parsed",
+    "Summarizer",
+    "Thresholds",
+    "__version__",
+    "compact_text",
+    "count_tokens",
+    "digest_event",
+    "redact",
+    "render_events",
+]
+
+from otel_errcompact.api import ErrCompact, HumanReviewHook, init, instance  # noqa: E402
+from otel_errcompact.boundary import ToolErrorText, conversation  # noqa: E402
+from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord  # noqa: E402
+
+__all__ += [
+    "DigestInfo",
+    "ErrCompact",
+    "HumanReviewHook",
+    "ToolErrorText",
+    "TrajectoryRecord",
+    "conversation",
+    "init",
+    "instance",
+]

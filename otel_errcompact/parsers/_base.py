@@ -11,6 +11,7 @@ characters, and bounded in size (see ``otel_errcompact._sanitize``), so parsers 
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -82,7 +83,6 @@ _LIBRARY_PATH = re.compile(
     (?:^|[\\/])(?:site|dist)-packages[\\/]         # pip-installed Python packages
     | (?:^|[\\/])lib[\\/]python\d+(?:\.\d+)?[\\/]  # the Python standard library
     | ^<frozen\s                                   # frozen stdlib modules (<frozen runpy>)
-    | ^<(?:string|stdin)>$
     | (?:^|[\\/])node_modules[\\/]                 # npm packages
     | ^node:                                       # node:internal/…, node:fs
     | ^internal[\\/]                               # node's internal modules in older releases
@@ -95,15 +95,20 @@ _LIBRARY_PATH = re.compile(
 )
 
 
+# The tool boundary's own frames sit between the agent and the tool in every wrapped call.
+_BOUNDARY_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "boundary.py")
+
+
 def is_library_path(path: str) -> bool:
-    """True when ``path`` belongs to a runtime, standard library or installed dependency.
+    """True when ``path`` belongs to a runtime, standard library or installed dependency, or to
+    to otel-errcompact's tool boundary (which sits between the agent and the tool's own frames).
 
     >>> is_library_path("/usr/lib/python3.11/json/decoder.py")
     True
     >>> is_library_path("/home/me/agent/tools.py")
     False
     """
-    return _LIBRARY_PATH.search(path) is not None
+    return path == _BOUNDARY_FILE or _LIBRARY_PATH.search(path) is not None
 
 
 def innermost_in_app(frames: Sequence[Frame]) -> Frame | None:

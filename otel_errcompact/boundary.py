@@ -1,0 +1,311 @@
+"""The tool boundary: a tool returns its result or a compact error, never a raw traceback.
+
+For agents that are not instrumented yet. Wrapping a tool (sync or async) opens an
+``execute_tool {name}`` span with the GenAI attributes, records an exception with its full stack trace,
+sets status ERROR and ``error.type`` — also when the tool *returns* an error as data (MCP's ``isError``,
+``error.type = tool_error``) — and hands the agent a :class:`ToolErrorText` (a ``str``: the digest line)
+instead of the exception. When the scope has breached its thresholds with the ``halt`` action, the next
+call raises :class:`~otel_errcompact.exceptions.ErrorBudgetExceeded` instead of running the tool.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import functools
+import inspect
+import json
+import traceback
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
+from typing import Any, Literal, ParamSpec, TypeVar, overload
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
+from otel_errcompact import semconv
+from otel_errcompact.exceptions import ErrorBudgetExceeded
+from otel_errcompact.history import ErrorHistory
+from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
+from otel_errcompact.processor import ErrorCompactionProcessor
+
+__all__ = ["ToolBoundary", "ToolCall", "ToolErrorText", "conversation", "current_conversation"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+OnError = Literal["digest", "raise"]
+
+_conversation: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "otel_errcompact_conversation", default=None
+)
+
+
+@contextmanager
+def conversation(conversation_id: str) -> Iterator[str]:
+    """Run a block as part of one conversation: tool calls inside it share a history scope, and their
+    spans carry ``gen_ai.conversation.id``.
+
+    >>> with conversation("conv-1"):
+    ...     current_conversation()
+    'conv-1'
+    """
+    token = _conversation.set(conversation_id)
+    try:
+        yield conversation_id
+    finally:
+        _conversation.reset(token)
+
+
+def current_conversation() -> str | None:
+    """The conversation set by :func:`conversation` for the current thread or task, if any."""
+    return _conversation.get()
+
+
+class ToolErrorText(str):
+    """What a wrapped tool returns instead of raising: the digest line, as a plain string for the model.
+
+    ``digest``, ``record_id`` (the trajectory record with the full raw error) and ``escalated`` are
+    available to code that wants more than the text.
+    """
+
+    outcome: Outcome | None
+    escalated: bool
+
+    def __new__(cls, text: str, outcome: Outcome | None = None) -> ToolErrorText:
+        self = super().__new__(cls, text)
+        self.outcome = outcome
+        self.escalated = bool(outcome is not None and outcome.observation.escalation is not None)
+        return self
+
+    @property
+    def record_id(self) -> str | None:
+        return self.outcome.record_id if self.outcome is not None else None
+
+
+def _error_text_of(result: Any) -> str | None:
+    """The error text of a tool result that reports failure as data (MCP ``isError``), else None."""
+    is_error = result.get("isError") if isinstance(result, Mapping) else getattr(result, "isError", None)
+    if is_error is not True:
+        return None
+    content = result.get("content") if isinstance(result, Mapping) else getattr(result, "content", None)
+    parts: list[str] = []
+    for item in content or ():
+        text = item.get("text") if isinstance(item, Mapping) else getattr(item, "text", None)
+        if text:
+            parts.append(str(text))
+    return "\n".join(parts) or "tool reported an error (isError) with no text"
+
+
+class ToolCall:
+    """One call through the boundary, as seen inside ``with boundary.call(...) as call``.
+
+    After the block: ``call.error`` is the :class:`ToolErrorText` when the tool failed (the exception is
+    suppressed unless ``on_error="raise"``), else ``None``. ``call.fail(text)`` marks a failure that was
+    returned as data.
+    """
+
+    def __init__(self, span: trace.Span) -> None:
+        self.span = span
+        self.error: ToolErrorText | None = None
+        self._data_error: str | None = None
+
+    def fail(self, text: str) -> None:
+        """Report that the tool failed without raising (its result carries the error)."""
+        self._data_error = text
+
+
+class ToolBoundary:
+    """Wraps tools so they return results or compact errors; one per :func:`otel_errcompact.init` handle."""
+
+    def __init__(
+        self,
+        pipeline: ErrorPipeline,
+        tracer: trace.Tracer,
+        processor: ErrorCompactionProcessor | None,
+        *,
+        on_error: OnError = "digest",
+        capture_arguments: bool = True,
+    ) -> None:
+        self._pipeline = pipeline
+        self._tracer = tracer
+        self._processor = processor
+        self._on_error = on_error
+        self._capture_arguments = capture_arguments
+
+    @property
+    def history(self) -> ErrorHistory:
+        return self._pipeline.history
+
+    # -- scope ---------------------------------------------------------------------------------------
+
+    def current_scope(self) -> str:
+        """The history scope a tool call made here and now would be counted in."""
+        conversation_id = current_conversation()
+        span_context = trace.get_current_span().get_span_context()
+        in_trace = span_context.is_valid
+        if conversation_id is None and in_trace:
+            current = trace.get_current_span()
+            attrs = getattr(current, "attributes", None) or {}
+            conversation_id = semconv.conversation_id(attrs)
+            if conversation_id is None and self._processor is not None:
+                conversation_id = self._processor.anchor_conversation(span_context.trace_id)
+        return semconv.scope_for(conversation_id, span_context.trace_id, in_trace)
+
+    def check(self, scope: str | None = None) -> None:
+        """Raise ErrorBudgetExceeded when the scope has a standing breach with the halt action."""
+        self.history.check(scope if scope is not None else self.current_scope())
+
+    # -- the context-manager form ----------------------------------------------------------------------
+
+    @contextmanager
+    def call(
+        self,
+        name: str,
+        *,
+        call_id: str | None = None,
+        arguments: Any = None,
+        on_error: OnError | None = None,
+    ) -> Iterator[ToolCall]:
+        """Run a block as one tool call (see :class:`ToolCall`)."""
+        self.check()
+        attributes: dict[str, Any] = {
+            semconv.GEN_AI_OPERATION_NAME: "execute_tool",
+            semconv.GEN_AI_TOOL_NAME: name,
+        }
+        if call_id:
+            attributes[semconv.GEN_AI_TOOL_CALL_ID] = call_id
+        conversation_id = current_conversation()
+        if conversation_id:
+            attributes[semconv.GEN_AI_CONVERSATION_ID] = conversation_id
+        if arguments is not None and self._capture_arguments:
+            attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _as_json(arguments)
+        with self._tracer.start_as_current_span(
+            f"execute_tool {name}",
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        ) as span:
+            call = ToolCall(span)
+            try:
+                yield call
+            except ErrorBudgetExceeded:
+                raise
+            except Exception as exc:
+                raw = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                span.set_attribute(semconv.ERROR_TYPE, _qualified_name(type(exc)))
+                call.error = self._failed(span, name, call_id, raw, exc_type=type(exc).__name__)
+                if (on_error or self._on_error) == "raise":
+                    raise
+                return
+            if call._data_error is not None:
+                span.set_status(Status(StatusCode.ERROR, call._data_error))
+                span.set_attribute(semconv.ERROR_TYPE, "tool_error")
+                call.error = self._failed(span, name, call_id, call._data_error, exc_type="tool_error")
+
+    # -- the decorator form ------------------------------------------------------------------------------
+
+    @overload
+    def tool(self, func: Callable[P, R], /) -> Callable[P, R | ToolErrorText]: ...
+
+    @overload
+    def tool(
+        self, *, name: str | None = None, on_error: OnError | None = None
+    ) -> Callable[[Callable[P, R]], Callable[P, R | ToolErrorText]]: ...
+
+    def tool(
+        self,
+        func: Callable[P, R] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        on_error: OnError | None = None,
+    ) -> Any:
+        """Decorate a sync or async tool function. ``@ec.tool`` or ``@ec.tool(name="search")``."""
+
+        def decorate(fn: Callable[P, Any]) -> Callable[P, Any]:
+            tool_name = name or getattr(fn, "__name__", "tool")
+            if inspect.iscoroutinefunction(fn):
+
+                @functools.wraps(fn)
+                async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                    with self.call(tool_name, arguments=_arguments(fn, args, kwargs), on_error=on_error) as call:
+                        result = await _await(fn(*args, **kwargs))
+                        if (text := _error_text_of(result)) is not None:
+                            call.fail(text)
+                    return call.error if call.error is not None else result
+
+                return async_wrapper
+
+            @functools.wraps(fn)
+            def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                with self.call(tool_name, arguments=_arguments(fn, args, kwargs), on_error=on_error) as call:
+                    result = fn(*args, **kwargs)
+                    if (text := _error_text_of(result)) is not None:
+                        call.fail(text)
+                return call.error if call.error is not None else result
+
+            return wrapper
+
+        return decorate(func) if func is not None else decorate
+
+    # -- internals ---------------------------------------------------------------------------------------
+
+    def _failed(
+        self, span: trace.Span, name: str, call_id: str | None, raw: str, *, exc_type: str
+    ) -> ToolErrorText:
+        outcome: Outcome | None = None
+        if self._processor is not None and isinstance(span, SdkSpan) and span.is_recording():
+            outcome = self._processor.handle_live(span)
+        if outcome is None:  # no SDK pipeline to read the span from: describe the failure directly
+            span_context = span.get_span_context()
+            outcome = self._pipeline.handle(
+                Failure(
+                    scope=self.current_scope(),
+                    raw_error=raw,
+                    source="tool",
+                    tool_name=name,
+                    tool_call_id=call_id,
+                    conversation_id=current_conversation(),
+                    trace_id=f"{span_context.trace_id:032x}" if span_context.is_valid else None,
+                    span_id=f"{span_context.span_id:016x}" if span_context.is_valid else None,
+                    exception_type=exc_type,
+                )
+            )
+        return ToolErrorText(_agent_text(outcome), outcome)
+
+
+def _agent_text(outcome: Outcome) -> str:
+    observation = outcome.observation
+    text = f"Error: {outcome.digest.line}"
+    if observation.count > 1:
+        text += f" (×{observation.count})"
+    if observation.escalation is not None:
+        text += " — error threshold breached: stop retrying this step."
+    return text
+
+
+async def _await(value: Awaitable[Any]) -> Any:
+    return await value
+
+
+def _qualified_name(exc_type: type[BaseException]) -> str:
+    module = exc_type.__module__
+    return exc_type.__qualname__ if module in ("builtins", "__main__") else f"{module}.{exc_type.__qualname__}"
+
+
+def _as_json(value: Any) -> str:
+    try:
+        return json.dumps(value, default=repr, ensure_ascii=False)[:65_536]
+    except Exception:
+        return repr(value)[:65_536]
+
+
+def _arguments(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
+    try:
+        bound = inspect.signature(fn).bind_partial(*args, **kwargs)
+        return dict(bound.arguments)
+    except (TypeError, ValueError):
+        return {"args": list(args), "kwargs": kwargs}

@@ -1,0 +1,154 @@
+"""The ``otel-errcompact`` command.
+
+::
+
+    otel-errcompact demo [--db PATH]
+    otel-errcompact compact [FILE] [--json] [--explain] [--exit-code N] [--command CMD] [--kind KIND]
+    otel-errcompact trajectories list [--db PATH] [--conversation ID] [--key KEY] [--limit N] [--json]
+    otel-errcompact trajectories show ID [--db PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from otel_errcompact.compactor import compact_text
+from otel_errcompact.parsers import PARSERS
+
+__all__ = ["main"]
+
+
+def _cmd_compact(args: argparse.Namespace) -> int:
+    if args.file and args.file != "-":
+        with open(args.file, "rb") as fh:
+            raw = fh.read()
+    else:
+        raw = sys.stdin.buffer.read()
+    digest = compact_text(raw, exit_code=args.exit_code, command=args.command, kind=args.kind)
+    if args.json:
+        print(json.dumps(digest.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        print(digest.line)
+    if args.explain:
+        print(digest.explain(), end="")
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from otel_errcompact.demo import run_demo
+
+    return run_demo(sqlite_path=args.db)
+
+
+def _store(args: argparse.Namespace) -> Any:
+    from otel_errcompact.config import load_settings
+    from otel_errcompact.sinks import TrajectoryStore
+
+    path = args.db or load_settings().sqlite_path
+    if path is None:
+        raise OSError("no trajectory database: pass --db or set OTEL_ERRCOMPACT_SQLITE_PATH")
+    return TrajectoryStore(path)
+
+
+def _cmd_list(args: argparse.Namespace) -> int:
+    with _store(args) as store:
+        rows = store.list(limit=args.limit, conversation=args.conversation, key=args.key)
+        if args.json:
+            print(json.dumps([dataclasses.asdict(r) for r in rows], default=str, indent=2))
+            return 0
+        if not rows:
+            print(f"no trajectory records in {store.path}")
+            return 0
+        print(f"{'record':<12} {'recorded (UTC)':<19} {'tool':<14} {'×':>3} {'esc':<3} digest")
+        for r in rows:
+            when = r.recorded_at.strftime("%Y-%m-%d %H:%M:%S")
+            print(f"{r.record_id[:12]:<12} {when:<19} {(r.tool_name or '-')[:14]:<14} {r.count or 1:>3} "
+                  f"{'yes' if r.escalated else '':<3} {r.digest_line or '(not compacted)'}")
+        print(f"{len(rows)} of {store.count()} records in {store.path}; "
+              "`otel-errcompact trajectories show ID` prints one in full")
+    return 0
+
+
+def _cmd_show(args: argparse.Namespace) -> int:
+    from otel_errcompact.sinks import AmbiguousRecordId
+
+    with _store(args) as store:
+        try:
+            record = store.get(args.record_id)
+        except AmbiguousRecordId as exc:
+            print(f"otel-errcompact: {exc}", file=sys.stderr)
+            return 2
+        if record is None:
+            print(f"otel-errcompact: no record {args.record_id!r} in {store.path}", file=sys.stderr)
+            return 1
+        if args.raw:
+            sys.stdout.write(record.raw_error)
+            return 0
+        print(record.model_dump_json(indent=2))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for documentation and tests)."""
+    from otel_errcompact import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="otel-errcompact",
+        description="Compact raw errors into one-line digests for LLM agents.",
+    )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    sub = parser.add_subparsers(dest="command_name", required=True, metavar="COMMAND")
+
+    compact = sub.add_parser("compact", help="print the digest of a raw error read from FILE or stdin")
+    compact.add_argument("file", nargs="?", help="file with the raw error (default: stdin)")
+    compact.add_argument("--json", action="store_true", help="print every field as JSON")
+    compact.add_argument("--explain", action="store_true", help="say what the dedup key was built from")
+    compact.add_argument("--exit-code", type=int, default=None, help="exit code of the failed process")
+    compact.add_argument("--command", default=None, help="the command that failed")
+    compact.add_argument(
+        "--kind", default=None, choices=[kind for kind, _ in PARSERS], help="the format, when known"
+    )
+    compact.set_defaults(func=_cmd_compact)
+
+    demo = sub.add_parser("demo", help="run a scripted agent whose tools really fail (no server needed)")
+    demo.add_argument("--db", type=Path, default=None, help="trajectory SQLite file (default: settings)")
+    demo.set_defaults(func=_cmd_demo)
+
+    traj = sub.add_parser("trajectories", help="read the trajectory store (the full raw errors)")
+    traj_sub = traj.add_subparsers(dest="trajectories_command", required=True, metavar="ACTION")
+    listing = traj_sub.add_parser("list", help="the newest records, one line each")
+    listing.add_argument("--db", type=Path, default=None, help="SQLite file (default: settings)")
+    listing.add_argument("--conversation", default=None, help="only this conversation or scope")
+    listing.add_argument("--key", default=None, help="only this dedup key (or key prefix)")
+    listing.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(func=_cmd_list)
+    show = traj_sub.add_parser("show", help="one record in full, raw error included")
+    show.add_argument("record_id", metavar="ID", help="record id or a unique prefix of it")
+    show.add_argument("--db", type=Path, default=None, help="SQLite file (default: settings)")
+    show.add_argument("--raw", action="store_true", help="print only the raw error, byte for byte")
+    show.set_defaults(func=_cmd_show)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the console script."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BrokenPipeError:  # `otel-errcompact ... | head` is normal use
+        return 0
+    except OSError as exc:
+        print(f"otel-errcompact: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,101 @@
+"""Settings for ``init()``, read from ``OTEL_ERRCOMPACT_*`` environment variables.
+
+Every field maps one to one onto an environment variable (``sqlite_path`` ↔ ``OTEL_ERRCOMPACT_SQLITE_PATH``)
+and onto a keyword argument of :func:`otel_errcompact.init`; an argument wins over the environment, the
+environment over the default. Exporter endpoints, protocols, headers, the service name and resource
+attributes are *not* here: they follow the standard ``OTEL_*`` variables of the OpenTelemetry SDK.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from otel_errcompact.exceptions import ConfigurationError
+from otel_errcompact.history import Limits, Thresholds
+
+__all__ = ["Settings", "default_sqlite_path", "load_settings"]
+
+
+def default_sqlite_path() -> Path:
+    """``$XDG_DATA_HOME/otel-errcompact/trajectories.sqlite3`` (``~/.local/share/…`` when unset)."""
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return Path(base) / "otel-errcompact" / "trajectories.sqlite3"
+
+
+class Settings(BaseSettings):
+    """All settings, with their defaults. See the README's configuration table."""
+
+    model_config = SettingsConfigDict(env_prefix="OTEL_ERRCOMPACT_", extra="forbid", frozen=True)
+
+    enabled: bool = True
+    """Master switch: ``false`` makes ``init()`` return a handle that does nothing."""
+
+    sqlite_path: Path | None = Field(default_factory=default_sqlite_path)
+    """Trajectory store (embedded default). Empty string or ``none`` disables it."""
+    jsonl_path: Path | None = None
+    """Also append trajectory records as JSON lines to this file."""
+    otlp_logs: bool = True
+    """Emit each trajectory record as an OTLP log record (``errcompact.trajectory``) when a log pipeline
+    with an exporter exists (the application's own, or one created from OTEL_EXPORTER_OTLP_*)."""
+
+    consecutive: int = Field(default=3, ge=1)
+    """Escalate when the same error class fails this many times in a row."""
+    budget: int | None = Field(default=20, ge=1)
+    """Escalate when a scope has failed this many times in all (empty or ``none`` for no budget)."""
+    action: Literal["halt", "human"] = "halt"
+    """On breach: ``halt`` raises ErrorBudgetExceeded at the next tool call; ``human`` calls the review hook."""
+
+    on_tool_error: Literal["digest", "raise"] = "digest"
+    """What the tool boundary does with a tool's exception: return the compact digest, or re-raise."""
+    capture_arguments: bool = True
+    """Record tool-call arguments (``gen_ai.tool.call.arguments``) in trajectory records."""
+
+    max_classes: int = Field(default=32, ge=1)
+    max_scopes: int = Field(default=10_000, ge=1)
+    idle_seconds: float = Field(default=3600.0, gt=0)
+    max_lines: int = Field(default=8, ge=1)
+    max_chars: int = Field(default=2000, ge=200)
+
+    max_queue_size: int = Field(default=65_536, ge=1)
+    """Trajectory records waiting for the writer thread; beyond this, new records are counted as dropped."""
+    max_batch_size: int = Field(default=512, ge=1)
+    schedule_delay_s: float = Field(default=0.2, gt=0)
+    shutdown_timeout_s: float = Field(default=30.0, gt=0)
+
+    @field_validator("sqlite_path", "jsonl_path", "budget", mode="before")
+    @classmethod
+    def _empty_is_none(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().lower() in {"", "none", "off", "false"}:
+            return None
+        return value
+
+    def thresholds(self) -> Thresholds:
+        """The escalation thresholds these settings describe."""
+        return Thresholds(consecutive=self.consecutive, budget=self.budget, action=self.action)
+
+    def limits(self) -> Limits:
+        """The history bounds these settings describe."""
+        return Limits(
+            max_classes=self.max_classes,
+            max_scopes=self.max_scopes,
+            idle_seconds=self.idle_seconds,
+            max_lines=self.max_lines,
+            max_chars=self.max_chars,
+        )
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Settings from the environment with ``overrides`` on top; a bad value raises ConfigurationError."""
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    try:
+        return Settings(**clean)  # type: ignore[arg-type]
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigurationError(f"invalid otel-errcompact settings: {problems}") from None

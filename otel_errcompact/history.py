@@ -1,0 +1,340 @@
+"""Per-scope error history: distinct classes with counters, and the escalation decision.
+
+A *scope* is one conversation (``gen_ai.conversation.id``) or one agent run. Within a scope each distinct
+dedup key is one *class*: the first occurrence appends a line, a repeat increments its ``(×N)`` counter.
+Two thresholds end a loop that is not getting anywhere:
+
+- ``consecutive``: the same class failed N times in a row (a different class or a success resets it);
+- ``budget``: the scope has failed N times in all.
+
+A breach is never silent: :meth:`ErrorHistory.observe` returns it in ``Observation.escalation``, it stays
+standing (``escalation(scope)``) until acknowledged or reset, and ``check(scope)`` raises
+:class:`~otel_errcompact.exceptions.ErrorBudgetExceeded` while it stands with the ``halt`` action.
+
+Memory is bounded: at most ``Limits.max_classes`` classes per scope (the least recently seen is folded
+into an "and N more" line), at most ``Limits.max_scopes`` scopes, and scopes idle for
+``Limits.idle_seconds`` are dropped. All methods are thread-safe.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from otel_errcompact.digest import Digest
+from otel_errcompact.exceptions import ConfigurationError, ErrorBudgetExceeded
+from otel_errcompact.render import RenderedClass, render_block
+
+__all__ = ["Action", "ErrorHistory", "Escalation", "Limits", "Observation", "Reason", "Thresholds"]
+
+Action = Literal["halt", "human"]
+"""What a breach asks for: ``halt`` stops the loop (bounded execution); ``human`` asks for review."""
+Reason = Literal["consecutive", "budget"]
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    """When to escalate. Plain, immutable, printable.
+
+    ``consecutive`` (default 3): the same error class this many times in a row.
+    ``budget`` (default 20, ``None`` for no budget): this many failures in the scope in all.
+    ``action`` (default ``"halt"``): what a breach asks for.
+
+    >>> Thresholds(consecutive=5)
+    Thresholds(consecutive=5, budget=20, action='halt')
+    """
+
+    consecutive: int = 3
+    budget: int | None = 20
+    action: Action = "halt"
+
+    def __post_init__(self) -> None:
+        if self.consecutive < 1:
+            raise ConfigurationError(f"Thresholds.consecutive must be >= 1, got {self.consecutive}")
+        if self.budget is not None and self.budget < 1:
+            raise ConfigurationError(f"Thresholds.budget must be >= 1 or None, got {self.budget}")
+        if self.action not in ("halt", "human"):
+            raise ConfigurationError(f"Thresholds.action must be 'halt' or 'human', got {self.action!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """How much the history may hold and render.
+
+    ``max_classes`` distinct classes per scope (default 32); ``max_scopes`` scopes (default 10,000);
+    ``idle_seconds`` before an untouched scope is dropped (default 3,600); ``max_lines`` class lines in a
+    rendered block (default 8) and ``max_chars`` characters in it (default 2,000).
+    """
+
+    max_classes: int = 32
+    max_scopes: int = 10_000
+    idle_seconds: float = 3600.0
+    max_lines: int = 8
+    max_chars: int = 2000
+
+    def __post_init__(self) -> None:
+        for name in ("max_classes", "max_scopes", "max_lines"):
+            if getattr(self, name) < 1:
+                raise ConfigurationError(f"Limits.{name} must be >= 1, got {getattr(self, name)}")
+        if self.max_chars < 200:
+            raise ConfigurationError(f"Limits.max_chars must be >= 200, got {self.max_chars}")
+        if self.idle_seconds <= 0:
+            raise ConfigurationError(f"Limits.idle_seconds must be > 0, got {self.idle_seconds}")
+
+
+@dataclass(frozen=True, slots=True)
+class Escalation:
+    """A threshold breach: why, on which class, with which counts, and what it asks for."""
+
+    scope: str
+    reason: Reason
+    key: str
+    digest: str
+    error_type: str
+    count: int
+    threshold: int
+    total: int
+    action: Action
+
+    def describe(self) -> str:
+        """One prompt-safe sentence, e.g. for an exception message or a log line."""
+        if self.reason == "consecutive":
+            what = f"the same error {self.count} times in a row (threshold {self.threshold})"
+        else:
+            what = f"{self.count} failures in this run (budget {self.threshold})"
+        asks = "halting" if self.action == "halt" else "human review requested"
+        return f"error threshold breached: {what}: {self.digest}; {asks}"
+
+    def to_dict(self) -> dict[str, str | int]:
+        """The escalation as a flat JSON-ready mapping (trajectory records, log bodies)."""
+        return {
+            "scope": self.scope,
+            "reason": self.reason,
+            "key": self.key,
+            "digest": self.digest,
+            "error_type": self.error_type,
+            "count": self.count,
+            "threshold": self.threshold,
+            "total": self.total,
+            "action": self.action,
+        }
+
+    def to_attributes(self) -> dict[str, str | int]:
+        """Flat ``errcompact.*`` attributes for a span event or log record (the scope is left out: it
+        may be a conversation id, and the event already sits in that conversation's trace)."""
+        return {f"errcompact.{k}": v for k, v in self.to_dict().items() if k != "scope"}
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """What observing one failure did.
+
+    ``escalation`` is set only on the observation that caused a breach; the standing breach is
+    :meth:`ErrorHistory.escalation`.
+    """
+
+    scope: str
+    digest: Digest
+    is_new: bool
+    count: int
+    consecutive: int
+    total: int
+    escalation: Escalation | None = None
+
+
+@dataclass(slots=True)
+class _Class:
+    digest: Digest
+    count: int
+    last_seen: int
+
+
+@dataclass(slots=True)
+class _Scope:
+    classes: OrderedDict[str, _Class] = field(default_factory=OrderedDict)
+    total: int = 0
+    consecutive: int = 0
+    last_key: str | None = None
+    folded_classes: int = 0
+    folded_failures: int = 0
+    budget_base: int = 0
+    breach: Escalation | None = None
+    touched: float = 0.0
+
+
+class ErrorHistory:
+    """Error classes and counters per scope, with the escalation decision.
+
+    >>> from otel_errcompact.compactor import compact_text
+    >>> h = ErrorHistory(Thresholds(consecutive=2))
+    >>> d = compact_text("KeyError: 'user_id'")
+    >>> h.observe("c1", d).count, h.observe("c1", d).escalation.reason
+    (1, 'consecutive')
+    """
+
+    def __init__(
+        self,
+        thresholds: Thresholds | None = None,
+        limits: Limits | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.thresholds = thresholds or Thresholds()
+        self.limits = limits or Limits()
+        self._clock = clock
+        self._scopes: OrderedDict[str, _Scope] = OrderedDict()
+        self._lock = threading.Lock()
+        self._seq = 0
+
+    def observe(self, scope: str, digest: Digest) -> Observation:
+        """Record one failure in ``scope``: append a new class or count a repeat; decide on escalation."""
+        with self._lock:
+            state = self._touch(scope)
+            self._seq += 1
+            key = digest.key
+            entry = state.classes.get(key)
+            is_new = entry is None
+            if entry is None:
+                if len(state.classes) >= self.limits.max_classes:
+                    self._fold_least_recent(state)
+                entry = _Class(digest, 0, self._seq)
+                state.classes[key] = entry
+            entry.count += 1
+            entry.digest = digest  # the latest line: its line number follows the agent's edits
+            entry.last_seen = self._seq
+            state.total += 1
+            state.consecutive = state.consecutive + 1 if state.last_key == key else 1
+            state.last_key = key
+            escalation = None if state.breach is not None else self._decide(scope, state, entry)
+            if escalation is not None:
+                state.breach = escalation
+            return Observation(scope, digest, is_new, entry.count, state.consecutive, state.total, escalation)
+
+    def observe_success(self, scope: str) -> None:
+        """A tool call in ``scope`` succeeded: the consecutive-same counter starts again."""
+        with self._lock:
+            state = self._scopes.get(scope)
+            if state is not None:
+                state.consecutive = 0
+                state.last_key = None
+
+    def escalation(self, scope: str) -> Escalation | None:
+        """The standing breach of ``scope``, if any."""
+        with self._lock:
+            state = self._scopes.get(scope)
+            return state.breach if state is not None else None
+
+    def check(self, scope: str) -> None:
+        """Raise :class:`ErrorBudgetExceeded` when ``scope`` has a standing breach whose action is halt."""
+        breach = self.escalation(scope)
+        if breach is not None and breach.action == "halt":
+            raise ErrorBudgetExceeded(breach)
+
+    def acknowledge(self, scope: str) -> None:
+        """Clear the standing breach (after human review) while keeping the history shown to the agent.
+
+        The consecutive counter restarts and the budget counts afresh from here.
+        """
+        with self._lock:
+            state = self._scopes.get(scope)
+            if state is not None:
+                state.breach = None
+                state.consecutive = 0
+                state.last_key = None
+                state.budget_base = state.total
+
+    def reset(self, scope: str) -> None:
+        """Forget ``scope`` entirely (e.g. when a conversation ends)."""
+        with self._lock:
+            self._scopes.pop(scope, None)
+
+    def scopes(self) -> list[str]:
+        """The scopes currently held, least recently active first."""
+        with self._lock:
+            self._evict_idle()
+            return list(self._scopes)
+
+    def render(self, scope: str) -> str:
+        """The ``[RECENT ERRORS]`` block for ``scope``'s next prompt; ``""`` when nothing failed."""
+        with self._lock:
+            state = self._scopes.get(scope)
+            if state is None or state.total == 0:
+                return ""
+            # Show the most recently seen classes, in the order they first appeared.
+            classes = list(state.classes.values())
+            if len(classes) > self.limits.max_lines:
+                cutoff = sorted(c.last_seen for c in classes)[-self.limits.max_lines]
+                classes = [c for c in classes if c.last_seen >= cutoff]
+            shown = classes
+            hidden_classes = len(state.classes) - len(shown) + state.folded_classes
+            hidden_failures = state.total - sum(c.count for c in shown)
+            return render_block(
+                [RenderedClass(c.digest.line, c.count) for c in shown],
+                total=state.total,
+                distinct=len(state.classes) + state.folded_classes,
+                hidden_classes=hidden_classes,
+                hidden_failures=hidden_failures,
+                escalation=state.breach.describe() if state.breach is not None else None,
+                max_chars=self.limits.max_chars,
+            )
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._scopes)
+
+    def _touch(self, scope: str) -> _Scope:
+        now = self._clock()
+        state = self._scopes.get(scope)
+        if state is None:
+            self._evict_idle(now)
+            while len(self._scopes) >= self.limits.max_scopes:
+                self._scopes.popitem(last=False)
+            state = self._scopes[scope] = _Scope()
+        else:
+            self._scopes.move_to_end(scope)
+        state.touched = now
+        return state
+
+    def _evict_idle(self, now: float | None = None) -> None:
+        cutoff = (self._clock() if now is None else now) - self.limits.idle_seconds
+        while self._scopes:
+            oldest = next(iter(self._scopes.values()))
+            if oldest.touched > cutoff:
+                break
+            self._scopes.popitem(last=False)
+
+    @staticmethod
+    def _fold_least_recent(state: _Scope) -> None:
+        victim_key = min(state.classes, key=lambda k: state.classes[k].last_seen)
+        victim = state.classes.pop(victim_key)
+        state.folded_classes += 1
+        state.folded_failures += victim.count
+        if state.last_key == victim_key:
+            state.last_key = None
+
+    def _decide(self, scope: str, state: _Scope, entry: _Class) -> Escalation | None:
+        t = self.thresholds
+        digest = entry.digest
+        if state.consecutive >= t.consecutive:
+            reason: Reason = "consecutive"
+            count, threshold = state.consecutive, t.consecutive
+        elif t.budget is not None and state.total - state.budget_base >= t.budget:
+            reason = "budget"
+            count, threshold = state.total - state.budget_base, t.budget
+        else:
+            return None
+        return Escalation(
+            scope=scope,
+            reason=reason,
+            key=digest.key,
+            digest=digest.line,
+            error_type=digest.type,
+            count=count,
+            threshold=threshold,
+            total=state.total,
+            action=t.action,
+        )

@@ -1,0 +1,343 @@
+"""OpenTelemetry glue: a SpanProcessor and a LogRecordProcessor that feed failed tool calls to the pipeline.
+
+Thin by design: recognising spans is :mod:`otel_errcompact.semconv`, the work is
+:class:`otel_errcompact.pipeline.ErrorPipeline`. What lives here is what needs a live span:
+
+- the failed tool span is handled in ``_on_ending`` (the SDK's last call before the span becomes
+  read-only) so its ``errcompact.digest``, ``errcompact.key`` and ``errcompact.count`` attributes reach every
+  exporter; SDKs that do not call ``_on_ending`` get the same handling in ``on_end``, minus the annotation;
+- a breach adds an ``errcompact.escalation`` event to the innermost *live* agent span of the trace
+  (``invoke_agent``), else to the trace's live local root span;
+- exceptions recorded as log records (``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs``) are held by span id
+  until that span ends, then used as its raw error.
+
+Every entry point catches everything: a processor must never raise into the host. Spans that are not
+tool spans cost a few attribute look-ups.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import StatusCode
+
+from otel_errcompact import semconv
+from otel_errcompact.history import Escalation
+from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
+
+__all__ = ["ErrorCompactionProcessor", "ExceptionLogProcessor", "SpanPredicate"]
+
+_log = logging.getLogger("otel_errcompact")
+
+SpanPredicate = Callable[[ReadableSpan], bool]
+"""A user rule for spans the conventions do not mark as tool spans: True means "treat as a tool call"."""
+
+_MAX_PENDING_EXCEPTIONS = 4096
+_MAX_ATTRIBUTE_CHARS = 65_536
+
+
+def _hex_trace(trace_id: int) -> str:
+    return f"{trace_id:032x}"
+
+
+def _hex_span(span_id: int) -> str:
+    return f"{span_id:016x}"
+
+
+def _utc(ns: int | None) -> datetime | None:
+    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc) if ns else None
+
+
+def _jsonable(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        if isinstance(value, tuple):
+            value = list(value)
+        if isinstance(value, str) and len(value) > _MAX_ATTRIBUTE_CHARS:
+            value = value[:_MAX_ATTRIBUTE_CHARS]
+        out[key] = value
+    return out
+
+
+def raw_error_of(
+    attrs: Mapping[str, Any],
+    exception: tuple[str | None, str | None, str | None] | None,
+    status_description: str | None,
+) -> str:
+    """The fullest raw error a span carries: the stack trace, else type and message, else the status
+    description or a tool's error result, else the error type."""
+    if exception is not None:
+        etype, message, stack = exception
+        if stack:
+            return stack
+        if etype or message:
+            return f"{etype or 'Error'}: {message or ''}".rstrip(": ")
+    result = attrs.get("gen_ai.tool.call.result")
+    if status_description and result and str(result) not in status_description:
+        return f"{status_description}\n{result}"
+    if status_description:
+        return status_description
+    if result:
+        return str(result)
+    error_type = attrs.get(semconv.ERROR_TYPE)
+    return str(error_type) if error_type else "tool call failed (no error details were recorded)"
+
+
+class ErrorCompactionProcessor(SpanProcessor):
+    """Feeds failed tool spans to an :class:`ErrorPipeline`; successes reset the consecutive counter."""
+
+    def __init__(
+        self,
+        pipeline: ErrorPipeline,
+        *,
+        predicate: SpanPredicate | None = None,
+        capture_arguments: bool = True,
+    ) -> None:
+        self.pipeline = pipeline
+        self._predicate = predicate
+        self._capture_arguments = capture_arguments
+        self._lock = threading.Lock()
+        self._anchors: dict[int, list[Span]] = {}
+        self._pending: OrderedDict[int, tuple[str | None, str | None, str | None]] = OrderedDict()
+        self._saw_on_ending = False
+        pipeline.add_escalation_listener(self._add_escalation_event)
+
+    # -- SpanProcessor ------------------------------------------------------------------------------
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        try:
+            parent = span.parent
+            attrs = span.attributes or {}
+            if parent is None or parent.is_remote or semconv.is_agent_span(attrs):
+                trace_id = span.context.trace_id
+                with self._lock:
+                    self._anchors.setdefault(trace_id, []).append(span)
+        except Exception:
+            _log.exception("otel-errcompact: on_start failed")
+
+    def _on_ending(self, span: Span) -> None:
+        self._saw_on_ending = True
+        try:
+            self._process(span, writable=span)
+        except Exception:
+            _log.exception("otel-errcompact: processing an ending span failed")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            if not self._saw_on_ending:
+                self._process(span, writable=None)
+            self._forget_anchor(span)
+        except Exception:
+            _log.exception("otel-errcompact: on_end failed")
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._anchors.clear()
+            self._pending.clear()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        writer = self.pipeline.writer
+        return writer.force_flush(timeout_millis / 1000) if writer is not None else True
+
+    # -- exceptions that arrive as log records -------------------------------------------------------
+
+    def hold_exception(self, span_id: int, exception: tuple[str | None, str | None, str | None]) -> None:
+        """Keep an exception logged inside span ``span_id`` until that span ends (bounded)."""
+        with self._lock:
+            self._pending[span_id] = exception
+            while len(self._pending) > _MAX_PENDING_EXCEPTIONS:
+                self._pending.popitem(last=False)
+
+    # -- internals ----------------------------------------------------------------------------------
+
+    def _process(self, span: ReadableSpan, writable: Span | None) -> None:
+        if "errcompact.key" in (span.attributes or {}):
+            return  # already handled at the tool boundary, while the span was live
+        failure = self.failure_of(span)
+        if failure is None:
+            return
+        outcome = self.pipeline.handle(failure)
+        if writable is not None:
+            _annotate(writable, _annotations(outcome))
+
+    def handle_live(self, span: Span) -> Outcome | None:
+        """Handle a failed tool span that is still open (the tool boundary's path): the digest is set
+        on it with the public API, and ``_on_ending`` will skip it."""
+        failure = self.failure_of(span)
+        if failure is None:
+            return None
+        outcome = self.pipeline.handle(failure)
+        span.set_attributes(_annotations(outcome))
+        return outcome
+
+    def failure_of(self, span: ReadableSpan) -> Failure | None:
+        """The :class:`Failure` a failed tool span describes; ``None`` for other spans (a successful tool
+        span resets its scope's consecutive counter on the way)."""
+        attrs = span.attributes or {}
+        context = span.context
+        if context is None:
+            return None
+        if not (semconv.is_tool_span(attrs) or (self._predicate is not None and self._predicate(span))):
+            if self._pending:
+                with self._lock:
+                    self._pending.pop(context.span_id, None)
+            return None
+        trace_id = context.trace_id
+        conversation = semconv.conversation_id(attrs) or self._anchor_conversation(trace_id)
+        parent = span.parent
+        scope = semconv.scope_for(conversation, trace_id, in_trace=parent is not None)
+        failed = span.status.status_code is StatusCode.ERROR or semconv.ERROR_TYPE in attrs
+        with self._lock:
+            held = self._pending.pop(context.span_id, None)
+        if not failed:
+            self.pipeline.history.observe_success(scope)
+            return None
+        exception = semconv.exception_from_events(span.events) or held
+        description = span.status.description
+        return Failure(
+            scope=scope,
+            raw_error=raw_error_of(attrs, exception, description),
+            source="span",
+            tool_name=semconv.tool_name(attrs, span.name),
+            tool_call_id=semconv.tool_call_id(attrs),
+            tool_arguments=semconv.tool_arguments(attrs) if self._capture_arguments else None,
+            conversation_id=conversation,
+            agent_name=semconv.agent_name(attrs) or self._anchor_agent_name(trace_id),
+            trace_id=_hex_trace(trace_id),
+            span_id=_hex_span(context.span_id),
+            parent_span_id=_hex_span(parent.span_id) if parent is not None else None,
+            span_name=span.name,
+            status_description=description,
+            error_type=str(attrs[semconv.ERROR_TYPE]) if semconv.ERROR_TYPE in attrs else None,
+            exception_type=exception[0] if exception else None,
+            exception_message=exception[1] if exception else None,
+            exception_stacktrace=exception[2] if exception else None,
+            started_at=_utc(span.start_time),
+            ended_at=_utc(span.end_time) or datetime.now(timezone.utc),
+            attributes=_jsonable(attrs) if self._capture_arguments else _without_arguments(attrs),
+            resource=_jsonable(span.resource.attributes) if span.resource is not None else {},
+        )
+
+    def anchor_conversation(self, trace_id: int) -> str | None:
+        """The conversation id recorded on the trace's live agent or root span, if any."""
+        return self._anchor_conversation(trace_id)
+
+    def _live_anchor(self, trace_id: int) -> Span | None:
+        with self._lock:
+            anchors = self._anchors.get(trace_id)
+            if not anchors:
+                return None
+            agents = [s for s in anchors if semconv.is_agent_span(s.attributes or {})]
+            return (agents or anchors)[-1]
+
+    def _anchor_conversation(self, trace_id: int) -> str | None:
+        with self._lock:
+            anchors = list(self._anchors.get(trace_id, ()))
+        for span in reversed(anchors):
+            found = semconv.conversation_id(span.attributes or {})
+            if found:
+                return found
+        return None
+
+    def _anchor_agent_name(self, trace_id: int) -> str | None:
+        with self._lock:
+            anchors = list(self._anchors.get(trace_id, ()))
+        for span in reversed(anchors):
+            attrs = span.attributes or {}
+            if semconv.is_agent_span(attrs):
+                return semconv.agent_name(attrs)
+        return None
+
+    def _forget_anchor(self, span: ReadableSpan) -> None:
+        context = span.context
+        if context is None:
+            return
+        with self._lock:
+            anchors = self._anchors.get(context.trace_id)
+            if not anchors:
+                return
+            remaining = [s for s in anchors if s.context.span_id != context.span_id]
+            if remaining:
+                self._anchors[context.trace_id] = remaining
+            else:
+                del self._anchors[context.trace_id]
+
+    def _add_escalation_event(self, escalation: Escalation, failure: Failure) -> None:
+        if failure.trace_id is None:
+            return
+        anchor = self._live_anchor(int(failure.trace_id, 16))
+        if anchor is None or not anchor.is_recording():
+            return
+        attributes: dict[str, str | int] = dict(escalation.to_attributes())
+        if failure.tool_name:
+            attributes[semconv.GEN_AI_TOOL_NAME] = failure.tool_name
+        anchor.add_event("errcompact.escalation", attributes)
+
+
+def _annotations(outcome: Outcome) -> dict[str, str | int]:
+    return {
+        "errcompact.digest": outcome.digest.line,
+        "errcompact.key": outcome.digest.key,
+        "errcompact.count": outcome.observation.count,
+    }
+
+
+def _without_arguments(attrs: Mapping[str, Any]) -> dict[str, Any]:
+    hidden = {semconv.GEN_AI_TOOL_CALL_ARGUMENTS, "tool.parameters", "input.value", "traceloop.entity.input"}
+    return _jsonable({k: v for k, v in attrs.items() if k not in hidden})
+
+
+def _annotate(span: Span, values: Mapping[str, str | int]) -> None:
+    """Set attributes on a span inside ``_on_ending``.
+
+    The SDK (1.45) freezes a span's attributes just before calling ``_on_ending``, so the public
+    ``set_attribute`` refuses; the frozen flag is lifted for these few keys under the span's own lock.
+    If the SDK's internals differ, the annotation is skipped: the digest is still in the trajectory
+    record and the history.
+    """
+    try:
+        attributes = span._attributes  # noqa: SLF001
+        lock = span._lock  # noqa: SLF001
+        with lock:
+            frozen = attributes._immutable  # noqa: SLF001
+            attributes._immutable = False  # noqa: SLF001
+            try:
+                for key, value in values.items():
+                    attributes[key] = value
+            finally:
+                attributes._immutable = frozen  # noqa: SLF001
+    except Exception:
+        _log.debug("otel-errcompact: could not annotate span", exc_info=True)
+
+
+class ExceptionLogProcessor(LogRecordProcessor):
+    """Picks up exceptions recorded as log records and hands them to the span processor by span id."""
+
+    def __init__(self, span_processor: ErrorCompactionProcessor) -> None:
+        self._spans = span_processor
+
+    def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        try:
+            record = log_record.log_record
+            event_name = getattr(record, "event_name", None)
+            if event_name and event_name.startswith("errcompact."):
+                return  # our own trajectory and escalation events
+            exception = semconv.exception_from_attributes(record.attributes or {})
+            if exception is not None and record.span_id:
+                self._spans.hold_exception(record.span_id, exception)
+        except Exception:
+            _log.exception("otel-errcompact: on_emit failed")
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True

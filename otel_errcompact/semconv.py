@@ -1,0 +1,148 @@
+"""Read tool and agent spans the way the three common conventions write them.
+
+- OpenTelemetry GenAI: ``gen_ai.operation.name`` = ``execute_tool`` / ``invoke_agent``, ``gen_ai.tool.name``,
+  ``gen_ai.tool.call.id``, ``gen_ai.tool.call.arguments``, ``gen_ai.conversation.id``, ``error.type``;
+- OpenInference (Arize): ``openinference.span.kind`` = ``TOOL`` / ``AGENT``, ``tool.name``,
+  ``tool.parameters``, ``session.id``;
+- OpenLLMetry (Traceloop): ``traceloop.span.kind`` = ``tool`` / ``agent``, ``traceloop.entity.name``,
+  ``traceloop.entity.input``.
+
+Exceptions arrive as ``exception`` span events (the SDK's ``record_exception``) or, with
+``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs``, as log records carrying the same ``exception.*``
+attributes. Functions here take plain attribute mappings so they can be tested without a span.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = [
+    "ERROR_TYPE",
+    "EXCEPTION_EVENT",
+    "GEN_AI_AGENT_ID",
+    "GEN_AI_AGENT_NAME",
+    "GEN_AI_CONVERSATION_ID",
+    "GEN_AI_OPERATION_NAME",
+    "GEN_AI_TOOL_CALL_ARGUMENTS",
+    "GEN_AI_TOOL_CALL_ID",
+    "GEN_AI_TOOL_NAME",
+    "agent_name",
+    "conversation_id",
+    "exception_from_attributes",
+    "exception_from_events",
+    "is_agent_span",
+    "is_tool_span",
+    "scope_for",
+    "tool_arguments",
+    "tool_call_id",
+    "tool_name",
+]
+
+GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
+GEN_AI_TOOL_NAME = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
+GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
+GEN_AI_AGENT_NAME = "gen_ai.agent.name"
+GEN_AI_AGENT_ID = "gen_ai.agent.id"
+ERROR_TYPE = "error.type"
+EXCEPTION_EVENT = "exception"
+
+_OPENINFERENCE_KIND = "openinference.span.kind"
+_TRACELOOP_KIND = "traceloop.span.kind"
+
+
+def is_tool_span(attrs: Mapping[str, Any]) -> bool:
+    """True for a tool-execution span in any of the three conventions."""
+    return (
+        attrs.get(GEN_AI_OPERATION_NAME) == "execute_tool"
+        or attrs.get(_OPENINFERENCE_KIND) == "TOOL"
+        or attrs.get(_TRACELOOP_KIND) == "tool"
+    )
+
+
+def is_agent_span(attrs: Mapping[str, Any]) -> bool:
+    """True for an agent-invocation span (the span an escalation event is added to)."""
+    return (
+        attrs.get(GEN_AI_OPERATION_NAME) in ("invoke_agent", "create_agent")
+        or attrs.get(_OPENINFERENCE_KIND) == "AGENT"
+        or attrs.get(_TRACELOOP_KIND) in ("agent", "workflow")
+    )
+
+
+def _first_str(attrs: Mapping[str, Any], *names: str) -> str | None:
+    for name in names:
+        value = attrs.get(name)
+        if value is not None and value != "":
+            return str(value)
+    return None
+
+
+def tool_name(attrs: Mapping[str, Any], span_name: str | None = None) -> str | None:
+    """The tool's name; from the span name ``execute_tool {name}`` when no attribute carries it."""
+    name = _first_str(attrs, GEN_AI_TOOL_NAME, "tool.name", "traceloop.entity.name")
+    if name is None and span_name and span_name.startswith("execute_tool "):
+        name = span_name[len("execute_tool ") :].strip() or None
+    return name
+
+
+def tool_call_id(attrs: Mapping[str, Any]) -> str | None:
+    """The model-assigned id of this tool call, when recorded."""
+    return _first_str(attrs, GEN_AI_TOOL_CALL_ID, "tool_call.id", "tool.call_id")
+
+
+def tool_arguments(attrs: Mapping[str, Any]) -> str | None:
+    """The arguments the tool was called with, when recorded (opt-in in all three conventions)."""
+    return _first_str(attrs, GEN_AI_TOOL_CALL_ARGUMENTS, "tool.parameters", "input.value", "traceloop.entity.input")
+
+
+def conversation_id(attrs: Mapping[str, Any]) -> str | None:
+    """The conversation (session) the span belongs to, when recorded."""
+    return _first_str(
+        attrs, GEN_AI_CONVERSATION_ID, "session.id", "traceloop.association.properties.session_id"
+    )
+
+
+def agent_name(attrs: Mapping[str, Any]) -> str | None:
+    """The agent's name, when recorded."""
+    return _first_str(attrs, GEN_AI_AGENT_NAME, "agent.name", "traceloop.entity.name")
+
+
+def exception_from_attributes(attrs: Mapping[str, Any]) -> tuple[str | None, str | None, str | None] | None:
+    """``(type, message, stacktrace)`` from ``exception.*`` attributes, or ``None`` when absent."""
+    etype = attrs.get("exception.type")
+    message = attrs.get("exception.message")
+    stack = attrs.get("exception.stacktrace")
+    if etype is None and message is None and stack is None:
+        return None
+    return (
+        str(etype) if etype is not None else None,
+        str(message) if message is not None else None,
+        str(stack) if stack is not None else None,
+    )
+
+
+def exception_from_events(events: Iterable[Any]) -> tuple[str | None, str | None, str | None] | None:
+    """The last ``exception`` event's ``(type, message, stacktrace)``: the one that ended the span."""
+    found = None
+    for event in events:
+        if getattr(event, "name", None) == EXCEPTION_EVENT:
+            attributes = getattr(event, "attributes", None) or {}
+            found = exception_from_attributes(attributes) or found
+    return found
+
+
+DEFAULT_SCOPE = "default"
+"""The scope of tool calls that belong to no conversation and no larger trace (top-level calls)."""
+
+
+def scope_for(conversation: str | None, trace_id: int | None, in_trace: bool) -> str:
+    """The history scope of a tool call: its conversation, else its trace when the call is part of a
+    larger trace (an agent run), else :data:`DEFAULT_SCOPE` so repeated top-level calls still count
+    together."""
+    if conversation:
+        return conversation
+    if in_trace and trace_id:
+        return f"trace:{trace_id:032x}"
+    return DEFAULT_SCOPE

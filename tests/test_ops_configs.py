@@ -1,0 +1,122 @@
+"""The collector pipeline, Prometheus alert rules and Grafana dashboard shipped with the project.
+
+They reference metric names and labels the library emits; these tests derive those names from a real
+pipeline run (real SDK MeterProvider + InMemoryMetricReader) so a renamed instrument or attribute breaks
+the build instead of silently breaking a user's alerting.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from otel_errcompact.history import ErrorHistory, Thresholds
+from otel_errcompact.pipeline import ErrorPipeline, Failure
+from otel_errcompact.telemetry import ErrorMetrics
+from tests.realerrors import python_error
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIG = ROOT / "collector-config"
+DASHBOARD = ROOT / "dashboards" / "otel-errcompact.json"
+
+
+def _prometheus_name(name: str, unit_suffix: str = "_total") -> str:
+    return name.replace(".", "_") + unit_suffix
+
+
+@pytest.fixture(scope="module")
+def emitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[set[str], set[str]]:
+    """(metric names, label names) as a Prometheus exporter would write what the library emits."""
+    folder = tmp_path_factory.mktemp("ops")
+    raw = python_error(folder, "import sqlite3\nsqlite3.connect(':memory:').execute('SELECT * FROM orders')\n")
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    metrics = ErrorMetrics(provider.get_meter("test"))
+    pipeline = ErrorPipeline(ErrorHistory(Thresholds(consecutive=2)))
+    pipeline.add_failure_listener(metrics.on_failure)
+    pipeline.add_escalation_listener(metrics.on_escalation)
+    for _ in range(2):
+        pipeline.handle(Failure(scope="s", raw_error=raw, tool_name="query_db"))
+    assert metrics.flush(30)
+    names: set[str] = set()
+    labels: set[str] = {"service_name"}  # resource attribute, promoted by the collector config
+    data = reader.get_metrics_data()
+    for resource_metrics in data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                names.add(_prometheus_name(metric.name))
+                for point in metric.data.data_points:
+                    labels.update(key.replace(".", "_") for key in point.attributes)
+    provider.shutdown()
+    metrics.shutdown()
+    return names, labels
+
+
+def _exprs_and_labels(expr: str) -> tuple[set[str], set[str]]:
+    metrics = set(re.findall(r"\b(errcompact_[a-z_]+_total)\b", expr))
+    labels = set(re.findall(r"by \(([^)]*)\)", expr))
+    label_names = {name.strip() for group in labels for name in group.split(",")}
+    label_names |= set(re.findall(r"\{([a-z_]+)\s*=", expr))
+    label_names |= set(re.findall(r",\s*([a-z_]+)\s*=", expr))
+    return metrics, label_names
+
+
+def test_alert_rules_use_only_emitted_metrics_and_labels(emitted: tuple[set[str], set[str]]) -> None:
+    names, labels = emitted
+    rules = yaml.safe_load((CONFIG / "errcompact-alerts.yml").read_text())
+    exprs = [rule["expr"] for group in rules["groups"] for rule in group["rules"]]
+    assert exprs
+    for expr in exprs:
+        used_metrics, used_labels = _exprs_and_labels(expr)
+        assert used_metrics <= names, (expr, names)
+        assert used_labels <= labels, (expr, labels)
+
+
+def test_dashboard_queries_use_only_emitted_metrics_and_labels(emitted: tuple[set[str], set[str]]) -> None:
+    names, labels = emitted
+    dashboard = json.loads(DASHBOARD.read_text())
+    prom_exprs = [
+        target["expr"]
+        for panel in dashboard["panels"]
+        if panel["datasource"]["type"] == "prometheus"
+        for target in panel["targets"]
+    ]
+    assert len(prom_exprs) >= 5
+    for expr in prom_exprs:
+        used_metrics, used_labels = _exprs_and_labels(expr)
+        assert used_metrics, expr
+        assert used_metrics <= names, (expr, names)
+        assert used_labels <= labels, (expr, labels)
+    log_exprs = [t["expr"] for p in dashboard["panels"] if p["datasource"]["type"] == "loki" for t in p["targets"]]
+    assert any("errcompact.escalation" in e for e in log_exprs)
+    assert any("errcompact.trajectory" in e for e in log_exprs)
+
+
+def test_collector_pipeline_wires_every_signal() -> None:
+    config = yaml.safe_load((CONFIG / "otel-collector.yaml").read_text())
+    pipelines = config["service"]["pipelines"]
+    assert set(pipelines) == {"traces", "logs", "metrics"}
+    for pipeline in pipelines.values():
+        assert pipeline["receivers"] == ["otlp"]
+        assert set(pipeline["processors"]) <= set(config["processors"])
+        assert set(pipeline["exporters"]) <= set(config["exporters"])
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
+def test_promtool_checks_and_unit_tests_the_alert_rules() -> None:
+    check = subprocess.run(
+        ["promtool", "check", "rules", str(CONFIG / "errcompact-alerts.yml")], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stdout + check.stderr
+    test = subprocess.run(
+        ["promtool", "test", "rules", str(CONFIG / "errcompact-alerts.test.yml")], capture_output=True, text=True
+    )
+    assert test.returncode == 0, test.stdout + test.stderr
