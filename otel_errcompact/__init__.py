@@ -14,7 +14,12 @@ Core (no OpenTelemetry needed)::
 from otel_errcompact.compactor import MAX_CAUSE_CHARS, Compactor, Summarizer, compact_text
 from otel_errcompact.digest import DedupKey, Digest, Location
 from otel_errcompact.events import digest_event, render_events
-from otel_errcompact.exceptions import ConfigurationError, ErrCompactError, ErrorBudgetExceeded
+from otel_errcompact.exceptions import (
+    AmbiguousRecordId,
+    ConfigurationError,
+    ErrCompactError,
+    ErrorBudgetExceeded,
+)
 from otel_errcompact.history import Action, ErrorHistory, Escalation, Limits, Observation, Thresholds
 from otel_errcompact.parsers import Frame, Hints, Parsed
 from otel_errcompact.redact import redact
@@ -49,17 +54,34 @@ __all__ = [
     "render_events",
 ]
 
-from otel_errcompact.api import ErrCompact, HumanReviewHook, init, instance  # noqa: E402
-from otel_errcompact.boundary import ToolErrorText, conversation  # noqa: E402
-from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord  # noqa: E402
+from otel_errcompact.api import ErrCompact, HumanReviewHook, init, instance
+from otel_errcompact.boundary import ToolErrorText, conversation
+from otel_errcompact.sinks import (
+    JSONLSink,
+    OTLPLogSink,
+    SQLiteSink,
+    TrajectorySink,
+    TrajectoryStore,
+    TrajectoryWriter,
+    read_jsonl,
+)
+from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord
 
 __all__ += [
+    "AmbiguousRecordId",
     "DigestInfo",
     "ErrCompact",
     "HumanReviewHook",
+    "JSONLSink",
+    "OTLPLogSink",
+    "SQLiteSink",
     "ToolErrorText",
     "TrajectoryRecord",
+    "TrajectorySink",
+    "TrajectoryStore",
+    "TrajectoryWriter",
     "conversation",
     "init",
     "instance",
+    "read_jsonl",
 ]

@@ -14,8 +14,9 @@ import logging
 import os
 import threading
 from collections.abc import Callable, Sequence
+from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar, overload
 
 from opentelemetry import _logs as logs_api
 from opentelemetry import metrics as metrics_api
@@ -29,7 +30,14 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_errcompact._worker import BackgroundQueue
-from otel_errcompact.boundary import OnError, ToolBoundary, conversation
+from otel_errcompact.boundary import (
+    OnError,
+    ToolBoundary,
+    ToolCall,
+    ToolDecorator,
+    ToolErrorText,
+    conversation,
+)
 from otel_errcompact.compactor import Compactor
 from otel_errcompact.config import Settings, load_settings
 from otel_errcompact.history import ErrorHistory, Escalation, Limits, Thresholds
@@ -44,6 +52,9 @@ _log = logging.getLogger("otel_errcompact")
 
 HumanReviewHook = Callable[[Escalation], None]
 """Called (on a background thread) with each breach when the action is ``human``."""
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _INSTANCE: ErrCompact | None = None
 _INSTANCE_LOCK = threading.Lock()
@@ -143,19 +154,37 @@ class ErrCompact:
         """Forget a scope, e.g. when its conversation ends."""
         self.history.reset(scope)
 
-    def conversation(self, conversation_id: str) -> Any:
+    def conversation(self, conversation_id: str) -> AbstractContextManager[str]:
         """Context manager: tool calls inside share ``conversation_id`` as their scope."""
         return conversation(conversation_id)
 
-    @property
-    def tool(self) -> Any:
-        """Decorator for sync and async tools: ``@ec.tool`` or ``@ec.tool(name=..., on_error=...)``."""
-        return self.boundary.tool
+    @overload
+    def tool(self, func: Callable[P, R], /) -> Callable[P, R | ToolErrorText]: ...
 
-    @property
-    def tool_call(self) -> Any:
+    @overload
+    def tool(self, /, *, name: str | None = None, on_error: OnError | None = None) -> ToolDecorator: ...
+
+    def tool(
+        self,
+        func: Callable[..., Any] | None = None,
+        /,
+        *,
+        name: str | None = None,
+        on_error: OnError | None = None,
+    ) -> Any:
+        """Decorator for sync and async tools: ``@ec.tool`` or ``@ec.tool(name=..., on_error=...)``.
+
+        The wrapped tool returns its result, or a :class:`ToolErrorText` (the digest) instead of raising.
+        """
+        if func is not None:
+            return self.boundary.tool(func)
+        return self.boundary.tool(name=name, on_error=on_error)
+
+    def tool_call(
+        self, name: str, *, call_id: str | None = None, arguments: Any = None, on_error: OnError | None = None
+    ) -> AbstractContextManager[ToolCall]:
         """Context manager for one tool call: ``with ec.tool_call("search") as call: ...``."""
-        return self.boundary.call
+        return self.boundary.call(name, call_id=call_id, arguments=arguments, on_error=on_error)
 
     def record_error(
         self,
@@ -212,6 +241,10 @@ class ErrCompact:
                 return
             self._is_shutdown = True
         timeout = self.settings.shutdown_timeout_s
+        if self.processor is not None:
+            # Detach from providers this handle does not own: a later init() on them must not find
+            # its failures already claimed (annotated) by this handle's processor.
+            self.processor.shutdown()
         if self._review_queue is not None:
             self._review_queue.shutdown(timeout)
         if self._metrics is not None:

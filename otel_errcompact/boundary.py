@@ -17,7 +17,7 @@ import json
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import Span as SdkSpan
@@ -94,6 +94,13 @@ def _error_text_of(result: Any) -> str | None:
         if text:
             parts.append(str(text))
     return "\n".join(parts) or "tool reported an error (isError) with no text"
+
+
+class ToolDecorator(Protocol):
+    """What ``@ec.tool(name=...)`` returns: a decorator that keeps the tool's signature and adds
+    :class:`ToolErrorText` to its return type."""
+
+    def __call__(self, fn: Callable[P, R], /) -> Callable[P, R | ToolErrorText]: ...
 
 
 class ToolCall:
@@ -211,13 +218,11 @@ class ToolBoundary:
     def tool(self, func: Callable[P, R], /) -> Callable[P, R | ToolErrorText]: ...
 
     @overload
-    def tool(
-        self, *, name: str | None = None, on_error: OnError | None = None
-    ) -> Callable[[Callable[P, R]], Callable[P, R | ToolErrorText]]: ...
+    def tool(self, /, *, name: str | None = None, on_error: OnError | None = None) -> ToolDecorator: ...
 
     def tool(
         self,
-        func: Callable[P, R] | None = None,
+        func: Callable[..., Any] | None = None,
         /,
         *,
         name: str | None = None,
@@ -226,7 +231,7 @@ class ToolBoundary:
         """Decorate a sync or async tool function. ``@ec.tool`` or ``@ec.tool(name="search")``."""
 
         def decorate(fn: Callable[P, Any]) -> Callable[P, Any]:
-            tool_name = name or getattr(fn, "__name__", "tool")
+            tool_name = name or str(getattr(fn, "__name__", "tool"))
             if inspect.iscoroutinefunction(fn):
 
                 @functools.wraps(fn)

@@ -32,9 +32,12 @@ def _cmd_compact(args: argparse.Namespace) -> int:
         raw = sys.stdin.buffer.read()
     digest = compact_text(raw, exit_code=args.exit_code, command=args.command, kind=args.kind)
     if args.json:
-        print(json.dumps(digest.to_dict(), ensure_ascii=False, indent=2))
-    else:
-        print(digest.line)
+        data = digest.to_dict()
+        if args.explain:
+            data["explain"] = digest.explain()
+        print(json.dumps(data, ensure_ascii=False, indent=2))
+        return 0
+    print(digest.line)
     if args.explain:
         print(digest.explain(), end="")
     return 0

@@ -32,6 +32,7 @@ _log = logging.getLogger("otel_errcompact")
 MAX_CAUSE_CHARS = 240
 """A digest's cause is cut to this many characters; the head of a cause names it."""
 _MAX_TYPE_CHARS = 80
+_CACHEABLE_CHARS = 16_384
 _MAX_NAME_CHARS = 80
 _WS = re.compile(r"\s+")
 _SUMMARY_LINE = re.compile(r"^\s*\[?([A-Za-z_][\w.\- ]{0,79}?)\]?\s*[:\-]\s*(.+)$", re.S)
@@ -55,7 +56,9 @@ def _clip(text: str, limit: int) -> str:
 
 
 def _clean(text: str, limit: int) -> str:
-    return _clip(neutralize_delimiters(redact(text)), limit)
+    # Cut generously before redacting (bounded cost), redact, then cut to the limit: a secret that
+    # straddles the final cut is already masked.
+    return _clip(neutralize_delimiters(redact(text[: limit * 4])), limit)
 
 
 class Compactor:
@@ -71,6 +74,7 @@ class Compactor:
         *,
         summarizer: Summarizer | None = None,
         summary_cache_size: int = 1024,
+        digest_cache_size: int = 512,
     ) -> None:
         self._parsers = tuple(parsers)
         self._by_kind = dict(self._parsers)
@@ -78,6 +82,9 @@ class Compactor:
         self._cache: OrderedDict[str, Parsed | None] = OrderedDict()
         self._cache_size = summary_cache_size
         self._cache_lock = threading.Lock()
+        # Agents repeat the very same failure; an exact repeat of a recent raw error skips the parsers.
+        self._digests: OrderedDict[tuple[str, int | None, str | None, str | None], Digest] = OrderedDict()
+        self._digest_cache_size = digest_cache_size
 
     def compact(
         self,
@@ -94,13 +101,34 @@ class Compactor:
         """
         raw_chars = 0
         try:
+            cache_key = (
+                (raw, exit_code, command, kind)
+                if isinstance(raw, str) and len(raw) <= _CACHEABLE_CHARS and self._digest_cache_size
+                else None
+            )
+            if cache_key is not None:
+                with self._cache_lock:
+                    cached = self._digests.get(cache_key)
+                    if cached is not None:
+                        self._digests.move_to_end(cache_key)
+                        return cached
             text, raw_chars = sanitize(raw)
             hints = Hints(exit_code=exit_code, command=command, kind=kind)
-            return self._build(self._parse(text, hints), hints, raw_chars)
+            digest = self._build(self._parse(text, hints), hints, raw_chars)
+            if cache_key is not None:
+                with self._cache_lock:
+                    self._digests[cache_key] = digest
+                    if len(self._digests) > self._digest_cache_size:
+                        self._digests.popitem(last=False)
+            return digest
         except Exception:  # a parser bug must not become the host's problem
             _log.debug("otel-errcompact: compaction failed; using a plain digest", exc_info=True)
-            first = str(raw)[:MAX_CAUSE_CHARS] if raw is not None else ""
-            parsed = Parsed("Error", first.strip() or "(unparseable error)", "fallback", status=exit_code)
+            if isinstance(raw, (bytes, bytearray, memoryview)):
+                first = bytes(raw[: MAX_CAUSE_CHARS * 4]).decode("utf-8", "replace")
+            else:
+                first = str(raw)[: MAX_CAUSE_CHARS * 4] if raw is not None else ""
+            first = first.strip().splitlines()[0] if first.strip() else ""
+            parsed = Parsed("Error", first or "(unparseable error)", "fallback", status=exit_code)
             return self._build(parsed, Hints(exit_code=exit_code), raw_chars)
 
     __call__ = compact
@@ -152,7 +180,10 @@ class Compactor:
     @staticmethod
     def _build(parsed: Parsed, hints: Hints, raw_chars: int) -> Digest:
         type_ = _clean(parsed.type, _MAX_TYPE_CHARS) or "Error"
-        cause = _clean(parsed.cause, MAX_CAUSE_CHARS) or "(no message)"
+        # The key is built from the whole (redacted) cause, not the displayed cut: a shorter variable part
+        # early in a long message would otherwise move the cut and split one failure into two classes.
+        full_cause = _WS.sub(" ", neutralize_delimiters(redact(parsed.cause[: MAX_CAUSE_CHARS * 4]))).strip()
+        cause = _clip(full_cause, MAX_CAUSE_CHARS) or "(no message)"
         frame: Frame | None = parsed.location or innermost_in_app(parsed.frames)
         location = (
             Location(
@@ -174,7 +205,7 @@ class Compactor:
             where = short_file(location.file)
             if location.func:
                 where = f"{where}:{location.func}"
-        key = DedupKey.build(type_, where, normalize_message(cause))
+        key = DedupKey.build(type_, where, normalize_message(full_cause or cause))
         line = f"[{type_}] at {location}: {cause}" if location is not None else f"[{type_}]: {cause}"
         return Digest(
             type=type_,

@@ -30,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import trace
+
 from otel_errcompact.api import ErrCompact, init
 from otel_errcompact.boundary import ToolErrorText
 from otel_errcompact.exceptions import ErrorBudgetExceeded
@@ -37,7 +39,7 @@ from otel_errcompact.tokens import count_tokens
 
 __all__ = ["run_demo"]
 
-_RATE_LIMIT_BODY = {
+_RATE_LIMIT_BODY: dict[str, Any] = {
     "error": {
         "message": "Rate limit reached for gpt-4o in organization org-demo on tokens per min (TPM): "
         "Limit 30000, Used 29750, Requested 1622. Please try again in 2.744s.",
@@ -46,7 +48,7 @@ _RATE_LIMIT_BODY = {
         "code": "rate_limit_exceeded",
     }
 }
-_OVERLOADED_BODY = {
+_OVERLOADED_BODY: dict[str, Any] = {
     "type": "error",
     "error": {"type": "api_error", "message": "Internal server error"},
     "request_id": "req_011CX8Zb7cW2FQkYfRnzKx3D",
@@ -59,6 +61,7 @@ class _ApiHandler(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         self.rfile.read(length)
+        body: dict[str, Any]
         if self.path.startswith("/v1/chat/completions"):
             status, body, extra = 429, _RATE_LIMIT_BODY, {"Retry-After": "3", "x-request-id": uuid.uuid4().hex}
         else:
@@ -72,7 +75,7 @@ class _ApiHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(payload)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+    def log_message(self, format: str, *args: Any) -> None:
         return
 
 
@@ -177,7 +180,7 @@ def _columns(left: str, right: str, width: int) -> str:
     rows = max(len(lwrap), len(rwrap))
     lwrap += [""] * (rows - len(lwrap))
     rwrap += [""] * (rows - len(rwrap))
-    return "\n".join(f"{a:<{half}} │ {b}" for a, b in zip(lwrap, rwrap))
+    return "\n".join(f"{a:<{half}} │ {b}" for a, b in zip(lwrap, rwrap, strict=True))
 
 
 def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines: int = 40) -> int:
@@ -201,7 +204,16 @@ def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines:
         tools = _tools(ec, workdir, api, raw_errors)
         say(f"otel-errcompact demo — conversation {conversation_id}, thresholds: {ec.history.thresholds}")
         say("")
-        with ec.conversation(conversation_id):
+        tracer = trace.get_tracer("otel_errcompact.demo")
+        agent_span = tracer.start_as_current_span(
+            "invoke_agent demo-agent",
+            attributes={
+                "gen_ai.operation.name": "invoke_agent",
+                "gen_ai.agent.name": "demo-agent",
+                "gen_ai.conversation.id": conversation_id,
+            },
+        )
+        with ec.conversation(conversation_id), agent_span:
             for number, step in enumerate(_plan(tools), start=1):
                 before = len(raw_errors)
                 try:

@@ -21,6 +21,7 @@ from typing import Any
 from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Limits, Thresholds
+from otel_errcompact.parsers import Hints, Parsed
 
 __all__ = ["TOOL_RUN_FINISHED", "digest_event", "render_events"]
 
@@ -54,10 +55,13 @@ def digest_event(event: Any, compactor: Compactor | None = None) -> Digest | Non
     message = _get(error, "message") or _get(event, "message") or ""
     exit_code = _int_or_none(_get(metrics, "exit_code"))
     compact = compactor.compact if compactor is not None else compact_text
-    digest = compact(str(message), exit_code=exit_code, command=str(command) if command else None)
-    if code and digest.format == "fallback":
-        # The runner's own error code is the best type we have for unstructured text.
-        return compact(f"{code}: {message}", exit_code=exit_code, command=str(command) if command else None)
+    command_text = str(command) if command else None
+    digest = compact(str(message), exit_code=exit_code, command=command_text)
+    if code and digest.format == "fallback" and digest.type == "Error":
+        # The runner's own error code is the best type we have for unstructured text. (Prefixing the
+        # message with it is not enough: the fallback only takes a type that looks like an error class.)
+        parsed = Parsed(str(code), digest.cause, "fallback", status=digest.status)
+        return Compactor._build(parsed, Hints(exit_code=exit_code, command=command_text), digest.raw_chars)
     return digest
 
 

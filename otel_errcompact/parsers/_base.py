@@ -11,6 +11,7 @@ characters, and bounded in size (see ``otel_errcompact._sanitize``), so parsers 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -86,7 +87,7 @@ _LIBRARY_PATH = re.compile(
     | (?:^|[\\/])node_modules[\\/]                 # npm packages
     | ^node:                                       # node:internal/…, node:fs
     | ^internal[\\/]                               # node's internal modules in older releases
-    | (?:^|[\\/])go[\\/]src[\\/]                    # the Go standard library and runtime
+    | (?:^|[\\/])go[\\/]src[\\/](?![^\\/]*\.)        # the Go standard library (not GOPATH's host/…)
     | (?:^|[\\/])pkg[\\/]mod[\\/]                   # the Go module cache
     | (?:^|[\\/])\.cargo[\\/]registry[\\/]          # Rust crates
     | (?:^|[\\/])rustc[\\/][0-9a-f]{7,}[\\/]         # the Rust standard library
@@ -99,6 +100,11 @@ _LIBRARY_PATH = re.compile(
 _BOUNDARY_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "boundary.py")
 
 
+# Every alternative above contains one of these; a path with none of them skips the regex entirely.
+_MARKERS = ("packages", "python", "<frozen", "node", "internal", "go", "pkg", "cargo", "rustc")
+
+
+@functools.lru_cache(maxsize=4096)
 def is_library_path(path: str) -> bool:
     """True when ``path`` belongs to a runtime, standard library or installed dependency, or to
     to otel-errcompact's tool boundary (which sits between the agent and the tool's own frames).
@@ -108,7 +114,11 @@ def is_library_path(path: str) -> bool:
     >>> is_library_path("/home/me/agent/tools.py")
     False
     """
-    return path == _BOUNDARY_FILE or _LIBRARY_PATH.search(path) is not None
+    if path == _BOUNDARY_FILE:
+        return True
+    if not any(marker in path for marker in _MARKERS):
+        return False
+    return _LIBRARY_PATH.search(path) is not None
 
 
 def innermost_in_app(frames: Sequence[Frame]) -> Frame | None:

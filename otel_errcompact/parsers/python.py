@@ -1,9 +1,410 @@
-"""Parser for python output. (Being written.)"""
+"""Parser for CPython tracebacks: plain, chained, exception groups and compile errors.
+
+One pass over the lines turns the traceback into a flat list of *units* in print order, each a
+``Type: message`` line with the frames printed above it and its nesting level inside an exception
+group's box (``  | `` prefixes). That one list is enough for every shape CPython prints:
+
+* **Chains.** ``The above exception was the direct cause…`` and ``During handling of the above
+  exception…`` join units at the same level; CPython prints the root first and the exception that
+  reached the caller last. The digest's type is the *last* one (what the caller saw and would catch);
+  the cause is ``final message ← RootType: root message``, so the token that names the root (the missing
+  file, key, table) survives a wrapper like ``RuntimeError: config load failed``. The root part is left
+  out when the final message already quotes it. The location is the innermost in-app frame of the final
+  exception (the wrapper's frames start at the caller's entry point; a root caught inside a library
+  often has no in-app frame at all), else of the nearest earlier link.
+* **Exception groups** (``asyncio.TaskGroup``, ``ExceptionGroup``): type ``ExceptionGroup`` (or the
+  subclass's name); the cause is the group message plus its leaf exceptions, nested groups flattened,
+  identical leaves counted: ``unhandled errors in a TaskGroup (2 sub-exceptions): ValueError: bad id
+  'x'; KeyError: 'k'``. The location is the innermost in-app frame of the first leaf.
+* **SyntaxError / IndentationError / TabError**: the location is the position CPython reports (the
+  ``File "x.py", line N`` line without a function), even without a ``Traceback`` header (source
+  compiled from a string, ``<string>``, is located at the caller of ``compile()`` instead), and the
+  offending source line joins the message, so two different syntax errors in one file do not share a
+  dedup key just because CPython calls both ``invalid syntax``.
+* **Multi-line messages**: the first line is the message. pydantic's ``N validation error(s) for Model``
+  gets its fields and their messages (``age — Input should be a valid integer``) with the per-error
+  ``[type=…, input_value=…]`` detail dropped (the input value would split the dedup key); a first line
+  that is empty or ends with ``:`` gets the next non-empty line.
+* **Module-qualified types** (``urllib.error.HTTPError``, ``sqlite3.OperationalError``,
+  ``f.<locals>.MyError``) are reported by their class name.
+
+When the text holds several unrelated tracebacks (a log with a handled error and a fatal one), the
+last one wins: it is the most recent. Log lines around a traceback are ignored, and a constant
+per-line prefix (``web-1  | Traceback …`` from ``docker compose``) is stripped. Every step is a
+``startswith`` check or an anchored regular expression on one line, and frames are kept in a bounded
+head and tail, so a 5,000-frame recursion costs one linear pass and yields a bounded result.
+
+>>> from otel_errcompact.parsers._base import Hints
+>>> p = parse('Traceback (most recent call last):\\n  File "app.py", line 3, in load\\n'
+...           "    return d[k]\\nKeyError: 'user_id'\\n", Hints())
+>>> p.type, p.cause, p.location.func
+('KeyError', "'user_id'", 'load')
+"""
 
 from __future__ import annotations
 
-from otel_errcompact.parsers._base import Hints, Parsed
+import re
+from collections import deque
+from dataclasses import dataclass, field
+
+from otel_errcompact.parsers._base import Frame, Hints, Parsed, is_library_path
+
+__all__ = ["parse"]
+
+_HEADER = "Traceback (most recent call last):"
+_GROUP_HEADER = "Exception Group Traceback (most recent call last):"
+_CHAIN_MARKS = frozenset(
+    {
+        "The above exception was the direct cause of the following exception:",
+        "During handling of the above exception, another exception occurred:",
+    }
+)
+_SYNTAX_TYPES = frozenset({"SyntaxError", "IndentationError", "TabError"})
+
+_MAX_LINE = 4000  # lines are cut to this before any regular expression sees them
+_HEAD_FRAMES = 8
+_TAIL_FRAMES = 56
+_MAX_CONTINUATION = 16
+_MAX_LEAVES = 3
+_MAX_PART = 120  # each part of a composed cause; the compactor bounds the whole
+_MAX_SOURCE = 60
+
+_FRAME = re.compile(r'  File "(?P<file>[^"\n]{1,1000})", line (?P<line>\d{1,9})(?:, in (?P<func>.+))?$')
+# ``KeyError: 'k'``, ``ValueError: ``, ``socket.gaierror: …``, ``f.<locals>.MyErr: x`` or a bare
+# ``KeyboardInterrupt`` (a bare word must start upper-case, so a stray log word is not taken for a type).
+_EXCEPTION = re.compile(r"(?P<type>[A-Za-z_][\w.<>]{0,200})(?:: ?(?P<msg>.*))?$")
+_BARE_TYPE = re.compile(r"(?:[\w<>]+\.)*[A-Z_]\w*$")
+_MORE = re.compile(r"and (?P<n>\d{1,9}) more exceptions?$")
+_PYDANTIC = re.compile(r"\d+ validation errors? for \S+$")
+_ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Group|Iteration)$")
+_WS = re.compile(r"\s+")
+
+
+class _Frames:
+    """Frames of one traceback: a bounded head and tail, and the innermost in-app frame seen."""
+
+    __slots__ = ("count", "head", "in_app", "in_app_above_last", "last", "tail")
+
+    def __init__(self) -> None:
+        self.head: list[Frame] = []
+        self.tail: deque[Frame] = deque(maxlen=_TAIL_FRAMES)
+        self.in_app: Frame | None = None
+        self.in_app_above_last: Frame | None = None  # innermost in-app frame above the latest one
+        self.last: Frame | None = None
+        self.count = 0
+
+    def add(self, frame: Frame) -> None:
+        if len(self.head) < _HEAD_FRAMES:
+            self.head.append(frame)
+        else:
+            self.tail.append(frame)
+        self.in_app_above_last = self.in_app
+        if frame.in_app:
+            self.in_app = frame
+        self.last = frame
+        self.count += 1
+
+    def frames(self) -> tuple[Frame, ...]:
+        return (*self.head, *self.tail)
+
+
+@dataclass(slots=True, eq=False)
+class _Unit:
+    """One printed exception: its ``Type: message`` line, the lines after it, and its frames."""
+
+    level: int
+    type: str
+    message: str
+    frames: _Frames
+    group: bool
+    source: str = ""  # the source line under the last frame (shown for syntax errors)
+    more: list[str] = field(default_factory=list)
+    superseded: bool = False  # a later link of the same chain follows it
+    hidden: int = 0  # "and N more exceptions" under a group
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:
+    """Recognise a CPython traceback; ``None`` when the text holds none."""
+    if 'File "' not in text and _HEADER not in text:
+        return _bare_exception(text) if hints.kind == "python" else None
+    units = _units(text)
+    if not units:
+        return _bare_exception(text) if hints.kind == "python" else None
+    return _digest(units)
+
+
+def _units(text: str) -> list[_Unit]:
+    """Walk the lines once and return the exceptions of the last traceback, in print order."""
+    units: list[_Unit] = []
+    last_at_level: dict[int, _Unit] = {}
+    pending = _Frames()
+    source = ""  # the source line printed under the latest frame
+    expecting = False  # after a header, frame or group separator an exception line may follow
+    in_message: _Unit | None = None
+    header_is_group = False
+    top_chained = False
+    in_group = False
+    prefix = ""
+    for raw in text.split("\n"):
+        line = raw
+        if prefix and line.startswith(prefix):
+            line = line[len(prefix) :]
+        elif not prefix and not in_group and len(line) < _MAX_LINE:
+            at = line.find(_HEADER, 1)
+            if at > 0 and line[:at].strip(" |+") and not line[:at].endswith("Exception Group "):
+                prefix, line = line[:at], line[at:]
+        level, body, boxed = _unbox(line, in_group)
+        if boxed:  # a group header (``+ Exception Group Traceback``) or a sub-exception separator
+            header_is_group = body.startswith(_GROUP_HEADER)
+            in_group = in_group or header_is_group
+            pending, source, expecting, in_message = _Frames(), "", True, None
+            continue
+        if not body or body.isspace():
+            in_message = None
+            continue
+        if body.startswith(_HEADER) or body.startswith(_GROUP_HEADER):
+            header_is_group = body.startswith(_GROUP_HEADER)
+            in_group = in_group or header_is_group
+            pending, source, expecting, in_message = _Frames(), "", True, None
+            continue
+        if body in _CHAIN_MARKS:
+            previous = last_at_level.get(level)
+            if previous is not None:
+                previous.superseded = True
+            top_chained = top_chained or level == 0
+            expecting, in_message = False, None
+            continue
+        if len(body) > _MAX_LINE:
+            body = body[:_MAX_LINE]  # a huge message keeps its head; no frame or marker is this long
+        if body.startswith('  File "'):
+            frame = _FRAME.match(body)
+            if frame is not None:
+                if not expecting:  # a header-less traceback: a compile error printed by the interpreter
+                    pending, header_is_group = _Frames(), False
+                file = frame.group("file")
+                in_app = not is_library_path(file)
+                pending.add(Frame(file, int(frame.group("line")), frame.group("func"), in_app=in_app))
+                source, expecting, in_message = "", True, None
+                continue
+        if in_message is not None:
+            if len(in_message.more) < _MAX_CONTINUATION:
+                in_message.more.append(body)
+            continue
+        if not expecting:
+            continue
+        if body[0] == " ":
+            if not source and pending.count and body.startswith("    ") and body.strip(" ~^"):
+                source = body.strip()  # the code line under the frame; caret lines are skipped
+            continue
+        if level > 0:
+            more = _MORE.match(body)
+            owner = last_at_level.get(level - 1)
+            if more is not None and owner is not None:
+                owner.hidden += int(more.group("n"))
+                continue
+        exc = _EXCEPTION.match(body)
+        if exc is None or (exc.group("msg") is None and not _BARE_TYPE.match(body)):
+            continue
+        if level == 0:
+            if units and not top_chained:  # an unrelated, later traceback: the most recent one wins
+                units.clear()
+                last_at_level.clear()
+            top_chained = False
+        short = exc.group("type").rsplit(".", 1)[-1] or exc.group("type")
+        unit = _Unit(
+            level=level,
+            type=short,
+            message=exc.group("msg") or "",
+            frames=pending,
+            group=header_is_group or short.endswith("ExceptionGroup"),
+            source=source,
+        )
+        units.append(unit)
+        last_at_level[level] = unit
+        pending, source, expecting, in_message, header_is_group = _Frames(), "", False, unit, False
+    return units
+
+
+def _unbox(line: str, in_group: bool) -> tuple[int, str, bool]:
+    """Split an exception-group box prefix off a line: ``(level, body, is_header_or_separator)``.
+
+    CPython draws a group's own traceback behind ``  | `` and each sub-exception two columns further
+    right; level 0 is the top (plain traceback or outermost group), 1 its sub-exceptions, and so on.
+    Bars count only once a group header was seen, so a source line starting with ``|`` is left alone.
+    """
+    if not line or line[0] not in " |+":
+        return 0, line, False
+    stripped = line.lstrip(" ")
+    if not stripped:
+        return 0, "", False
+    col = len(line) - len(stripped)
+    level = max(0, col // 2 - 1)
+    mark = stripped[0]
+    if mark == "+":
+        rest = stripped[1:]
+        if rest.startswith(" " + _GROUP_HEADER):
+            return level, rest[1:], True
+        if in_group and rest[:1] in ("-", "+"):
+            return level, rest, True
+    elif mark == "|" and in_group:
+        body = stripped[1:]
+        return level, body[1:] if body.startswith(" ") else body, False
+    return 0, line, False
+
+
+def _digest(units: list[_Unit]) -> Parsed:
+    top = min(unit.level for unit in units)
+    tops = [i for i, unit in enumerate(units) if unit.level == top]
+    final_at = tops[-1]
+    final = units[final_at]
+    message = _message(final)
+    location: Frame | None = None
+    if final.group:
+        leaves = _leaves(units, final_at)
+        message = _group_cause(message, units, final_at, leaves)
+        location = _group_location(units, final_at, leaves)
+    elif final.type in _SYNTAX_TYPES:
+        if final.source:
+            message = f"{message} — {_clip(final.source, _MAX_SOURCE)}" if message else final.source
+        last = final.frames.last
+        if last is not None and last.func is None:
+            # The position CPython reports; for source compiled from a string (``<string>``) the line
+            # number is relative to that string, so the caller of compile()/exec() says more.
+            pseudo = last.file.startswith("<")
+            location = (final.frames.in_app_above_last or last) if pseudo else last
+    if len(tops) > 1:
+        message = _with_root(message, final, units, tops[0])
+    if location is None:
+        location = final.frames.in_app
+    for i in reversed(tops[:-1]):
+        if location is not None:
+            break
+        location = units[i].frames.in_app
+    if location is None:
+        location = final.frames.last
+    return Parsed(
+        type=final.type,
+        cause=message,
+        format="python",
+        frames=final.frames.frames(),
+        location=location,
+    )
+
+
+def _subtree_end(units: list[_Unit], at: int) -> int:
+    """Index just past the units printed inside the group at ``at`` (its sub-exceptions)."""
+    level = units[at].level
+    end = at + 1
+    while end < len(units) and units[end].level > level:
+        end += 1
+    return end
+
+
+def _leaves(units: list[_Unit], at: int) -> list[_Unit]:
+    """The group's leaf exceptions, nested groups flattened, chain links before the last left out."""
+    return [u for u in units[at + 1 : _subtree_end(units, at)] if not u.group and not u.superseded]
+
+
+def _group_cause(message: str, units: list[_Unit], at: int, leaves: list[_Unit]) -> str:
+    counts: dict[str, int] = {}
+    for leaf in leaves:
+        described = _clip(_describe(leaf), _MAX_PART)
+        counts[described] = counts.get(described, 0) + 1
+    hidden = sum(u.hidden for u in units[at : _subtree_end(units, at)])
+    shown = [f"{text} (×{n})" if n > 1 else text for text, n in list(counts.items())[:_MAX_LEAVES]]
+    rest = sum(list(counts.values())[_MAX_LEAVES:]) + hidden
+    if rest:
+        shown.append(f"+{rest} more")
+    head = _clip(message, _MAX_PART)
+    if not shown:
+        return head
+    return f"{head}: {'; '.join(shown)}" if head else "; ".join(shown)
+
+
+def _group_location(units: list[_Unit], at: int, leaves: list[_Unit]) -> Frame | None:
+    """Innermost in-app frame of the first leaf, else of the nearest group around it."""
+    if not leaves:
+        return units[at].frames.in_app
+    first = units.index(leaves[0], at)
+    for i in range(first, at - 1, -1):
+        if units[i].frames.in_app is not None:
+            return units[i].frames.in_app
     return None
+
+
+def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int) -> str:
+    """Append the chain's root cause unless the final message already says it."""
+    root = units[root_at]
+    if root.group:
+        leaves = _leaves(units, root_at)
+        if leaves:
+            root = leaves[0]
+    root_message = _message(root)
+    if root.type == final.type and root_message == _message(final):
+        return message
+    if root_message and root_message in message:
+        return message
+    described = _clip(_describe(root), _MAX_PART)
+    return f"{_clip(message, _MAX_PART) or '(no message)'} ← {described}"
+
+
+def _describe(unit: _Unit) -> str:
+    message = _message(unit)
+    return f"{unit.type}: {message}" if message else unit.type
+
+
+def _message(unit: _Unit) -> str:
+    """The message's first line, completed from the lines after it where the first line says little."""
+    first = unit.message.strip()
+    if _PYDANTIC.match(first):
+        fields = _pydantic_errors(unit.more)
+        if fields:
+            return f"{first}: {fields}"
+    if not first or first.endswith(":"):
+        following = next((line.strip() for line in unit.more if line.strip()), "")
+        if following:
+            first = f"{first} {following}" if first else following
+    return first
+
+
+def _pydantic_errors(lines: list[str]) -> str:
+    """``age — Input should be a valid integer; name — Field required`` from pydantic's error listing."""
+    errors: list[str] = []
+    total = 0
+    loc = ""
+    for line in lines:
+        if not line.startswith(" "):
+            loc = line.strip()
+            continue
+        if line.startswith("    "):
+            continue  # "For further information visit …"
+        text = line.strip()
+        cut = max(text.rfind(" [type="), text.rfind(" (type="))
+        if cut > 0:
+            text = text[:cut]
+        total += 1
+        if len(errors) < _MAX_LEAVES:
+            errors.append(f"{loc} — {text}" if loc else text)
+        loc = ""
+    if total > len(errors):
+        errors.append(f"+{total - len(errors)} more")
+    return "; ".join(errors)
+
+
+def _bare_exception(text: str) -> Parsed | None:
+    """A lone ``Type: message`` line (an exception log record without its stack), near the end."""
+    for line in text.rstrip().rsplit("\n", 40)[::-1]:
+        if not line or line[0] == " " or len(line) > _MAX_LINE:
+            continue
+        exc = _EXCEPTION.match(line)
+        if exc is None:
+            continue
+        short = exc.group("type").rsplit(".", 1)[-1]
+        if _ERRORISH.search(short):
+            return Parsed(type=short, cause=(exc.group("msg") or "").strip(), format="python")
+    return None
+
+
+def _clip(text: str, limit: int) -> str:
+    text = _WS.sub(" ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

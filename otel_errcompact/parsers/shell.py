@@ -1,9 +1,230 @@
-"""Parser for shell output. (Being written.)"""
+"""Parser for failed shell commands: the exit code, the command, and the one stderr line that tells why.
+
+Shell output has no structure to parse, so this parser is the last format in ``PARSERS``: it answers when
+the caller reports a non-zero ``hints.exit_code`` (whatever the text), or when the text holds an error
+only a shell or a coreutils-style tool prints (``command not found``, ``: No such file or directory``,
+``Permission denied``, ``unbound variable``). Otherwise it returns ``None``.
+
+Types (``Parsed.status`` carries the exit code as given; Python reports a signal as a negative code):
+
+====================  ========================================================================
+type                  when
+====================  ========================================================================
+``Timeout``           exit 124: ``timeout(1)`` expired
+``Killed``            SIGKILL (137 or -9), typically the OOM killer or a hard kill
+``Terminated``        SIGTERM (143 or -15); other signals: ``Interrupted`` (INT), ``Aborted``
+                      (ABRT), ``Segfault`` (SEGV), ``BrokenPipe`` (PIPE), else ``signal SIGxxx``
+``CommandNotFound``   ``nosuchcmd: command not found`` (bash, zsh, dash's ``: not found``), or
+                      exit 127
+``PermissionDenied``  ``Permission denied``, or exit 126 (found but not executable)
+``UnboundVariable``   ``set -u`` met an unset variable
+``ShellSyntaxError``  bash/sh could not parse the command
+``NoSuchFile``        the telling line says ``No such file or directory``
+``exit N``            any other non-zero exit: the exit code *is* the class
+====================  ========================================================================
+
+The cause is the telling line with the shell's ``bash: line 1:`` prefix removed. The telling line is the
+one naming the failure most specifically (``cannot``/``denied``/``not found``/``No such file`` beat a
+bare ``error``, which beats other lines; ties go to the last, since a failing tool's summary comes last);
+progress lines (``45%``, ``[3/10]``, ``Downloading…``) are never chosen. When that line does not name the
+program, the command (first line, cut to 60 characters) is put in front so the agent knows what failed;
+with no output at all the cause is ``<command>: exited with status N``, never empty.
+
+>>> parse("", Hints(exit_code=1, command="false")).cause
+'false: exited with status 1'
+"""
 
 from __future__ import annotations
 
+import re
+import signal
+
 from otel_errcompact.parsers._base import Hints, Parsed
+
+__all__ = ["parse"]
+
+_MAX_LINES = 200  # the telling line of a failing command sits near the end of its output
+_MAX_LINE = 300
+_MAX_COMMAND = 60
+
+_MARKERS = ("command not found", ": not found", "No such file or directory", "Permission denied",
+            "unbound variable")
+_SHELL_PREFIX = re.compile(
+    r"^(?:\S*/)?(?:bash|sh|dash|zsh|ksh|ash|mksh)(?:\[\d+\])?:\s*(?:-c:\s*)?(?:line\s+)?(?:\d+:\s*)?"
+)
+_NOT_FOUND = re.compile(
+    r"(?P<cmd>[^\s:]+): (?:command )?not found$|^command not found: (?P<zsh>\S+)$"
+)
+_SYNTAX = re.compile(r"syntax error|unexpected EOF while looking for matching|unexpected end of file")
+# Phrases that name a failure specifically, then generic failure words, matched on the lower-cased line
+# with plain substring tests: a handful of ``in`` checks is far cheaper than one alternation regex.
+_STRONG = ("command not found", ": not found", "permission denied", "no such file", "unbound variable",
+           "syntax error", "cannot", "can't", "not found", "denied", "refused", "fatal", "killed",
+           "out of memory")
+_WEAK = ("error", "err!", "fail", "invalid", "unable", "could not", "couldn't", "timed out", "exception",
+         "missing", "abort", "unexpected", "not allowed", "forbidden", "unknown", "illegal")
+_PROGRESS_START = re.compile(
+    r"\[[#=>\-. ]*\]|\[?\d+/\d+\]?\s"
+    r"|(?:progress|downloading|fetching|building|compiling|running|step|done)\b",
+    re.IGNORECASE,
+)
+_PERCENT = re.compile(r"\d%")
+_SIGNAL_TYPES: dict[int, str] = {
+    int(signal.SIGKILL): "Killed",
+    int(signal.SIGTERM): "Terminated",
+    int(signal.SIGINT): "Interrupted",
+    int(signal.SIGABRT): "Aborted",
+    int(signal.SIGSEGV): "Segfault",
+    int(signal.SIGPIPE): "BrokenPipe",
+}
+_SHELL_WRAPPER = re.compile(r"^\s*(?:\S*/)?(?:bash|sh|dash|zsh|ksh)\s+(?:-[a-z]*c[a-z]*)\s+")
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+_WRAPPERS = frozenset({"sudo", "env", "exec", "time", "nohup", "nice", "command", "builtin"})
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:
+    """Digest a failed command; ``None`` without a non-zero exit code or a shell error in the text."""
+    code = hints.exit_code
+    if not code and not any(marker in text for marker in _MARKERS):
+        return None
+    lines = _lines(text)
+    script = _unwrap(hints.command or "")
+    command = _short_command(script)
+    program = _program(script)
+    telling = _telling_line(lines)
+
+    sig = _signal(code)
+    if code == 124:
+        return Parsed("Timeout", _join(command, "timed out"), "shell", status=code)
+    if sig is not None:
+        name = _signal_name(sig)
+        type_ = _SIGNAL_TYPES.get(sig, f"signal {name}")
+        return Parsed(type_, _join(command, f"killed by {name}"), "shell", status=code)
+
+    if telling:
+        classified = _classify(telling)
+        if classified is not None:
+            return Parsed(classified, telling, "shell", status=code)
+    if code == 127:
+        return Parsed("CommandNotFound", f"{program or command or 'command'}: command not found", "shell",
+                      status=code)
+    if code == 126:
+        return Parsed("PermissionDenied", _join(command, "found but not executable"), "shell", status=code)
+    if not code:
+        return None  # a marker in text the classifier did not confirm, and no failure reported
+    if not telling:
+        return Parsed(f"exit {code}", _join(command, f"exited with status {code}"), "shell", status=code)
+    if program and program not in telling:
+        telling = _join(command, telling)
+    return Parsed(f"exit {code}", telling, "shell", status=code)
+
+
+def _lines(text: str) -> list[str]:
+    """The last non-blank lines, shell prefix removed and each cut to a bounded length."""
+    found: list[str] = []
+    for raw in reversed(text.splitlines()):
+        stripped = raw.strip()
+        if not stripped:
+            continue
+        line = stripped[: _MAX_LINE * 4]
+        if "sh" in line[:40]:
+            line = _SHELL_PREFIX.sub("", line, count=1) or line
+        found.append(line[:_MAX_LINE])
+        if len(found) >= _MAX_LINES:
+            break
+    found.reverse()
+    return found
+
+
+def _telling_line(lines: list[str]) -> str:
+    best, best_score = "", 0
+    for line in lines:
+        score = _score(line)
+        if score == 0:
+            continue
+        if score >= best_score:
+            best, best_score = line, score
+    return best
+
+
+def _score(line: str) -> int:
+    """3 for a specific failure phrase, 2 for a generic failure word, 1 for other text, 0 for progress."""
+    lowered = line.lower()
+    for phrase in _STRONG:
+        if phrase in lowered:
+            return 3
+    for word in _WEAK:
+        if word in lowered:
+            return 2
+    return 0 if _is_progress(line) else 1
+
+
+def _is_progress(line: str) -> bool:
+    """``45%``, ``[3/10] …``, ``Downloading …``, ``…``: a line that reports progress, not a failure."""
+    return bool(
+        ("%" in line and _PERCENT.search(line))
+        or _PROGRESS_START.match(line)
+        or line.endswith(("...", "…"))
+    )
+
+
+def _classify(line: str) -> str | None:
+    not_found = _NOT_FOUND.search(line)
+    if not_found and (not_found.group("zsh") or "command not found" in line or line.count(":") == 1):
+        return "CommandNotFound"
+    if "unbound variable" in line:
+        return "UnboundVariable"
+    if _SYNTAX.search(line):
+        return "ShellSyntaxError"
+    if "Permission denied" in line:
+        return "PermissionDenied"
+    if "No such file or directory" in line:
+        return "NoSuchFile"
     return None
+
+
+def _signal(code: int | None) -> int | None:
+    """The signal that ended the process: ``-N`` from ``subprocess``, ``128+N`` from a shell."""
+    if code is None:
+        return None
+    if code < 0:
+        return -code
+    if 128 < code <= 128 + 64 and code != 255:
+        return code - 128
+    return None
+
+
+def _signal_name(sig: int) -> str:
+    try:
+        return signal.Signals(sig).name
+    except ValueError:
+        return f"signal {sig}"
+
+
+def _unwrap(command: str) -> str:
+    """``bash -c 'make build'`` → ``make build``: the wrapper shell names nothing the agent wrote."""
+    match = _SHELL_WRAPPER.match(command)
+    if match is None:
+        return command
+    inner = command[match.end() :].strip()
+    if len(inner) >= 2 and inner[0] == inner[-1] and inner[0] in "'\"":
+        inner = inner[1:-1]
+    return inner
+
+
+def _short_command(command: str) -> str:
+    first = " ".join(command.strip().splitlines()[0].split()) if command.strip() else ""
+    return first if len(first) <= _MAX_COMMAND else first[: _MAX_COMMAND - 1].rstrip() + "…"
+
+
+def _program(command: str) -> str:
+    """The program a command runs: ``ls`` for ``LC_ALL=C sudo /bin/ls -l``."""
+    for word in command.split()[:8]:
+        if _ASSIGNMENT.match(word) or word in _WRAPPERS:
+            continue
+        return word.rsplit("/", 1)[-1]
+    return ""
+
+
+def _join(command: str, message: str) -> str:
+    return f"{command}: {message}" if command else message

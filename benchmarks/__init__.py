@@ -1,0 +1,1 @@
+"""Benchmarks for otel-errcompact: real-error corpus and compaction measurements."""

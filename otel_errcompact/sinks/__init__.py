@@ -1,0 +1,34 @@
+"""Where trajectory records go: the writer that batches them off the hot path, and the sinks.
+
+::
+
+    TrajectoryWriter      bounded queue + worker thread; submit() is O(1) and never raises
+    TrajectorySink        the protocol: write(records) with upsert-by-record_id semantics, close()
+    ├── SQLiteSink        the default: one WAL-mode file, indexed, upserts (TrajectoryStore reads it)
+    ├── JSONLSink         append-only JSON Lines; a later line with the same record_id supersedes
+    └── OTLPLogSink       one OTel log event "errcompact.trajectory" per record, correlated with the span
+"""
+
+from otel_errcompact.sinks._base import FlushableSink, TrajectorySink
+from otel_errcompact.sinks.jsonl import JSONLSink, read_jsonl
+from otel_errcompact.sinks.otlp import OTLPLogSink
+from otel_errcompact.sinks.sqlite import (
+    AmbiguousRecordId,
+    SQLiteSink,
+    TrajectoryStore,
+    TrajectorySummary,
+)
+from otel_errcompact.sinks.writer import TrajectoryWriter
+
+__all__ = [
+    "AmbiguousRecordId",
+    "FlushableSink",
+    "JSONLSink",
+    "OTLPLogSink",
+    "SQLiteSink",
+    "TrajectorySink",
+    "TrajectoryStore",
+    "TrajectorySummary",
+    "TrajectoryWriter",
+    "read_jsonl",
+]

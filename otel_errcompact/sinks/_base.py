@@ -1,0 +1,47 @@
+"""The sink contract: where trajectory records go, and the one rule every sink follows (upsert by id).
+
+A sink only ships; the :class:`~otel_errcompact.sinks.writer.TrajectoryWriter` owns the queue, the
+batching and the worker thread (the split the OTel SDK makes between ``BatchSpanProcessor`` and
+``SpanExporter``). That keeps a sink small enough to write in a few lines and to test without threads.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+from otel_errcompact.trajectory import TrajectoryRecord
+
+__all__ = ["FlushableSink", "TrajectorySink"]
+
+
+@runtime_checkable
+class TrajectorySink(Protocol):
+    """Stores trajectory records.
+
+    ``write`` is called only on the writer's worker thread, one batch at a time, so a sink needs no
+    locking of its own. The same ``record_id`` arrives more than once (raw first, then amended with its
+    digest); a sink must treat a later write of an id as replacing the earlier one (upsert), or, for an
+    append-only medium, document that the later entry supersedes. ``write`` may raise: the writer logs
+    the failure and carries on with the other sinks. ``close`` is called once, after the last ``write``.
+
+    A sink that buffers may also define ``flush() -> None`` (see :class:`FlushableSink`); the writer
+    calls it on ``force_flush`` and before ``close``.
+    """
+
+    def write(self, records: Sequence[TrajectoryRecord]) -> None:
+        """Store ``records`` (already de-duplicated by ``record_id`` within the batch)."""
+        ...
+
+    def close(self) -> None:
+        """Release files and connections; no ``write`` follows."""
+        ...
+
+
+@runtime_checkable
+class FlushableSink(TrajectorySink, Protocol):
+    """A sink that can make what it has written durable on request."""
+
+    def flush(self) -> None:
+        """Make every record written so far durable (fsync, commit, hand to the exporter)."""
+        ...

@@ -1,0 +1,97 @@
+"""JSON Lines: an append-only trajectory file that any tool (``jq``, pandas, a log shipper) can read.
+
+One record per line, as :meth:`TrajectoryRecord.to_json` writes it. A file cannot be updated in place,
+so the amended version of a record is appended as a new line with the same ``record_id``:
+
+    **a later line with the same record_id supersedes every earlier one.**
+
+:func:`read_jsonl` applies that rule. A reader that ignores it sees the raw version and then the
+amended one, which is still correct, only redundant.
+
+Lines are written through a buffered file and pushed to the OS after every batch; ``flush()`` and
+``close()`` also ``fsync``, so a record survives a power loss once ``force_flush`` has returned. A
+process killed mid-line leaves a truncated last line; :func:`read_jsonl` skips it with a warning.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from otel_errcompact.trajectory import TrajectoryRecord
+
+__all__ = ["JSONLSink", "read_jsonl"]
+
+_log = logging.getLogger("otel_errcompact")
+
+
+class JSONLSink:
+    """Appends records to ``path`` (created with its parent folders), one JSON object per line."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the sink
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def write(self, records: Sequence[TrajectoryRecord]) -> None:
+        """Append one line per record and hand them to the OS (no fsync: see :meth:`flush`)."""
+        if not records:
+            return
+        data = "".join(r.to_json() + "\n" for r in records).encode("utf-8", errors="surrogatepass")
+        with self._lock:
+            if self._closed:
+                raise RuntimeError(f"JSONLSink({self.path}) is closed")
+            self._file.write(data)
+            self._file.flush()
+
+    def flush(self) -> None:
+        """fsync the file, so what was written survives a crash of the machine."""
+        with self._lock:
+            if not self._closed:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+
+    def close(self) -> None:
+        """fsync and close; idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._file.flush()
+                os.fsync(self._file.fileno())
+            finally:
+                self._file.close()
+
+    def __repr__(self) -> str:
+        return f"JSONLSink({str(self.path)!r})"
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
+    """The records in a JSONL trajectory file, each in its latest version, in order of first appearance.
+
+    Lines that are not valid records (a truncated last line, another tool's output in the same file)
+    are skipped and counted in one warning.
+    """
+    latest: dict[str, TrajectoryRecord] = {}
+    bad = 0
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not line.strip():
+                continue
+            try:
+                rec = TrajectoryRecord.from_json(line)
+            except (ValidationError, ValueError):
+                bad += 1
+                continue
+            latest[rec.record_id] = rec
+    if bad:
+        _log.warning("%s: skipped %d line(s) that are not trajectory records", path, bad)
+    return list(latest.values())

@@ -1,0 +1,110 @@
+"""OTLP logs: ship trajectory records through the application's own OpenTelemetry log pipeline.
+
+Each record becomes one log record with ``event_name = "errcompact.trajectory"``, severity ERROR, the
+record's trace and span ids (so a trace UI shows the full raw error next to the failed span), the
+searchable fields as flat attributes, and the whole record as the body. When the amended version of a
+record is written, a second log record with the same ``errcompact.record_id`` is emitted; a backend
+keeps both, and the one with a digest (``errcompact.digest`` set) is the complete one.
+
+Attribute length limits (``OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT``) may cut the long attributes
+such as ``exception.stacktrace``; the body is not subject to them and always carries the full text.
+
+A processor that turns exception log records into trajectory records must skip log records whose
+``event_name`` is ``errcompact.trajectory``; they carry ``exception.*`` attributes and would otherwise
+be recorded again, endlessly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry._logs import LoggerProvider, SeverityNumber
+from opentelemetry.context import Context
+from opentelemetry.trace import SpanContext, TraceFlags
+
+from otel_errcompact.trajectory import SCHEMA_NAME, TrajectoryRecord
+
+__all__ = ["OTLPLogSink"]
+
+_LOGGER_NAME = "otel_errcompact.trajectory"
+
+
+def _attributes(rec: TrajectoryRecord) -> dict[str, Any]:
+    d = rec.digest
+    pairs: dict[str, Any] = {
+        "errcompact.record_id": rec.record_id,
+        "errcompact.source": rec.source,
+        "errcompact.scope": rec.scope,
+        "gen_ai.tool.name": rec.tool_name,
+        "gen_ai.tool.call.id": rec.tool_call_id,
+        "gen_ai.conversation.id": rec.conversation_id,
+        "gen_ai.agent.name": rec.agent_name,
+        "error.type": d.type if d is not None else (rec.error_type or rec.exception_type),
+        "errcompact.key": d.key if d is not None else None,
+        "errcompact.digest": d.line if d is not None else None,
+        "errcompact.count": rec.count,
+        "errcompact.escalated": True if rec.escalation else None,
+        "exception.type": rec.exception_type,
+        "exception.message": rec.exception_message,
+        "exception.stacktrace": rec.exception_stacktrace,
+    }
+    return {k: v for k, v in pairs.items() if v is not None}
+
+
+def _context(rec: TrajectoryRecord) -> Context:
+    if rec.trace_id is None or rec.span_id is None:
+        # An empty (falsy) context would make the SDK fall back to the *current* context, which on the
+        # writer thread is unrelated to the failure; an explicit invalid span keeps the ids unset.
+        return trace.set_span_in_context(trace.INVALID_SPAN)
+    span_context = SpanContext(
+        trace_id=int(rec.trace_id, 16),
+        span_id=int(rec.span_id, 16),
+        is_remote=True,
+        trace_flags=TraceFlags(TraceFlags.SAMPLED),
+    )
+    return trace.set_span_in_context(trace.NonRecordingSpan(span_context))
+
+
+def _timestamp_ns(rec: TrajectoryRecord) -> int:
+    when = rec.ended_at or rec.recorded_at
+    return int(when.timestamp()) * 1_000_000_000 + when.microsecond * 1_000
+
+
+class OTLPLogSink:
+    """Emits each record as an OTel log event through ``logger_provider``.
+
+    The provider belongs to the application: :meth:`close` flushes it but does not shut it down,
+    because other code may still be logging through it.
+    """
+
+    def __init__(self, logger_provider: LoggerProvider) -> None:
+        self._provider = logger_provider
+        self._logger = logger_provider.get_logger(_LOGGER_NAME)
+
+    def write(self, records: Sequence[TrajectoryRecord]) -> None:
+        """Emit one log record per trajectory record."""
+        for rec in records:
+            self._logger.emit(
+                timestamp=_timestamp_ns(rec),
+                context=_context(rec),
+                severity_number=SeverityNumber.ERROR,
+                severity_text="ERROR",
+                body=rec.to_dict(),
+                attributes=_attributes(rec),
+                event_name=SCHEMA_NAME,
+            )
+
+    def flush(self) -> None:
+        """Ask the provider's processors to export what they hold (SDK providers only)."""
+        force_flush = getattr(self._provider, "force_flush", None)
+        if callable(force_flush):
+            force_flush()
+
+    def close(self) -> None:
+        """Flush; leave the provider running (see the class docstring)."""
+        self.flush()
+
+    def __repr__(self) -> str:
+        return f"OTLPLogSink({self._provider!r})"

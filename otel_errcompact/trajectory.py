@@ -1,0 +1,349 @@
+"""The trajectory record: the full, raw account of one failed tool call, kept for later debugging.
+
+The agent sees a one-line digest; the person debugging the agent later needs everything the digest left
+out: the whole traceback, the tool's arguments, the span it happened in. A :class:`TrajectoryRecord` is
+that account. It is written twice for the same failure, under the same ``record_id``: first raw (before
+compaction, so a compactor bug can never lose the evidence), then amended with its :class:`DigestInfo`,
+dedup counter and escalation. Sinks store records with upsert semantics, so the amended version replaces
+the raw one.
+
+The record is a versioned schema (``schema_name`` + ``schema_version``) because it outlives the process
+that wrote it: a JSONL file or SQLite database is read back by a later version of the CLI. Adding an
+optional field keeps version 1; renaming or changing the meaning of a field bumps it.
+
+Nothing here truncates ``raw_error``: full fidelity is the reason this record exists, and the digest is
+the bounded view. What *is* normalised on the way in:
+
+* trace and span ids become lowercase hex strings (32 and 16 digits); OTel's integer ids are accepted
+  and the all-zero "invalid" id becomes ``None``;
+* integer timestamps are read as nanoseconds since the epoch (the OTel convention), naive datetimes as
+  UTC;
+* values in ``attributes``, ``resource``, ``tool_arguments`` and ``escalation`` that JSON cannot carry
+  (bytes, sets, arbitrary objects, NaN) are turned into strings, tuples into lists, so every stored
+  record serialises.
+
+>>> rec = TrajectoryRecord(source="tool", tool_name="search", raw_error="KeyError: 'id'")
+>>> rec.schema_name, rec.schema_version, len(rec.record_id)
+('errcompact.trajectory', 1, 32)
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Mapping
+from datetime import datetime, timedelta, timezone
+from typing import Any, Final, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from otel_errcompact.digest import Digest
+
+__all__ = [
+    "SCHEMA_NAME",
+    "SCHEMA_VERSION",
+    "DigestInfo",
+    "TrajectoryRecord",
+    "jsonable",
+    "span_id_hex",
+    "trace_id_hex",
+    "trajectory_json_schema",
+    "utc_from_ns",
+]
+
+SCHEMA_NAME: Final[Literal["errcompact.trajectory"]] = "errcompact.trajectory"
+"""The ``schema_name`` of every record; also the OTel log ``event_name`` the OTLP sink emits."""
+
+SCHEMA_VERSION: Final[Literal[1]] = 1
+"""Bumped only for incompatible changes; readers reject records of a version they do not know."""
+
+_HEX_DIGITS = "0123456789abcdef"
+_ZEROS = {32: "0" * 32, 16: "0" * 16}
+_MAX_DEPTH = 32
+
+
+def jsonable(value: Any, _depth: int = 0) -> Any:
+    """``value`` as something ``json.dumps`` accepts without a ``default=`` hook.
+
+    Attributes come from OTel spans, user code and third-party instrumentations; one odd value (a
+    ``bytes`` payload, a ``Path``, a NaN) must not make the whole record unserialisable in the writer
+    thread, where nobody would see the failure. Mappings and sequences are converted recursively (keys
+    become strings); anything else that is not a JSON scalar becomes ``str(value)``.
+    """
+    if value is None or isinstance(value, (str, bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if _depth >= _MAX_DEPTH:
+        return str(value)
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v, _depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [jsonable(v, _depth + 1) for v in value]
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", errors="backslashreplace")
+    if isinstance(value, (set, frozenset)):
+        return sorted((jsonable(v, _depth + 1) for v in value), key=repr)
+    try:
+        return str(value)
+    except Exception:
+        return f"<unprintable {type(value).__name__}>"
+
+
+def trace_id_hex(value: int | str | None) -> str | None:
+    """An OTel trace id (int, or hex with or without ``0x``) as 32 lowercase hex digits; 0 → ``None``.
+
+    The record's fields are typed ``str | None``; this is the typed way to fill them from a
+    ``SpanContext`` (the model also accepts the int at runtime).
+    """
+    return _hex_id(value, 32, "trace_id")
+
+
+def span_id_hex(value: int | str | None) -> str | None:
+    """An OTel span id as 16 lowercase hex digits; 0 → ``None`` (see :func:`trace_id_hex`)."""
+    return _hex_id(value, 16, "span_id")
+
+
+def utc_from_ns(value: int | None) -> datetime | None:
+    """OTel's nanoseconds since the epoch (``span.start_time``) as an aware UTC datetime."""
+    if value is None:
+        return None
+    result: datetime = _utc(int(value))
+    return result
+
+
+def _hex_id(value: Any, digits: int, what: str) -> str | None:
+    if value is None:
+        return None
+    if isinstance(value, bool):
+        raise ValueError(f"{what} must be a hex string or an int, not bool")
+    if isinstance(value, int):
+        if value == 0:
+            return None
+        if value < 0 or value.bit_length() > digits * 4:
+            raise ValueError(f"{what} {value} does not fit in {digits} hex digits")
+        return format(value, f"0{digits}x")
+    if isinstance(value, str):
+        # Fast path for what callers normally pass (already formatted): no regex, no copies.
+        if len(value) == digits and not value.strip(_HEX_DIGITS) and value != _ZEROS[digits]:
+            return value
+        text = value.strip().lower()
+        if text.startswith("0x"):
+            text = text[2:]
+        if not text:
+            return None
+        if len(text) != digits or text.strip(_HEX_DIGITS):
+            raise ValueError(f"{what} must be {digits} hex digits, got {value!r}")
+        return None if text == _ZEROS[digits] else text
+    raise ValueError(f"{what} must be a hex string or an int, got {type(value).__name__}")
+
+
+def _utc(value: Any) -> Any:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        # Integer arithmetic: value / 1e9 as a float is off by a microsecond for current timestamps.
+        seconds, nanos = divmod(value, 1_000_000_000)
+        return datetime.fromtimestamp(seconds, tz=timezone.utc) + timedelta(microseconds=nanos // 1000)
+    if isinstance(value, datetime) and value.tzinfo is None:
+        return value.replace(tzinfo=timezone.utc)
+    return value
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _new_id() -> str:
+    # uuid.uuid4().hex without building a UUID object (a third of the cost): 16 random bytes with the
+    # version (4) and variant (RFC 4122) bits set.
+    b = bytearray(os.urandom(16))
+    b[6] = (b[6] & 0x0F) | 0x40
+    b[8] = (b[8] & 0x3F) | 0x80
+    return b.hex()
+
+
+class DigestInfo(BaseModel):
+    """The digest of a record, flattened: the one-line summary and every part of its dedup key.
+
+    Stored beside the raw error so that a wrong merge ("why did these two failures share a counter?")
+    can be debugged from the store alone: ``key_type``, ``key_where`` and ``key_message`` are exactly
+    what the key hash was built from.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    line: str = Field(description="The one-line digest the agent saw: [Type] at file:line in func: cause.")
+    type: str = Field(description="The runtime's own error class name (or HTTP status class).")
+    cause: str = Field(description="The root cause, redacted and bounded.")
+    file: str | None = Field(default=None, description="In-app file of the location, if any.")
+    line_no: int | None = Field(default=None, description="Line number of the location, if known.")
+    func: str | None = Field(default=None, description="Function of the location, if known.")
+    format: str = Field(description="The parser that recognised the raw text (python, http, gcc, ...).")
+    retryable: bool = Field(description="Whether the error class is usually transient.")
+    status: int | None = Field(default=None, description="HTTP status or process exit code, if any.")
+    key: str = Field(description="The dedup key hash; equal for repeated occurrences of one failure.")
+    key_type: str = Field(description="Key component: the error type.")
+    key_where: str = Field(description="Key component: in-app file and function (no line number).")
+    key_message: str = Field(description="Key component: the message with variable parts masked.")
+
+    @classmethod
+    def from_digest(cls, d: Digest) -> DigestInfo:
+        """Flatten a compactor :class:`~otel_errcompact.digest.Digest`."""
+        loc = d.location
+        return cls(
+            line=d.line,
+            type=d.type,
+            cause=d.cause,
+            file=loc.file if loc else None,
+            line_no=loc.line if loc else None,
+            func=loc.func if loc else None,
+            format=d.format,
+            retryable=d.retryable,
+            status=d.status,
+            key=d.key,
+            key_type=d.key_parts.type,
+            key_where=d.key_parts.where,
+            key_message=d.key_parts.message,
+        )
+
+
+class TrajectoryRecord(BaseModel):
+    """One failed tool call (or error log/API failure), with its full raw error and where it happened.
+
+    ``source`` says what produced it: an ``execute_tool`` span that ended in error (``span``), an
+    exception log record (``log``), the tool-boundary wrapper (``tool``) or a direct API call (``api``).
+    ``scope`` is the history scope the failure was counted in (conversation id, else root trace).
+
+    Build the amended version with :meth:`amended` (validated) or ``model_copy(update=...)`` (not
+    validated: pass a :class:`DigestInfo`, not a dict); either way the ``record_id`` stays, which is
+    what lets sinks replace the raw version.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="strings")
+
+    schema_name: Literal["errcompact.trajectory"] = Field(
+        default=SCHEMA_NAME, description="Identifies the record type in mixed streams."
+    )
+    schema_version: Literal[1] = Field(default=SCHEMA_VERSION, description="Schema version of this record.")
+    record_id: str = Field(
+        default_factory=_new_id, min_length=1, description="Unique id (uuid4 hex); the upsert key."
+    )
+    source: Literal["span", "log", "tool", "api"] = Field(description="What produced the record.")
+    recorded_at: datetime = Field(default_factory=_now, description="When the record was created (UTC).")
+
+    scope: str | None = Field(default=None, description="History scope: conversation id or root trace.")
+    trace_id: str | None = Field(default=None, description="32 lowercase hex digits, or None.")
+    span_id: str | None = Field(default=None, description="16 lowercase hex digits, or None.")
+    parent_span_id: str | None = Field(default=None, description="16 lowercase hex digits, or None.")
+    conversation_id: str | None = Field(default=None, description="gen_ai.conversation.id, if known.")
+    agent_name: str | None = Field(default=None, description="gen_ai.agent.name, if known.")
+    tool_name: str | None = Field(default=None, description="gen_ai.tool.name, if known.")
+    tool_call_id: str | None = Field(default=None, description="gen_ai.tool.call.id, if known.")
+    tool_arguments: str | dict[str, Any] | list[Any] | None = Field(
+        default=None, description="The tool call's arguments, as sent (JSON text or a JSON-able value)."
+    )
+    span_name: str | None = Field(default=None, description="Name of the failed span.")
+    status_description: str | None = Field(default=None, description="The span's status description.")
+    error_type: str | None = Field(default=None, description="The error.type attribute, if set.")
+    exception_type: str | None = Field(default=None, description="exception.type of the exception event.")
+    exception_message: str | None = Field(default=None, description="exception.message, unabridged.")
+    exception_stacktrace: str | None = Field(default=None, description="exception.stacktrace, unabridged.")
+    raw_error: str = Field(default="", description="The full raw error text the digest was made from.")
+    started_at: datetime | None = Field(default=None, description="Span start (UTC).")
+    ended_at: datetime | None = Field(default=None, description="Span end (UTC).")
+    attributes: dict[str, Any] = Field(default_factory=dict, description="Span/log attributes, JSON-able.")
+    resource: dict[str, Any] = Field(default_factory=dict, description="Resource attributes, JSON-able.")
+
+    digest: DigestInfo | None = Field(default=None, description="Set on the amended version.")
+    count: int | None = Field(default=None, description="Occurrences of this error class in the scope.")
+    escalation: dict[str, Any] | None = Field(default=None, description="Set when a threshold was breached.")
+
+    @field_validator("trace_id", mode="before")
+    @classmethod
+    def _trace_id(cls, value: Any) -> str | None:
+        return _hex_id(value, 32, "trace_id")
+
+    @field_validator("span_id", "parent_span_id", mode="before")
+    @classmethod
+    def _span_id(cls, value: Any) -> str | None:
+        return _hex_id(value, 16, "span_id")
+
+    @field_validator("recorded_at", "started_at", "ended_at", mode="before")
+    @classmethod
+    def _timestamps(cls, value: Any) -> Any:
+        return _utc(value)
+
+    @field_validator("raw_error", mode="before")
+    @classmethod
+    def _raw_text(cls, value: Any) -> Any:
+        # Binary tool output keeps every byte: invalid UTF-8 becomes \xNN escapes, not U+FFFD.
+        if isinstance(value, (bytes, bytearray, memoryview)):
+            return bytes(value).decode("utf-8", errors="backslashreplace")
+        return "" if value is None else value
+
+    @field_validator("attributes", "resource", mode="before")
+    @classmethod
+    def _json_mapping(cls, value: Any) -> Any:
+        if value is None:
+            return {}
+        return jsonable(value) if isinstance(value, Mapping) else value
+
+    @field_validator("escalation", mode="before")
+    @classmethod
+    def _json_optional_mapping(cls, value: Any) -> Any:
+        return jsonable(value) if isinstance(value, Mapping) else value
+
+    @field_validator("tool_arguments", mode="before")
+    @classmethod
+    def _json_arguments(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        converted = jsonable(value)
+        return converted if isinstance(converted, (dict, list)) else str(converted)
+
+    def amended(
+        self,
+        digest: Digest | DigestInfo | None,
+        *,
+        count: int | None = None,
+        escalation: Mapping[str, Any] | None = None,
+    ) -> TrajectoryRecord:
+        """The same record (same ``record_id``) with its digest, counter and escalation filled in.
+
+        Unlike ``model_copy(update=...)`` this validates, so an escalation with odd values is made
+        JSON-able here rather than failing later in a sink.
+        """
+        info = DigestInfo.from_digest(digest) if isinstance(digest, Digest) else digest
+        data = self.model_dump()
+        data.update(digest=info, count=count, escalation=escalation)
+        return TrajectoryRecord.model_validate(data)
+
+    def to_json(self) -> str:
+        """The record as one line of JSON (no raw newlines), the form every sink stores.
+
+        Values smuggled past validation by ``model_copy(update=...)`` are stringified instead of
+        raising, so one odd value cannot lose the record.
+        """
+        return self.model_dump_json(fallback=_fallback, warnings=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping (datetimes as ISO strings), e.g. for an OTel log body."""
+        out: dict[str, Any] = self.model_dump(mode="json", fallback=_fallback, warnings=False)
+        return out
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TrajectoryRecord:
+        """Parse a record written by :meth:`to_json`; raises ``ValueError`` for another schema."""
+        return cls.model_validate_json(text)
+
+
+def _fallback(value: Any) -> Any:
+    return jsonable(value)
+
+
+def trajectory_json_schema() -> dict[str, Any]:
+    """The JSON Schema of :class:`TrajectoryRecord`, with its name and version in the ``$id``."""
+    schema = TrajectoryRecord.model_json_schema()
+    schema["$id"] = f"urn:otel-errcompact:{SCHEMA_NAME}:v{SCHEMA_VERSION}"
+    return schema

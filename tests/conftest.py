@@ -1,0 +1,154 @@
+"""Shared fixtures: a real OpenTelemetry SDK pipeline with in-memory exporters, wired to ``init()``.
+
+``init()`` keeps its handle in a module global (a second call returns the first handle), so every
+fixture here shuts its handle down afterwards; ``ErrCompact.shutdown()`` clears the global. The
+providers are fresh per test and never set as the process-wide globals (those can be set only once
+per process; tests that need them run a subprocess).
+
+Use ``otel`` for the default settings, or ``make_otel(**init_kwargs)`` for thresholds, hooks, sinks
+and settings of a test's own (one handle per test at a time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk._logs import LoggerProvider, ReadableLogRecord
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Tracer
+
+import otel_errcompact
+from otel_errcompact import ErrCompact
+from otel_errcompact.sinks.sqlite import TrajectoryStore
+from otel_errcompact.trajectory import TrajectoryRecord
+
+
+@dataclass
+class OTel:
+    """One test's SDK pipeline and the ``ErrCompact`` handle attached to it."""
+
+    ec: ErrCompact
+    tracer_provider: TracerProvider
+    span_exporter: InMemorySpanExporter
+    logger_provider: LoggerProvider
+    log_exporter: InMemoryLogRecordExporter
+    meter_provider: MeterProvider
+    metric_reader: InMemoryMetricReader
+    sqlite_path: Path
+    _stores: list[TrajectoryStore] = field(default_factory=list)
+
+    @property
+    def tracer(self) -> Tracer:
+        return self.tracer_provider.get_tracer("tests.agent")
+
+    def spans(self, name: str | None = None) -> list[ReadableSpan]:
+        """Finished spans, optionally only those named ``name``."""
+        spans = list(self.span_exporter.get_finished_spans())
+        return [s for s in spans if name is None or s.name == name]
+
+    def logs(self, event_name: str | None = None) -> list[ReadableLogRecord]:
+        """Exported log records, optionally only those with ``event_name``."""
+        self.logger_provider.force_flush()
+        records = list(self.log_exporter.get_finished_logs())
+        return [r for r in records if event_name is None or r.log_record.event_name == event_name]
+
+    def metric_points(self, name: str) -> list[Any]:
+        """Data points of the metric ``name`` (cumulative), empty when it was never recorded."""
+        data = self.metric_reader.get_metrics_data()
+        points: list[Any] = []
+        if data is None:
+            return points
+        for rm in data.resource_metrics:
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    if metric.name == name:
+                        points.extend(metric.data.data_points)
+        return points
+
+    def metric_sum(self, name: str) -> int:
+        return int(sum(p.value for p in self.metric_points(name)))
+
+    def store(self) -> TrajectoryStore:
+        """A read-only view of the SQLite trajectory store, after flushing the writer."""
+        assert self.ec.flush(30.0), "ec.flush() timed out"
+        store = TrajectoryStore(self.sqlite_path)
+        self._stores.append(store)
+        return store
+
+    def records(self) -> list[TrajectoryRecord]:
+        """Every stored trajectory record, oldest first."""
+        store = self.store()
+        out: list[TrajectoryRecord] = []
+        for summary in reversed(store.list(limit=1_000_000)):
+            record = store.get(summary.record_id)
+            assert record is not None
+            out.append(record)
+        return out
+
+    def close(self) -> None:
+        for store in self._stores:
+            store.close()
+        self.ec.shutdown()
+        self.tracer_provider.shutdown()
+        self.logger_provider.shutdown()
+        self.meter_provider.shutdown()
+
+
+@pytest.fixture
+def make_otel(tmp_path: Path) -> Iterator[Callable[..., OTel]]:
+    """Factory: ``make_otel(**init_kwargs)`` builds fresh SDK providers and calls ``init()`` with them."""
+    made: list[OTel] = []
+
+    def build(**init_kwargs: Any) -> OTel:
+        current = otel_errcompact.instance()
+        assert current is None, "an ErrCompact handle from another test is still alive"
+        tracer_provider = TracerProvider()
+        span_exporter = InMemorySpanExporter()
+        tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
+        logger_provider = LoggerProvider()
+        log_exporter = InMemoryLogRecordExporter()
+        logger_provider.add_log_record_processor(SimpleLogRecordProcessor(log_exporter))
+        metric_reader = InMemoryMetricReader()
+        meter_provider = MeterProvider(metric_readers=[metric_reader])
+        sqlite_path = init_kwargs.pop("sqlite_path", tmp_path / "t.sqlite3")
+        ec = otel_errcompact.init(
+            tracer_provider=tracer_provider,
+            logger_provider=logger_provider,
+            meter_provider=meter_provider,
+            sqlite_path=sqlite_path,
+            **init_kwargs,
+        )
+        handle = OTel(
+            ec=ec,
+            tracer_provider=tracer_provider,
+            span_exporter=span_exporter,
+            logger_provider=logger_provider,
+            log_exporter=log_exporter,
+            meter_provider=meter_provider,
+            metric_reader=metric_reader,
+            sqlite_path=Path(sqlite_path),
+        )
+        made.append(handle)
+        return handle
+
+    try:
+        yield build
+    finally:
+        for handle in made:
+            handle.close()
+        assert otel_errcompact.instance() is None
+
+
+@pytest.fixture
+def otel(make_otel: Callable[..., OTel]) -> OTel:
+    """The default pipeline: real SDK providers, in-memory exporters, SQLite in ``tmp_path``."""
+    return make_otel()

@@ -1,0 +1,642 @@
+"""The Python traceback parser, on tracebacks printed by real CPython runs of real scripts."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_errcompact.compactor import compact_text
+from otel_errcompact.digest import Digest
+from otel_errcompact.parsers import python
+from otel_errcompact.parsers._base import Hints
+from tests.realerrors import have, python_error, run, write
+
+LOAD_USER = """
+    users = {"alice": {"id": 1}}
+
+    def load_user(name):
+        record = users[name]
+        return record["user_id"]
+
+    load_user("alice")
+"""
+
+
+def _compact(folder: Path, source: str, **kwargs: object) -> tuple[str, Digest]:
+    raw = python_error(folder, source, **kwargs)  # type: ignore[arg-type]
+    return raw, compact_text(raw)
+
+
+# --- plain tracebacks --------------------------------------------------------------------------------
+
+
+def test_plain_key_error(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, LOAD_USER)
+    assert raw.startswith("Traceback (most recent call last):")
+    assert d.line == "[KeyError] at app.py:5 in load_user: 'user_id'"
+    assert (d.type, d.cause, d.format) == ("KeyError", "'user_id'", "python")
+    assert d.location is not None
+    assert (d.location.line, d.location.func) == (5, "load_user")
+    assert d.location.file.endswith("app.py")
+    parsed = python.parse(raw, Hints())
+    assert parsed is not None
+    assert [f.func for f in parsed.frames] == ["<module>", "load_user"]  # outermost first
+
+
+def test_311_position_markers_stay_out_of_the_cause(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        def total(d):
+            return d["a"]["b"] + d["c"]
+
+        total({"a": {}, "c": 1})
+    """)
+    assert "~~~~~~^^^^^" in raw  # CPython 3.11+ decorates the failing sub-expression
+    assert d.line == "[KeyError] at app.py:2 in total: 'b'"
+    assert "^" not in d.cause and "~" not in d.cause
+
+
+def test_exception_without_message(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        def check():
+            raise ValueError
+
+        check()
+    """)
+    assert raw.rstrip().endswith("\nValueError")
+    assert d.line == "[ValueError] at app.py:2 in check: (no message)"
+
+
+def test_module_qualified_and_local_types_use_the_class_name(tmp_path: Path) -> None:
+    _, sql = _compact(tmp_path / "sql", """
+        import sqlite3
+
+        def count_users():
+            return sqlite3.connect(":memory:").execute("select count(*) from users").fetchone()
+
+        count_users()
+    """)
+    assert sql.line == "[OperationalError] at app.py:4 in count_users: no such table: users"
+
+    raw, local = _compact(tmp_path / "local", """
+        def run():
+            class QuotaExceeded(Exception):
+                pass
+            raise QuotaExceeded("plan limit")
+
+        run()
+    """)
+    assert "run.<locals>.QuotaExceeded: plan limit" in raw
+    assert (local.type, local.cause) == ("QuotaExceeded", "plan limit")
+
+
+def test_http_error_from_a_real_local_server(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        import threading
+        import urllib.request
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+
+        class Limited(BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(429)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = HTTPServer(("127.0.0.1", 0), Limited)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+        def fetch_quota():
+            return urllib.request.urlopen(f"http://127.0.0.1:{server.server_port}/quota").read()
+
+        fetch_quota()
+    """)
+    assert "urllib.error.HTTPError: HTTP Error 429: Too Many Requests" in raw
+    assert d.type == "HTTPError"
+    assert d.cause == "HTTP Error 429: Too Many Requests"
+    assert d.location is not None and d.location.func == "fetch_quota"  # not urllib/request.py
+
+
+def test_multi_line_message_ending_with_colon_takes_the_next_line(tmp_path: Path) -> None:
+    _, d = _compact(tmp_path, """
+        def load_settings():
+            raise ValueError("invalid settings:\\n  'port' must be an integer\\n  'host' is missing")
+
+        load_settings()
+    """)
+    assert d.cause == "invalid settings: 'port' must be an integer"
+
+
+# --- chained exceptions --------------------------------------------------------------------------------
+
+
+def test_direct_cause_keeps_final_type_and_root_token(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        def load():
+            try:
+                return open("settings.yaml").read()
+            except FileNotFoundError as exc:
+                raise RuntimeError("config load failed") from exc
+
+        load()
+    """)
+    assert "The above exception was the direct cause of the following exception:" in raw
+    assert d.type == "RuntimeError"  # what reached the caller
+    assert d.cause == (
+        "config load failed ← FileNotFoundError: [Errno 2] No such file or directory: 'settings.yaml'"
+    )
+    assert d.location is not None
+    assert (d.location.line, d.location.func) == (5, "load")  # the raise of the final exception
+
+
+def test_during_handling_keeps_the_context(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        def ratio(stats):
+            try:
+                return stats["hits"] / stats["total"]
+            except KeyError:
+                return 1 / 0
+
+        ratio({})
+    """)
+    assert "During handling of the above exception, another exception occurred:" in raw
+    assert d.line == "[ZeroDivisionError] at app.py:5 in ratio: division by zero ← KeyError: 'hits'"
+
+
+def test_root_already_quoted_by_the_wrapper_is_not_repeated(tmp_path: Path) -> None:
+    _, d = _compact(tmp_path, """
+        def load():
+            try:
+                return open("settings.yaml").read()
+            except OSError as exc:
+                raise RuntimeError(f"config load failed: {exc}") from exc
+
+        load()
+    """)
+    assert d.type == "RuntimeError"
+    assert d.cause.count("settings.yaml") == 1
+    assert "←" not in d.cause
+
+
+def test_wrapper_raised_by_a_library_points_at_the_users_call(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        import json
+
+        def read_config(text):
+            return json.loads(text)
+
+        read_config('{"port": 80,}')
+    """)
+    assert "json/decoder.py" in raw
+    assert d.type == "JSONDecodeError"
+    assert d.cause.startswith("Expecting property name enclosed in double quotes")
+    assert d.location is not None
+    assert (d.location.file.endswith("app.py"), d.location.func, d.location.line) == (True, "read_config", 4)
+    parsed = python.parse(raw, Hints())
+    assert parsed is not None
+    assert [f.in_app for f in parsed.frames] == [True, True, False, False, False]
+
+
+def test_long_chain_is_bounded(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        def step(n):
+            if n == 0:
+                raise LookupError("no route for 'orders'")
+            try:
+                step(n - 1)
+            except Exception as exc:
+                raise RuntimeError(f"step {n} failed") from exc
+
+        step(60)
+    """)
+    assert raw.count("direct cause") == 60
+    assert d.type == "RuntimeError"
+    assert d.cause == "step 60 failed ← LookupError: no route for 'orders'"
+
+
+# --- exception groups ----------------------------------------------------------------------------------
+
+TASK_GROUP = """
+    import asyncio
+
+    async def fetch(item_id):
+        raise ValueError(f"bad id {item_id!r}")
+
+    async def lookup(key):
+        return {}[key]
+
+    async def batch():
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(lookup("k"))
+
+    async def main():
+        async with asyncio.TaskGroup() as tg:
+            tg.create_task(fetch("x"))
+            tg.create_task(batch())
+
+    asyncio.run(main())
+"""
+
+
+def test_task_group_with_nested_group(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, TASK_GROUP)
+    assert "+-+---------------- 1 ----------------" in raw
+    assert raw.count("Exception Group Traceback") == 2  # nested
+    assert d.type == "ExceptionGroup"
+    assert d.cause == (
+        "unhandled errors in a TaskGroup (2 sub-exceptions): ValueError: bad id 'x'; KeyError: 'k'"
+    )
+    assert d.location is not None
+    assert (d.location.func, d.location.line) == ("fetch", 4)  # first sub-exception, not asyncio/
+
+
+def test_large_group_is_summarised(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        def validate(rows):
+            errors = [ValueError(f"row {i}: missing 'sku'") for i in range(18)] + [KeyError("price")]
+            raise ExceptionGroup("validation failed", errors)
+
+        validate([])
+    """)
+    assert "and 4 more exceptions" in raw
+    assert d.type == "ExceptionGroup"
+    assert d.cause == (
+        "validation failed (19 sub-exceptions): ValueError: row 0: missing 'sku'; "
+        "ValueError: row 1: missing 'sku'; ValueError: row 2: missing 'sku'; +16 more"
+    )
+    assert d.location is not None and d.location.func == "validate"
+
+
+def test_identical_leaves_are_counted(tmp_path: Path) -> None:
+    _, d = _compact(tmp_path, """
+        import asyncio
+
+        async def call_tool(n):
+            raise TimeoutError("tool did not answer")
+
+        async def main():
+            async with asyncio.TaskGroup() as tg:
+                for n in range(3):
+                    tg.create_task(call_tool(n))
+
+        asyncio.run(main())
+    """)
+    assert d.cause == (
+        "unhandled errors in a TaskGroup (3 sub-exceptions): TimeoutError: tool did not answer (×3)"
+    )
+    assert d.location is not None and d.location.func == "call_tool"
+
+
+def test_base_exception_group_and_group_chained_to_plain(tmp_path: Path) -> None:
+    _, base = _compact(tmp_path / "base", """
+        def stop():
+            raise BaseExceptionGroup("shutdown", [KeyboardInterrupt(), ValueError("late")])
+
+        stop()
+    """)
+    assert base.type == "BaseExceptionGroup"
+    assert base.cause == "shutdown (2 sub-exceptions): KeyboardInterrupt; ValueError: late"
+
+    raw, wrapped = _compact(tmp_path / "wrapped", """
+        def run_all():
+            try:
+                raise ExceptionGroup("batch", [KeyError("tenant_id")])
+            except ExceptionGroup as group:
+                raise RuntimeError("batch aborted") from group
+
+        run_all()
+    """)
+    assert "Exception Group Traceback" in raw
+    assert wrapped.line == "[RuntimeError] at app.py:5 in run_all: batch aborted ← KeyError: 'tenant_id'"
+
+
+# --- compile errors ------------------------------------------------------------------------------------
+
+
+def test_syntax_error_of_the_script_itself(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        import os
+
+        def handler(event:
+            return event
+    """)
+    assert "Traceback" not in raw  # the script never started
+    assert d.type == "SyntaxError"
+    assert d.location is not None
+    assert (d.location.line, d.location.func) == (3, None)
+    assert d.line.startswith("[SyntaxError] at app.py:3: ")
+    assert d.cause.endswith("— def handler(event:")
+
+
+def test_indentation_error(tmp_path: Path) -> None:
+    _, d = _compact(tmp_path, """
+        def handler(event):
+        return event
+    """)
+    assert d.type == "IndentationError"
+    assert d.line == (
+        "[IndentationError] at app.py:2: expected an indented block after function definition on line 1"
+        " — return event"
+    )
+
+
+def test_syntax_error_in_an_imported_module(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, "import tools\n", extra_files={"tools.py": "def run(:\n    pass\n"})
+    assert raw.startswith("Traceback (most recent call last):")
+    assert d.line == "[SyntaxError] at tools.py:1: invalid syntax — def run(:"
+
+
+def test_syntax_error_from_compile_of_a_string(tmp_path: Path) -> None:
+    _, d = _compact(tmp_path, """
+        def build(expr):
+            return compile(expr, "<string>", "eval")
+
+        build("(1 +")
+    """)
+    assert d.type == "SyntaxError"
+    assert d.location is not None
+    assert (d.location.func, d.location.line) == ("build", 2)  # <string> is not a place to open
+
+
+# --- recursion and size --------------------------------------------------------------------------------
+
+
+def test_recursion_error(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        def walk(node):
+            return walk(node)
+
+        walk(0)
+    """)
+    assert "more times]" in raw
+    assert d.line == "[RecursionError] at app.py:2 in walk: maximum recursion depth exceeded"
+
+
+def test_five_thousand_frames_parse_in_linear_time(tmp_path: Path) -> None:
+    raw = python_error(tmp_path, """
+        import sys
+        sys.setrecursionlimit(20000)
+        sys.tracebacklimit = 20000
+
+        def ping(n):
+            return pong(n - 1)
+
+        def pong(n):
+            if n <= 0:
+                return {}["bottom"]
+            return ping(n)
+
+        ping(5000)
+    """)
+    assert raw.count('  File "') > 5000
+    started = time.perf_counter()
+    parsed = python.parse(raw, Hints())
+    elapsed = time.perf_counter() - started
+    assert parsed is not None
+    assert (parsed.type, parsed.cause) == ("KeyError", "'bottom'")
+    assert parsed.location is not None and parsed.location.func == "pong"
+    assert len(parsed.frames) <= 64  # bounded head and tail
+    assert parsed.frames[0].func == "<module>" and parsed.frames[-1].func == "pong"
+    assert elapsed < 1.0
+    doubled = raw * 2  # the second copy is an unrelated later traceback; time must scale linearly
+    started = time.perf_counter()
+    assert python.parse(doubled, Hints()) is not None
+    assert time.perf_counter() - started < 2.0
+    d = compact_text(raw)  # the compactor keeps the head and tail of text this large
+    assert d.line == "[KeyError] at app.py:10 in pong: 'bottom'"
+
+
+def test_huge_one_line_message_keeps_its_head(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        import json
+
+        def check(payload):
+            raise ValueError(f"unexpected payload for 'orders': {json.dumps(payload)}")
+
+        check({"rows": list(range(20000))})
+    """)
+    assert len(raw.splitlines()[-1]) > 100_000
+    assert d.type == "ValueError"
+    assert d.cause.startswith("unexpected payload for 'orders': {\"rows\": [0, 1, 2")
+    assert len(d.cause) <= 240
+    assert d.location is not None and d.location.func == "check"
+
+
+# --- errors inside libraries ---------------------------------------------------------------------------
+
+
+def test_pydantic_validation_error_keeps_the_field(tmp_path: Path) -> None:
+    pytest.importorskip("pydantic")
+    raw, d = _compact(tmp_path, """
+        from pydantic import BaseModel
+
+        class User(BaseModel):
+            name: str
+            age: int
+
+        def make_user():
+            return User(name="ada", age="old")
+
+        make_user()
+    """)
+    assert "site-packages/pydantic" in raw and "input_value=" in raw
+    assert d.type == "ValidationError"
+    assert d.cause.startswith("1 validation error for User: age — Input should be a valid integer")
+    assert "input_value" not in d.cause and "errors.pydantic.dev" not in d.cause
+    assert d.location is not None and d.location.func == "make_user"
+
+
+def test_pydantic_several_errors_name_each_field(tmp_path: Path) -> None:
+    pytest.importorskip("pydantic")
+    _, d = _compact(tmp_path, """
+        from pydantic import BaseModel
+
+        class Order(BaseModel):
+            sku: str
+            qty: int
+            price: float
+            notes: str
+
+        def make_order():
+            return Order(qty="many", price="free", notes=1)
+
+        make_order()
+    """)
+    assert d.cause.startswith("4 validation errors for Order: sku — Field required; qty — Input should be")
+    assert "price — Input should be a valid number" in d.cause
+    assert d.cause.endswith("+1 more")
+
+
+def test_missing_module(tmp_path: Path) -> None:
+    _, d = _compact(tmp_path, """
+        import os
+        import nonexistent_module
+    """)
+    assert d.line == "[ModuleNotFoundError] at app.py:2 in <module>: No module named 'nonexistent_module'"
+
+
+# --- surroundings --------------------------------------------------------------------------------------
+
+
+def test_traceback_inside_log_noise(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        import logging
+        import sys
+
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        log = logging.getLogger("worker")
+        log.info("starting job 42 on port 8080")
+
+        def handle(payload):
+            return payload["order_id"]
+
+        try:
+            handle({})
+        except KeyError:
+            log.exception("job failed: ValueError suspected")
+        log.warning("Error: shutting down after 1 failure")
+        sys.exit(1)
+    """)
+    lines = raw.splitlines()
+    assert "starting job" in lines[0] and "shutting down" in lines[-1]
+    assert d.line == "[KeyError] at app.py:9 in handle: 'order_id'"
+
+
+def test_prefixed_log_lines(tmp_path: Path) -> None:
+    write(tmp_path, "app.py", LOAD_USER)
+    out = run(f"{sys.executable} app.py 2>&1 | sed 's/^/api-1  | /'", tmp_path, shell=True)
+    assert out.stdout.startswith("api-1  | Traceback (most recent call last):")
+    assert compact_text(out.stdout).line == "[KeyError] at app.py:5 in load_user: 'user_id'"
+
+
+def test_the_last_of_several_tracebacks_wins(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path, """
+        import traceback
+
+        def warm_cache():
+            return {}["warm"]
+
+        def serve():
+            raise PermissionError("socket bind denied")
+
+        try:
+            warm_cache()
+        except KeyError:
+            traceback.print_exc()
+        serve()
+    """)
+    assert raw.count("Traceback (most recent call last):") == 2
+    assert d.line == "[PermissionError] at app.py:7 in serve: socket bind denied"
+
+
+def test_keyboard_interrupt_and_system_exit(tmp_path: Path) -> None:
+    raw, d = _compact(tmp_path / "sigint", """
+        import os
+        import signal
+
+        def wait_for_job():
+            os.kill(os.getpid(), signal.SIGINT)
+            while True:
+                pass
+
+        wait_for_job()
+    """)
+    assert raw.rstrip().endswith("KeyboardInterrupt")
+    assert d.type == "KeyboardInterrupt"
+    assert d.location is not None and d.location.func == "wait_for_job"
+
+    _, d = _compact(tmp_path / "exit", """
+        import sys
+        import traceback
+
+        def main():
+            sys.exit("config missing")
+
+        try:
+            main()
+        except SystemExit:
+            traceback.print_exc()
+        sys.exit(1)
+    """)
+    assert d.line == "[SystemExit] at app.py:5 in main: config missing"
+
+
+def test_bare_exception_line_only_when_the_caller_says_python(tmp_path: Path) -> None:
+    raw = python_error(tmp_path, """
+        import sys
+        import traceback
+
+        try:
+            {}["token"]
+        except KeyError as exc:
+            sys.stderr.write("".join(traceback.format_exception_only(exc)))
+        sys.exit(1)
+    """)
+    assert python.parse(raw, Hints()) is None
+    parsed = python.parse(raw, Hints(kind="python"))
+    assert parsed is not None
+    assert (parsed.type, parsed.cause) == ("KeyError", "'token'")
+
+
+def test_other_formats_are_not_claimed(tmp_path: Path) -> None:
+    shell = run(["bash", "-c", "ls /definitely/not/here"], tmp_path)
+    assert shell.returncode != 0
+    assert python.parse(shell.output, Hints()) is None
+    if have("node"):
+        node = run(["node", "-e", "const cfg = {}; cfg.db.host"], tmp_path)
+        assert "TypeError" in node.output
+        assert python.parse(node.output, Hints()) is None
+
+
+def test_truncated_tracebacks_never_raise(tmp_path: Path) -> None:
+    raw = python_error(tmp_path, TASK_GROUP)
+    for cut in range(0, len(raw), 7):
+        for piece in (raw[:cut], raw[cut:]):
+            result = python.parse(piece, Hints(kind="python"))
+            assert result is None or result.type
+
+
+# --- dedup keys ----------------------------------------------------------------------------------------
+
+CONNECT = """
+    import socket
+    import uuid
+
+    def open_session(user):
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+        raise ConnectionError(f"session {uuid.uuid4()} for {user!r} refused by 127.0.0.1:{port}")
+
+    open_session("alice")
+"""
+
+
+def test_same_failure_in_two_runs_shares_a_key(tmp_path: Path) -> None:
+    raw_a, a = _compact(tmp_path / "run-a", CONNECT)
+    raw_b, b = _compact(tmp_path / "run-b", CONNECT)
+    assert raw_a != raw_b  # different paths, session ids and ports
+    assert a.cause != b.cause
+    assert a.key == b.key
+    assert a.key_parts.where == "app.py:open_session"
+
+
+def test_different_key_name_or_function_gives_a_different_key(tmp_path: Path) -> None:
+    _, base = _compact(tmp_path / "base", LOAD_USER)
+    _, other_key = _compact(tmp_path / "key", LOAD_USER.replace('record["user_id"]', 'record["email"]'))
+    _, other_func = _compact(tmp_path / "func", LOAD_USER.replace("load_user", "fetch_user"))
+    assert other_key.cause == "'email'" and other_func.location is not None
+    assert other_func.location.func == "fetch_user"
+    assert len({base.key, other_key.key, other_func.key}) == 3
+
+
+def test_shifted_line_numbers_keep_the_key(tmp_path: Path) -> None:
+    _, before = _compact(tmp_path / "before", LOAD_USER)
+    edited = LOAD_USER.replace("    def load_user", "    import os\n    import json\n\n\n    def load_user")
+    _, after = _compact(tmp_path / "after", edited)
+    assert before.location is not None and after.location is not None
+    assert after.location.line == before.location.line + 4
+    assert before.key == after.key

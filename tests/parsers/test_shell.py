@@ -1,0 +1,171 @@
+"""The shell parser, on what real ``bash -c`` runs printed and the exit codes they returned."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from otel_errcompact.compactor import compact_text
+from otel_errcompact.digest import Digest
+from otel_errcompact.parsers import shell
+from otel_errcompact.parsers._base import Hints
+from tests.realerrors import Run, have, run, write
+
+pytestmark = pytest.mark.skipif(not have("bash"), reason="bash is not installed on this machine")
+
+
+def _bash(folder: Path, command: str) -> tuple[Run, Digest]:
+    folder.mkdir(parents=True, exist_ok=True)
+    result = run(["bash", "-c", command], cwd=folder, timeout=30)
+    return result, compact_text(result.output, exit_code=result.returncode, command=command)
+
+
+def test_command_not_found(tmp_path: Path) -> None:
+    result, d = _bash(tmp_path, "nosuchcmd --verbose")
+    assert result.returncode == 127
+    assert (d.type, d.format, d.status) == ("CommandNotFound", "shell", 127)
+    assert d.cause == "nosuchcmd: command not found"
+    assert d.line == "[CommandNotFound]: nosuchcmd: command not found"
+
+
+def test_permission_denied(tmp_path: Path) -> None:
+    write(tmp_path, "deploy.sh", "echo deploying\n")
+    result, d = _bash(tmp_path, "./deploy.sh")
+    assert result.returncode == 126
+    assert (d.type, d.status) == ("PermissionDenied", 126)
+    assert d.cause == "./deploy.sh: Permission denied"
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    result, d = _bash(tmp_path, "cat missing.txt")
+    assert result.returncode == 1
+    assert (d.type, d.status) == ("NoSuchFile", 1)
+    assert d.cause == "cat: missing.txt: No such file or directory"
+
+
+def test_missing_directory_keeps_the_path(tmp_path: Path) -> None:
+    result, d = _bash(tmp_path, "ls /nonexistent")
+    assert result.returncode == 2
+    assert d.type == "NoSuchFile"
+    assert "'/nonexistent'" in d.cause and d.cause.startswith("ls: cannot access")
+
+
+def test_grep_usage_error_is_exit_2(tmp_path: Path) -> None:
+    write(tmp_path, "notes.txt", "alpha\nbeta\n")
+    result, d = _bash(tmp_path, "grep -E '(' notes.txt")
+    assert result.returncode == 2
+    assert (d.type, d.status) == ("exit 2", 2)
+    assert d.cause.startswith("grep: ") and "Unmatched" in d.cause
+
+
+def test_silent_failure_still_gets_a_digest(tmp_path: Path) -> None:
+    result, d = _bash(tmp_path, "false")
+    assert (result.returncode, result.output) == (1, "")
+    assert d.line == "[exit 1]: false: exited with status 1"
+
+
+def test_timeout(tmp_path: Path) -> None:
+    result, d = _bash(tmp_path, "timeout 0.1 sleep 5")
+    assert result.returncode == 124
+    assert (d.type, d.status, d.retryable) == ("Timeout", 124, True)
+    assert d.cause == "timeout 0.1 sleep 5: timed out"
+
+
+def test_sigkill_as_shell_status_and_as_negative_code(tmp_path: Path) -> None:
+    result, d = _bash(tmp_path, "sleep 5 & kill -9 $!; wait $!")
+    assert result.returncode == 137
+    assert (d.type, d.status) == ("Killed", 137)
+    assert d.cause.endswith("killed by SIGKILL")
+
+    result, d = _bash(tmp_path, "kill -9 $$")
+    assert result.returncode == -9  # Python reports the signal itself when bash was the one killed
+    assert (d.type, d.status) == ("Killed", -9)
+    assert d.cause == "kill -9 $$: killed by SIGKILL"
+
+
+def test_unbound_variable_and_syntax_error(tmp_path: Path) -> None:
+    _, d = _bash(tmp_path, "set -u; echo $DEPLOY_TARGET")
+    assert (d.type, d.cause) == ("UnboundVariable", "DEPLOY_TARGET: unbound variable")
+    result, d = _bash(tmp_path, 'echo "unclosed')
+    assert result.returncode == 2
+    assert d.type == "ShellSyntaxError"
+
+
+def test_telling_line_beats_progress_lines(tmp_path: Path) -> None:
+    script = write(tmp_path, "build.sh", """
+        for step in 1 2 3; do echo "[$step/4] compiling module_$step"; done
+        echo "error: linker failed for target api-server" >&2
+        echo "[4/4] 100% done" >&2
+        exit 3
+    """)
+    result, d = _bash(tmp_path, f"bash {script.name}")
+    assert result.output.rstrip().endswith("100% done")
+    assert (d.type, d.status) == ("exit 3", 3)
+    # The line does not name the program, so the command leads the cause.
+    assert d.cause == "bash build.sh: error: linker failed for target api-server"
+
+
+def test_specific_line_beats_a_generic_error_summary(tmp_path: Path) -> None:
+    result, d = _bash(tmp_path, "tar xf backup-2024.tar")
+    assert result.returncode == 2
+    assert "Error is not recoverable" in result.output  # the generic line tar prints last
+    assert d.type == "NoSuchFile"
+    assert "backup-2024.tar" in d.cause and "not recoverable" not in d.cause
+
+
+def test_unstructured_output_uses_the_last_line(tmp_path: Path) -> None:
+    script = write(tmp_path, "job.py", """
+        import sys
+        print('starting')
+        sys.exit('quota for tenant acme used up')
+    """)
+    _, d = _bash(tmp_path, f"python3 {script.name}")
+    assert d.type == "exit 1"
+    assert d.cause == "python3 job.py: quota for tenant acme used up"
+
+
+def test_no_answer_without_failure(tmp_path: Path) -> None:
+    result, _ = _bash(tmp_path, "echo building; echo done")
+    assert result.returncode == 0
+    assert shell.parse(result.output, Hints(exit_code=0, command="echo building")) is None
+    assert shell.parse(result.output, Hints()) is None
+
+
+def test_recognises_shell_errors_without_an_exit_code(tmp_path: Path) -> None:
+    result, _ = _bash(tmp_path, "nosuchtool")
+    parsed = shell.parse(result.output, Hints())
+    assert parsed is not None
+    assert (parsed.type, parsed.status) == ("CommandNotFound", None)
+    assert parsed.cause == "nosuchtool: command not found"
+
+
+def test_keys_stable_across_dirs_and_distinct_across_causes(tmp_path: Path) -> None:
+    _, first = _bash(tmp_path / "a", "cat missing.txt")
+    _, second = _bash(tmp_path / "b" / "c", "cat missing.txt")
+    _, other_file = _bash(tmp_path / "d", "cat other.txt")
+    assert first.key == second.key
+    assert first.key != other_file.key
+
+    _, quiet_a = _bash(tmp_path / "e", "false")
+    _, quiet_b = _bash(tmp_path / "f", "false")
+    _, exit_2 = _bash(tmp_path / "g", "exit 2")
+    assert quiet_a.key == quiet_b.key
+    assert quiet_a.key != exit_2.key
+
+    _, timeout_a = _bash(tmp_path / "h", "timeout 0.1 sleep 5")
+    _, timeout_b = _bash(tmp_path / "i", "timeout 0.2 sleep 7")
+    assert timeout_a.key == timeout_b.key
+
+    _, missing_a = _bash(tmp_path / "j", "nosuchcmd")
+    _, missing_b = _bash(tmp_path / "k", "othercmd")
+    assert missing_a.key != missing_b.key
+
+
+def test_stays_fast_on_hostile_input() -> None:
+    for text in ("x" * 130_000, ("a/" * 5000 + ": not found\n") * 20, "bash: " * 20_000):
+        started = time.perf_counter()
+        parsed = shell.parse(text, Hints(exit_code=1, command="x" * 10_000))
+        assert time.perf_counter() - started < 1.0
+        assert parsed is not None and len(parsed.cause) < 2_000

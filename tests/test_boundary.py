@@ -1,0 +1,307 @@
+"""The tool boundary: wrapped tools return results or compact errors, never raw tracebacks.
+
+The tools here fail for real: dict lookups, ``json.loads`` on bad input, a missing file, a shell
+command that exits non-zero. Spans go through a real SDK pipeline (see ``tests/conftest.py``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.trace import StatusCode
+
+from otel_errcompact import ErrorBudgetExceeded, ToolErrorText
+from tests.conftest import OTel
+
+HERE = Path(__file__).name
+
+
+def only_span(otel: OTel, name: str) -> ReadableSpan:
+    spans = otel.spans(name)
+    assert len(spans) == 1, [s.name for s in otel.spans()]
+    return spans[0]
+
+
+def assert_compact(text: object) -> ToolErrorText:
+    assert isinstance(text, ToolErrorText)
+    assert isinstance(text, str)
+    assert "Traceback" not in text
+    assert "File \"" not in text
+    assert text.count("\n") == 0
+    return text
+
+
+def test_sync_tool_returns_the_digest_and_records_the_traceback(otel: OTel) -> None:
+    @otel.ec.tool
+    def get_order(orders: dict[str, int], order_id: str) -> int:
+        return orders[order_id]
+
+    assert get_order({"o-1": 3}, "o-1") == 3
+    text = assert_compact(get_order({"o-1": 3}, "order_id"))
+    assert text.startswith("Error: [KeyError] at test_boundary.py:")
+    assert "in get_order" in text and "'order_id'" in text
+    assert "boundary.py" not in text.replace(HERE, "")
+
+    spans = otel.spans("execute_tool get_order")
+    assert len(spans) == 2
+    ok, failed = spans
+    assert ok.status.status_code is StatusCode.UNSET
+    assert not any(k.startswith("errcompact.") for k in (ok.attributes or {}))
+    assert failed.status.status_code is StatusCode.ERROR
+    attrs = failed.attributes or {}
+    assert attrs["gen_ai.operation.name"] == "execute_tool"
+    assert attrs["gen_ai.tool.name"] == "get_order"
+    assert attrs["error.type"] == "KeyError"
+    assert attrs["errcompact.digest"] in text
+    stack = next(e for e in failed.events if e.name == "exception").attributes["exception.stacktrace"]  # type: ignore[index]
+
+    records = otel.records()
+    assert len(records) == 1
+    record = records[0]
+    assert record.record_id == text.record_id
+    assert record.raw_error == stack
+    assert "Traceback (most recent call last)" in record.raw_error
+    assert "in get_order" in record.raw_error
+    assert json.loads(str(record.tool_arguments)) == {"orders": {"o-1": 3}, "order_id": "order_id"}
+    assert record.digest is not None and record.digest.line in text
+
+
+def test_location_is_the_tool_function_not_the_library_or_the_boundary(otel: OTel) -> None:
+    @otel.ec.tool
+    def load_manifest(text: str) -> Any:
+        return json.loads(text)
+
+    text = assert_compact(load_manifest("{'single': 'quotes'}"))
+    assert "[JSONDecodeError]" in text
+    assert f"at {HERE}:" in text and "in load_manifest" in text
+    assert "decoder.py" not in text and "boundary.py" not in text.replace(HERE, "")
+
+
+def test_named_tool_with_on_error_raise_reraises_after_recording(otel: OTel, tmp_path: Path) -> None:
+    @otel.ec.tool(name="read_file", on_error="raise")
+    def read(path: str) -> str:
+        return Path(path).read_text(encoding="utf-8")
+
+    with pytest.raises(FileNotFoundError):
+        read(str(tmp_path / "missing.txt"))
+    span = only_span(otel, "execute_tool read_file")
+    assert span.status.status_code is StatusCode.ERROR
+    assert (span.attributes or {})["gen_ai.tool.name"] == "read_file"
+    records = otel.records()
+    assert len(records) == 1
+    assert records[0].tool_name == "read_file"
+    assert records[0].digest is not None and "missing.txt" in records[0].digest.line
+
+
+def test_async_tool(otel: OTel) -> None:
+    @otel.ec.tool
+    async def fetch_price(prices: dict[str, float], sku: str) -> float:
+        await asyncio.sleep(0)
+        return prices[sku]
+
+    async def main() -> tuple[Any, Any]:
+        with otel.ec.conversation("conv-async"):
+            return await fetch_price({"a": 1.5}, "a"), await fetch_price({"a": 1.5}, "sku-b")
+
+    good, bad = asyncio.run(main())
+    assert good == 1.5
+    text = assert_compact(bad)
+    assert "[KeyError]" in text and "in fetch_price" in text and "'sku-b'" in text
+    spans = otel.spans("execute_tool fetch_price")
+    assert [s.status.status_code for s in spans] == [StatusCode.UNSET, StatusCode.ERROR]
+    assert (spans[1].attributes or {})["gen_ai.conversation.id"] == "conv-async"
+    records = otel.records()
+    assert [r.scope for r in records] == ["conv-async"]
+    assert "'sku-b'" in otel.ec.context("conv-async")
+
+
+def test_tool_call_context_manager(otel: OTel) -> None:
+    with otel.ec.conversation("conv-cm"):
+        with otel.ec.tool_call("divide", call_id="call-7", arguments={"a": 1, "b": 0}) as call:
+            quotient = 1 / 0
+            raise AssertionError(f"unreachable {quotient}")
+        assert call.error is not None
+        text = assert_compact(call.error)
+        assert "[ZeroDivisionError]" in text and "in test_tool_call_context_manager" in text
+        assert otel.ec.context() == otel.ec.context("conv-cm") != ""
+
+        with otel.ec.tool_call("noop") as ok_call:
+            pass
+        assert ok_call.error is None
+
+    span = only_span(otel, "execute_tool divide")
+    attrs = span.attributes or {}
+    assert attrs["gen_ai.tool.call.id"] == "call-7"
+    assert span.status.status_code is StatusCode.ERROR
+    record = otel.records()[0]
+    assert record.tool_call_id == "call-7"
+    assert record.conversation_id == "conv-cm"
+    assert json.loads(str(record.tool_arguments)) == {"a": 1, "b": 0}
+
+
+def test_mcp_style_error_result(otel: OTel, tmp_path: Path) -> None:
+    """A tool that reports failure as data, the way MCP servers do, with a real command's stderr."""
+
+    @otel.ec.tool
+    def list_dir(path: str) -> dict[str, Any]:
+        proc = subprocess.run(["ls", path], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            return {"isError": True, "content": [{"type": "text", "text": proc.stderr}]}
+        return {"isError": False, "content": [{"type": "text", "text": proc.stdout}]}
+
+    ok = list_dir(str(tmp_path))
+    assert isinstance(ok, dict) and ok["isError"] is False
+    missing = str(tmp_path / "no-such-dir")
+    stderr = subprocess.run(["ls", missing], capture_output=True, text=True, check=False).stderr
+    text = assert_compact(list_dir(missing))
+
+    failed = [s for s in otel.spans("execute_tool list_dir") if s.status.status_code is StatusCode.ERROR]
+    assert len(failed) == 1
+    attrs = failed[0].attributes or {}
+    assert attrs["error.type"] == "tool_error"
+    assert failed[0].status.description == stderr
+    records = otel.records()
+    assert len(records) == 1
+    assert records[0].raw_error == stderr
+    assert records[0].digest is not None
+    assert "no-such-dir" in records[0].digest.line
+    assert records[0].digest.line in text
+
+
+def test_halt_raises_at_the_next_call_without_running_the_tool(otel: OTel) -> None:
+    ran: list[str] = []
+
+    @otel.ec.tool
+    def lookup(key: str) -> str:
+        ran.append(key)
+        return {"a": "1"}[key]
+
+    with otel.ec.conversation("conv-loop"):
+        results = [lookup("missing") for _ in range(3)]
+        assert [isinstance(r, ToolErrorText) and r.escalated for r in results] == [False, False, True]
+        assert "threshold breached" in results[-1]
+        with pytest.raises(ErrorBudgetExceeded) as info:
+            lookup("missing")
+        with pytest.raises(ErrorBudgetExceeded):
+            otel.ec.check()
+    assert len(ran) == 3
+    assert info.value.escalation.reason == "consecutive"
+    assert info.value.escalation.count == 3
+    assert len(otel.spans("execute_tool lookup")) == 3  # the refused call opened no span
+    with pytest.raises(ErrorBudgetExceeded):
+        otel.ec.check("conv-loop")
+
+
+def test_top_level_calls_count_in_the_default_scope(otel: OTel) -> None:
+    @otel.ec.tool
+    def ping(host: str) -> int:
+        return {"localhost": 1}[host]
+
+    ping("db.internal")
+    second = assert_compact(ping("db.internal"))
+    assert second.endswith("(×2)")
+    assert "(×2)" in otel.ec.context()
+    assert {r.scope for r in otel.records()} == {"default"}
+
+
+def test_boundary_inside_an_agent_span_uses_its_conversation(otel: OTel) -> None:
+    @otel.ec.tool
+    def lookup(key: str) -> str:
+        return {"a": "1"}[key]
+
+    attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv-outer"}
+    with otel.tracer.start_as_current_span("invoke_agent outer", attributes=attrs):
+        for _ in range(3):
+            lookup("b")
+        with pytest.raises(ErrorBudgetExceeded):
+            lookup("b")
+    assert {r.scope for r in otel.records()} == {"conv-outer"}
+
+
+def test_digest_text_vs_full_traceback_sizes(otel: OTel) -> None:
+    """The agent sees one line; the store keeps the whole chained traceback."""
+
+    def inner(config: dict[str, Any]) -> Any:
+        return config["database"]["url"]
+
+    @otel.ec.tool
+    def connect(config: dict[str, Any]) -> Any:
+        try:
+            return inner(config)
+        except KeyError as exc:
+            raise RuntimeError("could not read the database settings") from exc
+
+    text = assert_compact(connect({"cache": {}}))
+    record = otel.records()[0]
+    assert "The above exception was the direct cause" in record.raw_error
+    assert len(text) * 3 < len(record.raw_error)
+    expected = record.exception_stacktrace
+    assert expected == record.raw_error
+
+
+def test_tools_keep_their_signature_metadata(otel: OTel) -> None:
+    @otel.ec.tool(name="search")
+    def search_docs(query: str, limit: int = 5) -> list[str]:
+        """Search the docs."""
+        return [query] * limit
+
+    assert search_docs.__name__ == "search_docs"
+    assert search_docs.__doc__ == "Search the docs."
+    assert search_docs("q", limit=2) == ["q", "q"]
+    assert only_span(otel, "execute_tool search").attributes["gen_ai.tool.name"] == "search"  # type: ignore[index]
+
+
+def test_without_sdk_tracing_the_boundary_still_compacts(make_otel: Callable[..., OTel]) -> None:
+    """With the master switch off no span is processed, yet tools still return digests."""
+    otel = make_otel(enabled=False)
+
+    @otel.ec.tool
+    def lookup(key: str) -> str:
+        return {"a": "1"}[key]
+
+    text = assert_compact(lookup("zzz"))
+    assert "[KeyError]" in text and "in lookup" in text
+    assert otel.ec.writer is None
+
+
+def test_exception_text_matches_format_exception(otel: OTel) -> None:
+    captured: list[BaseException] = []
+
+    @otel.ec.tool
+    def parse(text: str) -> Any:
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            captured.append(exc)
+            raise
+
+    assert_compact(parse("[1, 2,"))
+    record = otel.records()[0]
+    # The stored stack ends with the same exception line the tool itself saw, unabridged.
+    own = "".join(traceback.format_exception(captured[0]))
+    assert record.raw_error.rstrip().splitlines()[-1] == own.rstrip().splitlines()[-1]
+    assert "in parse" in record.raw_error
+    assert record.exception_type == "json.decoder.JSONDecodeError"
+
+
+def test_arguments_are_not_captured_when_turned_off(make_otel: Callable[..., OTel]) -> None:
+    otel = make_otel(capture_arguments=False)
+
+    @otel.ec.tool
+    def login(user: str, password: str) -> str:
+        return {"ann": "ok"}[user]
+
+    assert_compact(login("bob", "hunter2-secret"))
+    span = only_span(otel, "execute_tool login")
+    assert "gen_ai.tool.call.arguments" not in (span.attributes or {})
+    record = otel.records()[0]
+    assert record.tool_arguments is None
+    assert "hunter2-secret" not in record.to_json()

@@ -1,0 +1,248 @@
+"""``init()``: attaching to the application's providers, settings, idempotence, shutdown."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Status, StatusCode
+
+import otel_errcompact
+from otel_errcompact import ConfigurationError, ToolErrorText
+from otel_errcompact.sinks.sqlite import TrajectoryStore
+from tests.conftest import OTel
+
+
+def _processors(otel: OTel) -> int:
+    return len(otel.tracer_provider._active_span_processor._span_processors)
+
+
+GLOBAL_PROVIDER_SCRIPT = """
+import json, sys
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+import otel_errcompact
+
+app_provider = TracerProvider()
+app_exporter = InMemorySpanExporter()
+app_provider.add_span_processor(SimpleSpanProcessor(app_exporter))
+trace.set_tracer_provider(app_provider)
+
+ec = otel_errcompact.init(service_name="global-test", sqlite_path=sys.argv[1])
+
+@ec.tool
+def lookup(key):
+    return {"a": 1}[key]
+
+result = lookup("missing")
+with trace.get_tracer("app").start_as_current_span("app work"):
+    pass
+ec.shutdown()
+spans = app_exporter.get_finished_spans()
+print(json.dumps({
+    "same_provider": trace.get_tracer_provider() is app_provider,
+    "processors": len(app_provider._active_span_processor._span_processors),
+    "result": str(result),
+    "spans": [{"name": s.name, "digest": (s.attributes or {}).get("errcompact.digest")} for s in spans],
+}))
+"""
+
+
+def test_attaches_to_the_global_sdk_provider_the_app_set(tmp_path: Path) -> None:
+    """The global provider can be set once per process, so this runs in a fresh interpreter."""
+    db = tmp_path / "global.sqlite3"
+    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(GLOBAL_PROVIDER_SCRIPT), str(db)],
+        capture_output=True, text=True, timeout=120, env=env, check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["same_provider"] is True
+    assert out["processors"] == 2  # the app's exporter pipeline and ours, nothing else
+    assert out["result"].startswith("Error: [KeyError]") and "in lookup" in out["result"]
+    names = [s["name"] for s in out["spans"]]
+    assert names == ["execute_tool lookup", "app work"]
+    assert out["spans"][0]["digest"] is not None and out["spans"][0]["digest"] in out["result"]
+    with TrajectoryStore(db) as store:
+        assert store.count() == 1
+        (summary,) = store.list()
+        assert summary.tool_name == "lookup"
+
+
+def test_env_settings_are_honoured(monkeypatch: pytest.MonkeyPatch, make_otel: Callable[..., OTel]) -> None:
+    monkeypatch.setenv("OTEL_ERRCOMPACT_CONSECUTIVE", "2")
+    monkeypatch.setenv("OTEL_ERRCOMPACT_BUDGET", "none")
+    monkeypatch.setenv("OTEL_ERRCOMPACT_ON_TOOL_ERROR", "raise")
+    otel = make_otel()
+    assert otel.ec.settings.consecutive == 2
+    assert otel.ec.settings.budget is None
+    assert otel.ec.history.thresholds.consecutive == 2
+
+    @otel.ec.tool
+    def lookup(key: str) -> int:
+        return {"a": 1}[key]
+
+    with otel.ec.conversation("conv-env"):
+        for _ in range(2):
+            with pytest.raises(KeyError):
+                lookup("b")
+    escalation = otel.ec.history.escalation("conv-env")
+    assert escalation is not None and escalation.threshold == 2 and escalation.count == 2
+
+
+def test_arguments_win_over_the_environment(monkeypatch: pytest.MonkeyPatch,
+                                            make_otel: Callable[..., OTel]) -> None:
+    monkeypatch.setenv("OTEL_ERRCOMPACT_CONSECUTIVE", "2")
+    otel = make_otel(consecutive=5)
+    assert otel.ec.history.thresholds.consecutive == 5
+
+
+def test_env_sqlite_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    db = tmp_path / "from-env.sqlite3"
+    monkeypatch.setenv("OTEL_ERRCOMPACT_SQLITE_PATH", str(db))
+    ec = otel_errcompact.init(tracer_provider=TracerProvider(), meter_provider=MeterProvider())
+    try:
+        assert ec.sqlite_path == db
+        ec.record_error("".join(_real_traceback()), scope="conv-env-path")
+    finally:
+        ec.shutdown()
+    with TrajectoryStore(db) as store:
+        assert store.count() == 1
+
+
+def _real_traceback() -> list[str]:
+    import traceback
+
+    try:
+        json.loads("{")
+    except ValueError as exc:
+        return traceback.format_exception(exc)
+    raise AssertionError("json.loads was expected to fail")
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("OTEL_ERRCOMPACT_CONSECUTIVE", "three", "consecutive"),
+        ("OTEL_ERRCOMPACT_CONSECUTIVE", "0", "consecutive"),
+        ("OTEL_ERRCOMPACT_ACTION", "explode", "action"),
+        ("OTEL_ERRCOMPACT_SCHEDULE_DELAY_S", "-1", "schedule_delay_s"),
+    ],
+)
+def test_a_bad_env_value_raises_configuration_error_naming_it(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, variable: str, value: str, named: str
+) -> None:
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(ConfigurationError) as info:
+        otel_errcompact.init(sqlite_path=tmp_path / "x.sqlite3")
+    assert named in str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert otel_errcompact.instance() is None
+
+
+def test_a_bad_argument_raises_configuration_error_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigurationError, match="consecutve"):
+        otel_errcompact.init(sqlite_path=tmp_path / "x.sqlite3", consecutve=3)
+    with pytest.raises(ConfigurationError, match="max_chars"):
+        otel_errcompact.init(sqlite_path=tmp_path / "x.sqlite3", max_chars=10)
+    assert otel_errcompact.instance() is None
+
+
+def test_init_is_idempotent(otel: OTel) -> None:
+    before = _processors(otel)
+    again = otel_errcompact.init(tracer_provider=otel.tracer_provider, consecutive=9)
+    assert again is otel.ec
+    assert otel_errcompact.instance() is otel.ec
+    assert _processors(otel) == before
+    assert otel.ec.history.thresholds.consecutive == 3
+
+
+def test_shutdown_twice_is_fine_and_clears_the_instance(make_otel: Callable[..., OTel]) -> None:
+    first = make_otel()
+    first.ec.shutdown()
+    first.ec.shutdown()
+    assert otel_errcompact.instance() is None
+    second = make_otel()
+    assert second.ec is not first.ec
+    assert otel_errcompact.instance() is second.ec
+
+
+def test_shutdown_flushes_every_record_submitted_just_before(make_otel: Callable[..., OTel]) -> None:
+    # A long schedule delay: only shutdown can have written these.
+    otel = make_otel(schedule_delay_s=60.0)
+
+    @otel.ec.tool
+    def lookup(key: str) -> int:
+        return {"a": 1}[key]
+
+    results = []
+    for i in range(50):
+        with otel.ec.conversation(f"conv-{i % 5}"):
+            results.append(lookup(f"k{i}"))
+    assert all(isinstance(r, ToolErrorText) for r in results)
+    otel.ec.shutdown()
+    with TrajectoryStore(otel.sqlite_path) as store:
+        assert store.count() == 50
+        ids = {s.record_id for s in store.list(limit=100)}
+        assert ids == {r.record_id for r in results}
+        assert all(s.digest_line for s in store.list(limit=100))
+
+
+def test_disabled_does_nothing_but_the_boundary_works(make_otel: Callable[..., OTel]) -> None:
+    otel = make_otel(enabled=False)
+    before = _processors(otel)
+    assert before == 1  # only the test's own exporter: nothing attached
+
+    @otel.ec.tool
+    def lookup(key: str) -> int:
+        return {"a": 1}[key]
+
+    assert isinstance(lookup("z"), ToolErrorText)
+    assert not otel.sqlite_path.exists()
+    assert otel.metric_points("errcompact.errors") == []
+
+
+def test_init_after_shutdown_on_the_same_provider_sees_span_failures(otel: OTel, tmp_path: Path) -> None:
+    """An app (or a notebook) that shuts down and initialises again on its own provider: the SDK
+    cannot remove a span processor, so the first handle's must stand aside."""
+    tracer = otel.tracer
+
+    def fail_once() -> None:
+        with tracer.start_as_current_span(
+            "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool"}
+        ) as span:
+            try:
+                json.loads("{")
+            except ValueError as exc:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR))
+
+    fail_once()
+    assert "[JSONDecodeError]" in otel.ec.context("default")
+    otel.ec.shutdown()
+
+    db = tmp_path / "second.sqlite3"
+    second = otel_errcompact.init(
+        tracer_provider=otel.tracer_provider, logger_provider=otel.logger_provider,
+        meter_provider=otel.meter_provider, sqlite_path=db,
+    )
+    try:
+        fail_once()
+        assert "[JSONDecodeError]" in second.context("default")
+        assert second.flush()
+        with TrajectoryStore(db) as store:
+            assert store.count() == 1
+        spans = otel.spans("execute_tool lookup")
+        assert spans[-1].attributes["errcompact.count"] == 1  # type: ignore[index]
+    finally:
+        second.shutdown()

@@ -1,0 +1,206 @@
+"""The trajectory record: versioned schema, id and time normalisation, JSON safety, full fidelity."""
+
+from __future__ import annotations
+
+import json
+import math
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import format_span_id, format_trace_id
+from pydantic import ValidationError
+
+from otel_errcompact.compactor import compact_text
+from otel_errcompact.trajectory import (
+    SCHEMA_NAME,
+    SCHEMA_VERSION,
+    DigestInfo,
+    TrajectoryRecord,
+    span_id_hex,
+    trace_id_hex,
+    trajectory_json_schema,
+    utc_from_ns,
+)
+from tests.realerrors import python_error
+
+KEYERROR_APP = """
+    import json
+
+    def load_user(payload):
+        data = json.loads(payload)
+        return data["user_id"]
+
+    def main():
+        return load_user('{"name": "ada"}')
+
+    main()
+"""
+
+
+@pytest.fixture(scope="module")
+def keyerror_tb(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return python_error(tmp_path_factory.mktemp("keyerror"), KEYERROR_APP)
+
+
+def _failed_tool_span() -> ReadableSpan:
+    """A real SDK span (child of an agent span) whose ids and times the record must carry."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("test")
+    with tracer.start_as_current_span("invoke_agent"), tracer.start_as_current_span(
+        "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool",
+                                           "gen_ai.tool.name": "lookup"},
+    ):
+        pass
+    spans = [s for s in exporter.get_finished_spans() if s.name == "execute_tool lookup"]
+    provider.shutdown()
+    return spans[0]
+
+
+def test_json_carries_schema_name_and_version(keyerror_tb: str) -> None:
+    rec = TrajectoryRecord(source="tool", tool_name="lookup", raw_error=keyerror_tb)
+    data = json.loads(rec.to_json())
+    assert data["schema_name"] == SCHEMA_NAME == "errcompact.trajectory"
+    assert data["schema_version"] == SCHEMA_VERSION == 1
+    assert len(data["record_id"]) == 32 and int(data["record_id"], 16) >= 0
+    assert datetime.fromisoformat(data["recorded_at"]).tzinfo is not None
+
+
+def test_json_schema_documents_version_and_fields() -> None:
+    schema = trajectory_json_schema()
+    assert schema["$id"].endswith(":errcompact.trajectory:v1")
+    props = schema["properties"]
+    assert props["schema_version"]["const"] == 1
+    assert props["schema_name"]["const"] == "errcompact.trajectory"
+    for field in ("raw_error", "trace_id", "span_id", "tool_call_id", "digest", "count", "escalation"):
+        assert field in props and props[field].get("description"), field
+    assert "DigestInfo" in schema["$defs"]
+
+
+def test_other_schema_version_is_rejected(keyerror_tb: str) -> None:
+    data = json.loads(TrajectoryRecord(source="tool", raw_error=keyerror_tb).to_json())
+    data["schema_version"] = 2
+    with pytest.raises(ValidationError):
+        TrajectoryRecord.from_json(json.dumps(data))
+
+
+def test_ids_and_times_from_a_real_sdk_span_are_normalised(keyerror_tb: str) -> None:
+    span = _failed_tool_span()
+    ctx = span.get_span_context()
+    assert ctx is not None and span.parent is not None
+    rec = TrajectoryRecord(
+        source="span", trace_id=trace_id_hex(ctx.trace_id), span_id=span_id_hex(ctx.span_id),
+        parent_span_id=span_id_hex(span.parent.span_id), started_at=utc_from_ns(span.start_time),
+        ended_at=utc_from_ns(span.end_time), attributes=dict(span.attributes or {}), raw_error=keyerror_tb,
+    )
+    # The SDK's raw ints are accepted too (validators), for callers that skip the helpers.
+    same = TrajectoryRecord.model_validate({
+        "source": "span", "record_id": rec.record_id, "recorded_at": rec.recorded_at,
+        "trace_id": ctx.trace_id, "span_id": ctx.span_id, "parent_span_id": span.parent.span_id,
+        "started_at": span.start_time, "ended_at": span.end_time, "attributes": span.attributes,
+        "raw_error": keyerror_tb,
+    })
+    assert same == rec
+    assert rec.trace_id == format_trace_id(ctx.trace_id) and len(rec.trace_id) == 32
+    assert rec.span_id == format_span_id(ctx.span_id) and len(rec.span_id) == 16
+    assert rec.parent_span_id == format_span_id(span.parent.span_id)
+    assert rec.started_at is not None and rec.ended_at is not None
+    assert rec.started_at.tzinfo == timezone.utc
+    assert span.start_time is not None and span.end_time is not None
+    assert abs(rec.started_at.timestamp() - span.start_time / 1e9) < 1e-5
+    assert rec.started_at <= rec.ended_at
+    assert rec.attributes["gen_ai.tool.name"] == "lookup"
+
+
+def test_hex_ids_are_lowercased_and_bad_ids_rejected() -> None:
+    span = _failed_tool_span()
+    ctx = span.get_span_context()
+    assert ctx is not None
+    upper = "0x" + format_trace_id(ctx.trace_id).upper()
+    rec = TrajectoryRecord.model_validate({"source": "span", "trace_id": upper, "span_id": 0})
+    assert rec.trace_id == format_trace_id(ctx.trace_id)
+    assert rec.span_id is None  # 0 is OTel's invalid span id
+    with pytest.raises(ValidationError):
+        TrajectoryRecord(source="span", trace_id=format_trace_id(ctx.trace_id)[:-1])
+    with pytest.raises(ValidationError):
+        TrajectoryRecord(source="span", span_id="zz" * 8)
+
+
+def test_record_is_frozen(keyerror_tb: str) -> None:
+    rec = TrajectoryRecord(source="tool", raw_error=keyerror_tb)
+    with pytest.raises(ValidationError):
+        setattr(rec, "raw_error", "changed")  # noqa: B010 - the assignment itself is under test
+
+
+def test_digest_info_flattens_a_real_digest(keyerror_tb: str) -> None:
+    digest = compact_text(keyerror_tb)
+    info = DigestInfo.from_digest(digest)
+    assert info.line == digest.line and info.type == digest.type == "KeyError"
+    assert info.key == digest.key and info.key_type == digest.key_parts.type
+    assert info.key_where == digest.key_parts.where and info.key_message == digest.key_parts.message
+    assert "user_id" in info.cause
+    if digest.location is not None:
+        assert (info.file, info.line_no, info.func) == (
+            digest.location.file, digest.location.line, digest.location.func,
+        )
+
+
+def test_amended_keeps_the_id_and_makes_values_jsonable(keyerror_tb: str) -> None:
+    raw = TrajectoryRecord(source="tool", raw_error=keyerror_tb)
+    digest = compact_text(keyerror_tb)
+    amended = raw.amended(digest, count=3, escalation={"reason": "consecutive", "keys": {digest.key}})
+    assert amended.record_id == raw.record_id and amended.raw_error == raw.raw_error
+    assert amended.digest == DigestInfo.from_digest(digest) and amended.count == 3
+    assert amended.escalation == {"reason": "consecutive", "keys": [digest.key]}
+    assert TrajectoryRecord.from_json(amended.to_json()) == amended
+
+
+def test_model_copy_with_odd_values_still_serialises(keyerror_tb: str) -> None:
+    """model_copy skips validation; to_json must still not raise in the writer thread."""
+    raw = TrajectoryRecord(source="tool", raw_error=keyerror_tb)
+    odd = raw.model_copy(update={"digest": DigestInfo.from_digest(compact_text(keyerror_tb)),
+                                 "escalation": {"when": datetime.now(timezone.utc), "path": Path("/x")}})
+    data = json.loads(odd.to_json())
+    assert data["escalation"]["path"] == "/x" and data["digest"]["type"] == "KeyError"
+    assert odd.to_dict()["escalation"]["path"] == "/x"
+
+
+def test_attributes_that_json_cannot_carry_are_stringified(tmp_path: Path) -> None:
+    blob = (tmp_path / "blob.bin")
+    blob.write_bytes(bytes(range(250, 256)))
+    rec = TrajectoryRecord.model_validate({
+        "source": "span",
+        "attributes": {"path": tmp_path, "data": blob.read_bytes(), "seq": (1, 2), "nan": math.nan,
+                       "nested": {"set": {3, 1}}, 7: "int key"},
+        "resource": {"service.name": "agent"},
+    })
+    assert rec.attributes["path"] == str(tmp_path)
+    assert rec.attributes["data"] == "\\xfa\\xfb\\xfc\\xfd\\xfe\\xff"
+    assert rec.attributes["seq"] == [1, 2] and rec.attributes["nan"] == "nan"
+    assert rec.attributes["nested"] == {"set": [1, 3]} and rec.attributes["7"] == "int key"
+    json.loads(rec.to_json())
+
+
+def test_raw_error_is_never_truncated(tmp_path: Path) -> None:
+    tb = python_error(tmp_path, """
+        def explode(n):
+            raise RuntimeError("état " * n)
+        explode(250_000)
+    """)
+    assert len(tb.encode("utf-8")) > 1_000_000
+    rec = TrajectoryRecord(source="tool", raw_error=tb)
+    back = TrajectoryRecord.from_json(rec.to_json())
+    assert back.raw_error == tb and back.raw_error.encode() == tb.encode()
+
+
+def test_binary_raw_error_keeps_every_byte(tmp_path: Path) -> None:
+    out = tmp_path / "out.bin"
+    out.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe error")
+    rec = TrajectoryRecord.model_validate({"source": "tool", "raw_error": out.read_bytes()})
+    decoded = rec.raw_error.encode("utf-8").decode("unicode_escape").encode("latin-1")
+    assert decoded == out.read_bytes()
