@@ -327,7 +327,76 @@ def _python_samples(folder: Path) -> list[Sample]:
             """,
             name="signup.py",
         )
+    # Errors raised deep inside the standard library or an HTTP client: the shape most tool failures
+    # take in practice (a short user frame on top of a long library stack, often chained).
+    port = _closed_port()
+    if importlib.util.find_spec("requests") is not None:
+        py(
+            "py_requests_refused",
+            "Connection refused",
+            f"""
+            import requests
+
+            def fetch_inventory(sku):
+                return requests.get("http://127.0.0.1:{port}/v1/inventory/" + sku, timeout=2).json()
+
+            fetch_inventory("sku-1042")
+            """,
+            name="inventory.py",
+        )
+    py(
+        "py_urllib_refused",
+        "Connection refused",
+        f"""
+        import urllib.request
+
+        def fetch_report(day):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/reports/{{day}}", timeout=2) as r:
+                return r.read()
+
+        fetch_report("2026-11-21")
+        """,
+        name="reports.py",
+    )
+    py(
+        "py_asyncio_timeout",
+        "TimeoutError",
+        """
+        import asyncio
+
+        async def slow_lookup():
+            await asyncio.sleep(5)
+
+        async def lookup_with_deadline():
+            return await asyncio.wait_for(slow_lookup(), timeout=0.01)
+
+        asyncio.run(lookup_with_deadline())
+        """,
+        name="deadline.py",
+    )
+    py(
+        "py_called_process",
+        "no-such-branch",
+        """
+        import subprocess
+
+        def checkout(branch):
+            subprocess.run(["git", "rev-parse", "--verify", branch], check=True, capture_output=True)
+
+        checkout("no-such-branch")
+        """,
+        name="vcs.py",
+    )
     return out
+
+
+def _closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
 
 
 # ---------------------------------------------------------------------------------------------- toolchains

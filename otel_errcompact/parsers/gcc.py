@@ -46,7 +46,7 @@ _TOOL_ERROR = re.compile(
     r":\s(?:fatal\s)?error:\s(?P<msg>.*)$"
 )
 _LINK_KEYWORDS = re.compile(
-    r"undefined reference to |multiple definition of |undefined symbol: |cannot find -l"
+    r"undefined reference to |multiple definition of |cannot find -l"
     r"|Undefined symbols for architecture"
 )
 _LINKER_PREFIX = re.compile(r"^(?:\S*/)?(?:ld|ld\.\w+|ld64(?:\.lld)?|lld)(?:\.exe)?:(?:\s|$)(?:error:\s)?")
@@ -157,7 +157,16 @@ def _link_error(lines: list[str]) -> Parsed | None:
                 first = _ascii_quotes(line[keyword.start() :].strip())
                 where = _link_location(line[: keyword.start()], func)
             continue
-        if _LINKER_PREFIX.match(line) is not None or line.startswith("collect2:"):
+        prefix = _LINKER_PREFIX.match(line)
+        if prefix is not None:
+            linker_seen = True
+            # lld: "ld.lld: error: undefined symbol: missing_fn". A bare "undefined symbol" elsewhere is
+            # the dynamic loader at run time, not a link step, so only the linker's own lines count.
+            if "error:" in prefix.group(0):
+                errors += 1
+                if first is None:
+                    first = _ascii_quotes(line[prefix.end() :])
+        elif line.startswith("collect2:"):
             linker_seen = True
     if first is None:
         if not linker_seen:

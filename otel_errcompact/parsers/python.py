@@ -342,10 +342,13 @@ def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int) -> 
     root_message = _message(root)
     if root.type == final.type and root_message == _message(final):
         return message
-    if root_message and root_message in message:
+    shown = _clip(message, _MAX_PART)
+    if root_message and root_message in shown:
+        # Only when the quoted root survives the cut: a long wrapper message (requests' "Max retries
+        # exceeded … Caused by …") quotes the root at its very end.
         return message
     described = _clip(_describe(root), _MAX_PART)
-    return f"{_clip(message, _MAX_PART) or '(no message)'} ← {described}"
+    return f"{shown or '(no message)'} ← {described}"
 
 
 def _describe(unit: _Unit) -> str:

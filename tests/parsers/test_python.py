@@ -640,3 +640,27 @@ def test_shifted_line_numbers_keep_the_key(tmp_path: Path) -> None:
     assert before.location is not None and after.location is not None
     assert after.location.line == before.location.line + 4
     assert before.key == after.key
+
+
+def test_long_wrapper_message_still_names_the_root_cause(tmp_path: Path) -> None:
+    # requests wraps ConnectionRefusedError three times and quotes it only at the end of a ~300-character
+    # message; the digest must still say "Connection refused" after the message is cut.
+    pytest.importorskip("requests")
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    raw, digest = _compact(tmp_path, f"""
+        import requests
+
+        def fetch_inventory(sku):
+            return requests.get("http://127.0.0.1:{port}/v1/inventory/" + sku, timeout=2)
+
+        fetch_inventory("sku-1042")
+    """)
+    assert "Max retries exceeded" in raw and "Connection refused" in raw
+    assert digest.type == "ConnectionError"
+    assert digest.location is not None and digest.location.func == "fetch_inventory"
+    assert "Connection refused" in digest.cause
+    assert "ConnectionRefusedError" in digest.cause
