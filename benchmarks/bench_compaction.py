@@ -38,6 +38,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
+from benchmarks._machine import cpu_model  # noqa: E402
 from benchmarks.corpus import Sample, build_corpus  # noqa: E402
 from otel_errcompact.compactor import Compactor, compact_text  # noqa: E402
 from otel_errcompact.history import ErrorHistory, Thresholds  # noqa: E402
@@ -208,18 +209,10 @@ def measure_session(seq: list[Sample], runs: int) -> dict[str, Any]:
 
 def machine() -> dict[str, Any]:
     """nproc, CPU model, Python: the context a timing needs."""
-    model = "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
     nproc = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
     return {
         "nproc": nproc,
-        "cpu": model,
+        "cpu": cpu_model(),
         "python": platform.python_version(),
         "platform": platform.platform(),
         "encoding": ENCODING,

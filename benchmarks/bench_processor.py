@@ -13,8 +13,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -29,6 +27,7 @@ from opentelemetry.trace import Status, StatusCode, Tracer
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._machine import describe  # noqa: E402
 from otel_errcompact.history import ErrorHistory, Thresholds  # noqa: E402
 from otel_errcompact.pipeline import ErrorPipeline  # noqa: E402
 from otel_errcompact.processor import ErrorCompactionProcessor  # noqa: E402
@@ -41,18 +40,6 @@ class _Discard(SpanExporter):
 
     def shutdown(self) -> None:
         return None
-
-
-def _machine() -> str:
-    model = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{os.cpu_count()} cores, {model}, Python {platform.python_version()}"
 
 
 def _real_exception() -> BaseException:
@@ -136,10 +123,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         drain_s = time.perf_counter() - flush_start
 
     if args.json:
-        print(json.dumps({"machine": _machine(), "spans": args.spans, "rounds": args.rounds,
+        print(json.dumps({"machine": describe(), "spans": args.spans, "rounds": args.rounds,
                           "results": results, "writer_drain_s": drain_s}, indent=2))
         return 0
-    print(f"machine: {_machine()}; {args.spans} spans × {args.rounds} rounds, median per span")
+    print(f"machine: {describe()}; {args.spans} spans × {args.rounds} rounds, median per span")
     print(f"{'span kind':<20} {'bare SDK µs':>12} {'+errcompact µs':>15} {'ratio':>7} {'added µs':>9}")
     for label, row in results.items():
         print(f"{label:<20} {row['bare_us']:>12.2f} {row['errcompact_us']:>15.2f} {row['ratio']:>7.2f} "

@@ -27,6 +27,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from benchmarks._machine import cpu_model
 from otel_errcompact.compactor import compact_text
 from otel_errcompact.sinks import JSONLSink, SQLiteSink, TrajectorySink, TrajectoryWriter
 from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord
@@ -64,16 +65,6 @@ APP = """
 
     run_tool("lookup", [{"customer_id": "cust-%04d" % i, "payload": "x" * 40} for i in range(3)])
 """
-
-
-def _cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def _make(tb: str, i: int, trace_id: str, span_id: str) -> TrajectoryRecord:
@@ -152,7 +143,7 @@ def main() -> None:
     ]
 
     print(f"bench_trajectory: N={n:,} records, raw traceback {len(tb):,} chars")
-    print(f"python {platform.python_version()}, nproc {os.cpu_count()}, CPU {_cpu_model()}")
+    print(f"python {platform.python_version()}, nproc {os.cpu_count()}, CPU {cpu_model()}")
     print()
     print(f"{'pipeline (submit → shutdown done)':<36}{'failures/s':>12}")
     for label, rate in rows:

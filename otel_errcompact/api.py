@@ -16,7 +16,7 @@ import threading
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, ParamSpec, TypeVar, overload
+from typing import Any
 
 from opentelemetry import _logs as logs_api
 from opentelemetry import metrics as metrics_api
@@ -30,14 +30,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_errcompact._worker import BackgroundQueue
-from otel_errcompact.boundary import (
-    OnError,
-    ToolBoundary,
-    ToolCall,
-    ToolDecorator,
-    ToolErrorText,
-    conversation,
-)
+from otel_errcompact.boundary import OnError, ToolBoundary, conversation
 from otel_errcompact.compactor import Compactor
 from otel_errcompact.config import Settings, load_settings
 from otel_errcompact.history import ErrorHistory, Escalation, Limits, Thresholds
@@ -52,9 +45,6 @@ _log = logging.getLogger("otel_errcompact")
 
 HumanReviewHook = Callable[[Escalation], None]
 """Called (on a background thread) with each breach when the action is ``human``."""
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 _INSTANCE: ErrCompact | None = None
 _INSTANCE_LOCK = threading.Lock()
@@ -127,6 +117,11 @@ class ErrCompact:
         self.writer = writer
         self.processor = processor
         self.boundary = boundary
+        self.tool = boundary.tool
+        """Decorator for sync and async tools: ``@ec.tool`` or ``@ec.tool(name=..., on_error=...)``. The
+        wrapped tool returns its result, or a :class:`ToolErrorText` (the digest) instead of raising."""
+        self.tool_call = boundary.call
+        """Context manager for one tool call: ``with ec.tool_call("search") as call: ...``."""
         self._owned_providers = list(owned_providers)
         self._metrics = metrics
         self._review_queue = review_queue
@@ -157,34 +152,6 @@ class ErrCompact:
     def conversation(self, conversation_id: str) -> AbstractContextManager[str]:
         """Context manager: tool calls inside share ``conversation_id`` as their scope."""
         return conversation(conversation_id)
-
-    @overload
-    def tool(self, func: Callable[P, R], /) -> Callable[P, R | ToolErrorText]: ...
-
-    @overload
-    def tool(self, /, *, name: str | None = None, on_error: OnError | None = None) -> ToolDecorator: ...
-
-    def tool(
-        self,
-        func: Callable[..., Any] | None = None,
-        /,
-        *,
-        name: str | None = None,
-        on_error: OnError | None = None,
-    ) -> Any:
-        """Decorator for sync and async tools: ``@ec.tool`` or ``@ec.tool(name=..., on_error=...)``.
-
-        The wrapped tool returns its result, or a :class:`ToolErrorText` (the digest) instead of raising.
-        """
-        if func is not None:
-            return self.boundary.tool(func)
-        return self.boundary.tool(name=name, on_error=on_error)
-
-    def tool_call(
-        self, name: str, *, call_id: str | None = None, arguments: Any = None, on_error: OnError | None = None
-    ) -> AbstractContextManager[ToolCall]:
-        """Context manager for one tool call: ``with ec.tool_call("search") as call: ...``."""
-        return self.boundary.call(name, call_id=call_id, arguments=arguments, on_error=on_error)
 
     def record_error(
         self,

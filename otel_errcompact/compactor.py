@@ -114,7 +114,7 @@ class Compactor:
                         return cached
             text, raw_chars = sanitize(raw)
             hints = Hints(exit_code=exit_code, command=command, kind=kind)
-            digest = self._build(self._parse(text, hints), hints, raw_chars)
+            digest = self.from_parsed(self._parse(text, hints), hints, raw_chars)
             if cache_key is not None:
                 with self._cache_lock:
                     self._digests[cache_key] = digest
@@ -129,7 +129,7 @@ class Compactor:
                 first = str(raw)[: MAX_CAUSE_CHARS * 4] if raw is not None else ""
             first = first.strip().splitlines()[0] if first.strip() else ""
             parsed = Parsed("Error", first or "(unparseable error)", "fallback", status=exit_code)
-            return self._build(parsed, Hints(exit_code=exit_code), raw_chars)
+            return self.from_parsed(parsed, Hints(exit_code=exit_code), raw_chars)
 
     __call__ = compact
 
@@ -178,7 +178,9 @@ class Compactor:
         return parsed
 
     @staticmethod
-    def _build(parsed: Parsed, hints: Hints, raw_chars: int) -> Digest:
+    def from_parsed(parsed: Parsed, hints: Hints, raw_chars: int) -> Digest:
+        """Turn a :class:`Parsed` (from a parser, a summariser or a caller that knows the error's
+        structure) into a digest: location choice, redaction, bounds, retryability and the dedup key."""
         type_ = _clean(parsed.type, _MAX_TYPE_CHARS) or "Error"
         # The key is built from the whole (redacted) cause, not the displayed cut: a shorter variable part
         # early in a long message would otherwise move the cut and split one failure into two classes.

@@ -61,7 +61,7 @@ def digest_event(event: Any, compactor: Compactor | None = None) -> Digest | Non
         # The runner's own error code is the best type we have for unstructured text. (Prefixing the
         # message with it is not enough: the fallback only takes a type that looks like an error class.)
         parsed = Parsed(str(code), digest.cause, "fallback", status=digest.status)
-        return Compactor._build(parsed, Hints(exit_code=exit_code, command=command_text), digest.raw_chars)
+        return Compactor.from_parsed(parsed, Hints(exit_code=exit_code, command=command_text), digest.raw_chars)
     return digest
 
 

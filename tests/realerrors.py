@@ -47,7 +47,15 @@ def write(folder: Path, name: str, source: str) -> Path:
 def run(cmd: list[str] | str, cwd: Path, *, shell: bool = False, timeout: float = 120,
         env: dict[str, str] | None = None) -> Run:
     """Run a real command and capture its output (never raises on a non-zero exit)."""
-    merged = {**os.environ, "NO_COLOR": "1", "PYTHONDONTWRITEBYTECODE": "1", **(env or {})}
+    # Plugins installed beside the test tools (e.g. the pytest plugin arize-phoenix brings) would slow
+    # every pytest started here by seconds and change nothing in its output.
+    merged = {
+        **os.environ,
+        "NO_COLOR": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
+        **(env or {}),
+    }
     proc = subprocess.run(
         cmd, cwd=cwd, shell=shell, capture_output=True, text=True, timeout=timeout, env=merged,
         errors="replace",
