@@ -44,6 +44,22 @@ _MAX_PENDING_EXCEPTIONS = 4096
 _MAX_ATTRIBUTE_CHARS = 65_536
 
 
+def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
+    """A span's attributes as a plain mapping.
+
+    The SDK's ``BoundedAttributes`` (behind a mappingproxy) answers ``get`` through the ``collections.abc``
+    mixin, several times slower than a dict; every span pays for these look-ups, so read its underlying
+    dict when it has one. Nothing here writes to it.
+    """
+    attributes = getattr(span, "_attributes", None)  # the public property wraps it in a mappingproxy
+    if attributes is None:
+        attributes = span.attributes
+        if attributes is None:
+            return {}
+    plain = getattr(attributes, "_dict", None)
+    return plain if isinstance(plain, dict) else attributes
+
+
 def _hex_trace(trace_id: int) -> str:
     return f"{trace_id:032x}"
 
@@ -106,6 +122,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._capture_arguments = capture_arguments
         self._lock = threading.Lock()
         self._anchors: dict[int, list[Span]] = {}
+        self._anchor_ids: set[int] = set()  # span ids in _anchors: lets on_end skip the lock
         self._pending: OrderedDict[int, tuple[str | None, str | None, str | None]] = OrderedDict()
         self._saw_on_ending = False
         self._closed = False
@@ -124,11 +141,12 @@ class ErrorCompactionProcessor(SpanProcessor):
             return
         try:
             parent = span.parent
-            attrs = span.attributes or {}
+            attrs = _attributes_of(span)
             if parent is None or parent.is_remote or semconv.is_agent_span(attrs):
                 trace_id = span.context.trace_id
                 with self._lock:
                     self._anchors.setdefault(trace_id, []).append(span)
+                    self._anchor_ids.add(span.context.span_id)
         except Exception:
             _log.exception("otel-errcompact: on_start failed")
 
@@ -155,6 +173,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._closed = True
         with self._lock:
             self._anchors.clear()
+            self._anchor_ids.clear()
             self._pending.clear()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -173,7 +192,7 @@ class ErrorCompactionProcessor(SpanProcessor):
     # -- internals ----------------------------------------------------------------------------------
 
     def _process(self, span: ReadableSpan, writable: Span | None) -> None:
-        if "errcompact.key" in (span.attributes or {}):
+        if "errcompact.key" in (_attributes_of(span)):
             return  # already handled at the tool boundary, while the span was live
         failure = self.failure_of(span)
         if failure is None:
@@ -195,7 +214,7 @@ class ErrorCompactionProcessor(SpanProcessor):
     def failure_of(self, span: ReadableSpan) -> Failure | None:
         """The :class:`Failure` a failed tool span describes; ``None`` for other spans (a successful tool
         span resets its scope's consecutive counter on the way)."""
-        attrs = span.attributes or {}
+        attrs = _attributes_of(span)
         context = span.context
         if context is None:
             return None
@@ -249,14 +268,14 @@ class ErrorCompactionProcessor(SpanProcessor):
             anchors = self._anchors.get(trace_id)
             if not anchors:
                 return None
-            agents = [s for s in anchors if semconv.is_agent_span(s.attributes or {})]
+            agents = [s for s in anchors if semconv.is_agent_span(_attributes_of(s))]
             return (agents or anchors)[-1]
 
     def _anchor_conversation(self, trace_id: int) -> str | None:
         with self._lock:
             anchors = list(self._anchors.get(trace_id, ()))
         for span in reversed(anchors):
-            found = semconv.conversation_id(span.attributes or {})
+            found = semconv.conversation_id(_attributes_of(span))
             if found:
                 return found
         return None
@@ -265,16 +284,17 @@ class ErrorCompactionProcessor(SpanProcessor):
         with self._lock:
             anchors = list(self._anchors.get(trace_id, ()))
         for span in reversed(anchors):
-            attrs = span.attributes or {}
+            attrs = _attributes_of(span)
             if semconv.is_agent_span(attrs):
                 return semconv.agent_name(attrs)
         return None
 
     def _forget_anchor(self, span: ReadableSpan) -> None:
         context = span.context
-        if context is None:
+        if context is None or context.span_id not in self._anchor_ids:
             return
         with self._lock:
+            self._anchor_ids.discard(context.span_id)
             anchors = self._anchors.get(context.trace_id)
             if not anchors:
                 return
