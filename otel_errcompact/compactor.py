@@ -55,10 +55,14 @@ def _clip(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
+def _safe(text: str, limit: int) -> str:
+    """Redacted, delimiter-safe, whitespace-folded text, cut generously (bounded cost) but not clipped."""
+    return _WS.sub(" ", neutralize_delimiters(redact(text[: limit * 4]))).strip()
+
+
 def _clean(text: str, limit: int) -> str:
-    # Cut generously before redacting (bounded cost), redact, then cut to the limit: a secret that
-    # straddles the final cut is already masked.
-    return _clip(neutralize_delimiters(redact(text[: limit * 4])), limit)
+    # Redact before the final cut, so a secret that straddles the cut is already masked.
+    return _clip(_safe(text, limit), limit)
 
 
 class Compactor:
@@ -184,7 +188,7 @@ class Compactor:
         type_ = _clean(parsed.type, _MAX_TYPE_CHARS) or "Error"
         # The key is built from the whole (redacted) cause, not the displayed cut: a shorter variable part
         # early in a long message would otherwise move the cut and split one failure into two classes.
-        full_cause = _WS.sub(" ", neutralize_delimiters(redact(parsed.cause[: MAX_CAUSE_CHARS * 4]))).strip()
+        full_cause = _safe(parsed.cause, MAX_CAUSE_CHARS)
         cause = _clip(full_cause, MAX_CAUSE_CHARS) or "(no message)"
         frame: Frame | None = parsed.location or innermost_in_app(parsed.frames)
         location = (
@@ -207,7 +211,8 @@ class Compactor:
             where = short_file(location.file)
             if location.func:
                 where = f"{where}:{location.func}"
-        key = DedupKey.build(type_, where, normalize_message(full_cause or cause))
+        key_source = full_cause if parsed.key_text is None else _safe(parsed.key_text, MAX_CAUSE_CHARS)
+        key = DedupKey.build(type_, where, normalize_message(key_source or cause))
         line = f"[{type_}] at {location}: {cause}" if location is not None else f"[{type_}]: {cause}"
         return Digest(
             type=type_,

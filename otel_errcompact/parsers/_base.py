@@ -64,6 +64,9 @@ class Parsed:
     last; ``location`` overrides the compactor's choice of frame when the parser knows better (a compiler
     diagnostic's own position). ``retryable`` is ``None`` when the parser has no opinion; the compactor
     then decides from the type and status. ``status`` is the HTTP status or the process exit code.
+    ``key_text`` is the text the dedup key is built from when it differs from ``cause``: a parser that
+    shortens part of a composed cause for display (at a cut that moves with variable data) passes the
+    uncut text here so the key stays stable.
     """
 
     type: str
@@ -73,6 +76,7 @@ class Parsed:
     location: Frame | None = None
     retryable: bool | None = None
     status: int | None = None
+    key_text: str | None = None
 
 
 Parser = Callable[[str, Hints], "Parsed | None"]

@@ -272,7 +272,9 @@ def _digest(units: list[_Unit]) -> Parsed:
             # number is relative to that string, so the caller of compile()/exec() says more.
             pseudo = last.file.startswith("<")
             location = (final.frames.in_app_above_last or last) if pseudo else last
+    key_text = None
     if len(tops) > 1:
+        key_text = _with_root(message, final, units, tops[0], clip=False)
         message = _with_root(message, final, units, tops[0])
     if location is None:
         location = final.frames.in_app
@@ -288,6 +290,7 @@ def _digest(units: list[_Unit]) -> Parsed:
         format="python",
         frames=final.frames.frames(),
         location=location,
+        key_text=key_text if key_text != message else None,
     )
 
 
@@ -332,8 +335,12 @@ def _group_location(units: list[_Unit], at: int, leaves: list[_Unit]) -> Frame |
     return None
 
 
-def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int) -> str:
-    """Append the chain's root cause unless the final message already says it."""
+def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int, *, clip: bool = True) -> str:
+    """Append the chain's root cause unless the final message already says it.
+
+    With ``clip=False`` nothing is shortened: that is the text the dedup key is built from, since the
+    display cut moves when a variable part (a port, an id) early in the message changes length.
+    """
     root = units[root_at]
     if root.group:
         leaves = _leaves(units, root_at)
@@ -342,12 +349,12 @@ def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int) -> 
     root_message = _message(root)
     if root.type == final.type and root_message == _message(final):
         return message
-    shown = _clip(message, _MAX_PART)
+    shown = _clip(message, _MAX_PART) if clip else message
     if root_message and root_message in shown:
         # Only when the quoted root survives the cut: a long wrapper message (requests' "Max retries
         # exceeded … Caused by …") quotes the root at its very end.
         return message
-    described = _clip(_describe(root), _MAX_PART)
+    described = _clip(_describe(root), _MAX_PART) if clip else _describe(root)
     return f"{shown or '(no message)'} ← {described}"
 
 
