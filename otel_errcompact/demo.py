@@ -247,13 +247,18 @@ def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines:
     say("─" * width)
     say(f"{len(raw_errors)} failures: {raw_tokens} tokens of raw error text → {block_tokens} tokens "
         f"({saved:.1f}% fewer; o200k_base BPE).")
+    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     escalation = ec.history.escalation(conversation_id)
     if escalation is not None:
         say(f"Escalation: {escalation.reason} — {escalation.count} (threshold {escalation.threshold}), "
             f"action {escalation.action}: {escalation.digest}")
-        say("  recorded as span event + log event `errcompact.escalation` and counter `errcompact.escalations`.")
+        if endpoint:
+            say("  recorded as span event and log event `errcompact.escalation`, and counted in "
+                "`errcompact.escalations`.")
+        else:
+            say("  recorded as span event `errcompact.escalation` on the agent span; set "
+                "OTEL_EXPORTER_OTLP_ENDPOINT to export it with the log event and metrics.")
     where = ec.sqlite_path
-    endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT") or os.environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
     if where is not None:
         say(f"Trajectories (full raw errors): {where}")
         say(f"  see them: otel-errcompact trajectories list --db {where} --conversation {conversation_id}")

@@ -1,0 +1,31 @@
+"""Integration tests: real agent frameworks, run offline with scripted models, traced by their real
+OpenTelemetry instrumentations into the ``make_otel`` pipeline.
+
+The framework packages are optional (``bash .ci/integrations-install.sh`` installs the pinned set).
+A module whose packages are missing is skipped, except on CI (``CI=true``) where that is a failure.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+
+def require(*modules: str) -> None:
+    """Skip the calling test module when a module is not importable; fail instead when ``CI=true``."""
+    missing = []
+    for name in modules:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            missing.append(name)
+    if not missing:
+        return
+    reason = f"not installed: {', '.join(missing)} (run: bash .ci/integrations-install.sh)"
+    if os.environ.get("CI", "").strip().lower() == "true":
+        pytest.fail(f"integration packages missing on CI: {reason}", pytrace=False)
+    pytest.skip(reason, allow_module_level=True)
