@@ -279,7 +279,10 @@ class ToolBoundary:
                     exception_type=exc_type,
                 )
             )
-        return ToolErrorText(_agent_text(outcome), outcome)
+        text = ToolErrorText(_agent_text(outcome), outcome)
+        if self._processor is not None:
+            self._processor.note_returned_error(text)
+        return text
 
 
 def _agent_text(outcome: Outcome) -> str:

@@ -18,8 +18,9 @@ tool spans cost a few attribute look-ups.
 from __future__ import annotations
 
 import logging
+import re
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from typing import Any
@@ -41,6 +42,11 @@ SpanPredicate = Callable[[ReadableSpan], bool]
 """A user rule for spans the conventions do not mark as tool spans: True means "treat as a tool call"."""
 
 _MAX_PENDING_EXCEPTIONS = 4096
+_MAX_FAILED_PARENTS = 4096
+_MAX_RETURNED_ERRORS = 256
+_OUTPUT_ATTRIBUTES = ("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
+# The part of a returned error text that survives JSON escaping unchanged, for matching it in outputs.
+_SAFE_PREFIX = re.compile(r"[A-Za-z0-9 _.,:\[\]()<>/-]+")
 _MAX_ATTRIBUTE_CHARS = 65_536
 
 
@@ -124,6 +130,12 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._anchors: dict[int, list[Span]] = {}
         self._anchor_ids: set[int] = set()  # span ids in _anchors: lets on_end skip the lock
         self._pending: OrderedDict[int, tuple[str | None, str | None, str | None]] = OrderedDict()
+        # A framework's tool span that wraps a failed call can still end OK (the tool boundary returned
+        # the digest as the tool's result): such a span is not a success and must not reset the
+        # consecutive counter. Known two ways: a failure was handled inside it (its span id is here), or
+        # its recorded output carries an error text the boundary returned (a prefix of it is here).
+        self._failed_parents: OrderedDict[int, None] = OrderedDict()
+        self._returned_errors: deque[str] = deque(maxlen=_MAX_RETURNED_ERRORS)
         self._saw_on_ending = False
         self._closed = False
         pipeline.add_escalation_listener(self._add_escalation_event)
@@ -175,6 +187,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             self._anchors.clear()
             self._anchor_ids.clear()
             self._pending.clear()
+            self._failed_parents.clear()
+            self._returned_errors.clear()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         writer = self.pipeline.writer
@@ -198,6 +212,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         if failure is None:
             return
         outcome = self.pipeline.handle(failure)
+        self._note_failed_parent(span)
         if writable is not None:
             _annotate(writable, _annotations(outcome))
 
@@ -208,8 +223,17 @@ class ErrorCompactionProcessor(SpanProcessor):
         if failure is None:
             return None
         outcome = self.pipeline.handle(failure)
+        self._note_failed_parent(span)
         span.set_attributes(_annotations(outcome))
         return outcome
+
+    def note_returned_error(self, text: str) -> None:
+        """Remember an error text the tool boundary handed to the agent as a tool's result, so a
+        framework span whose output carries it is not taken for a success."""
+        match = _SAFE_PREFIX.match(text)
+        if match is not None and len(match.group(0)) >= 24:
+            with self._lock:
+                self._returned_errors.append(match.group(0))
 
     def failure_of(self, span: ReadableSpan) -> Failure | None:
         """The :class:`Failure` a failed tool span describes; ``None`` for other spans (a successful tool
@@ -231,7 +255,8 @@ class ErrorCompactionProcessor(SpanProcessor):
         with self._lock:
             held = self._pending.pop(context.span_id, None)
         if not failed:
-            self.pipeline.history.observe_success(scope)
+            if not self._wraps_a_failure(context.span_id, attrs):
+                self.pipeline.history.observe_success(scope)
             return None
         exception = semconv.exception_from_events(span.events) or held
         description = span.status.description
@@ -258,6 +283,30 @@ class ErrorCompactionProcessor(SpanProcessor):
             attributes=_jsonable(attrs) if self._capture_arguments else _without_arguments(attrs),
             resource=_jsonable(span.resource.attributes) if span.resource is not None else {},
         )
+
+    def _note_failed_parent(self, span: ReadableSpan) -> None:
+        parent = span.parent
+        if parent is None:
+            return
+        with self._lock:
+            self._failed_parents[parent.span_id] = None
+            while len(self._failed_parents) > _MAX_FAILED_PARENTS:
+                self._failed_parents.popitem(last=False)
+
+    def _wraps_a_failure(self, span_id: int, attrs: Mapping[str, Any]) -> bool:
+        with self._lock:
+            if self._failed_parents.pop(span_id, 0) is None:
+                return True
+            returned = list(self._returned_errors)
+        if not returned:
+            return False
+        for name in _OUTPUT_ATTRIBUTES:
+            output = attrs.get(name)
+            if output is not None:
+                text = str(output)
+                if any(prefix in text for prefix in returned):
+                    return True
+        return False
 
     def anchor_conversation(self, trace_id: int) -> str | None:
         """The conversation id recorded on the trace's live agent or root span, if any."""

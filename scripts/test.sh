@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh machine (Python 3.11, pip, git and apt), then run it.
 # The real-error tests run real toolchains: gcc/g++, javac/java, node, go, rustc, bash, curl.
-# The end-to-end tests start a real OTLP receiver (Arize Phoenix) on 127.0.0.1.
+# The end-to-end tests start a real OTLP receiver (Arize Phoenix) on 127.0.0.1; the integration tests run
+# LangGraph and the OpenAI Agents SDK offline with scripted models and OpenInference instrumentation.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -25,6 +26,7 @@ fi
 
 python3 -m pip install -q --disable-pip-version-check -e ".[test]"
 PYTHON=python3 bash .ci/phoenix-install.sh
+PYTHON=python3 bash .ci/integrations-install.sh
 
 set +e
 python3 -m pytest -q -p no:cacheprovider "$@"

@@ -305,3 +305,42 @@ def test_arguments_are_not_captured_when_turned_off(make_otel: Callable[..., OTe
     record = otel.records()[0]
     assert record.tool_arguments is None
     assert "hunter2-secret" not in record.to_json()
+
+
+def _load_settings(path: str) -> dict[str, Any]:
+    with open(path, encoding="utf-8") as fh:
+        return dict(json.load(fh))
+
+
+def test_framework_span_around_a_wrapped_failure_is_not_a_success(otel: OTel, tmp_path: Path) -> None:
+    """A framework's own tool span (OpenInference kind TOOL) that wraps ``@ec.tool`` ends OK because the
+    tool returned the digest; it must not reset the consecutive counter, whether the boundary's span is
+    nested inside it or (as with tracers that do not attach their spans to the context) not."""
+    missing = str(tmp_path / "settings.json")
+    wrapped = otel.ec.tool(_load_settings)
+    tracer = otel.tracer
+    with otel.ec.conversation("conv-nested"):
+        for _ in range(3):  # nested: the boundary's span is a child of the framework's span
+            with tracer.start_as_current_span("load", attributes={"openinference.span.kind": "TOOL"}):
+                result = wrapped(missing)
+    assert isinstance(result, ToolErrorText) and result.escalated
+    assert otel.ec.history.escalation("conv-nested") is not None
+
+    for _ in range(3):  # detached: the framework span starts no context and records the output it got
+        text = wrapped(missing)
+        framework = tracer.start_span(
+            "load", attributes={"openinference.span.kind": "TOOL", "session.id": "default"}
+        )
+        framework.set_attribute("output.value", json.dumps({"content": str(text)}))
+        framework.end()
+    escalation = otel.ec.history.escalation("default")
+    assert escalation is not None and escalation.reason == "consecutive"
+
+    # A genuine success still resets the counter.
+    otel.ec.acknowledge("default")
+    wrapped(missing)
+    ok = tracer.start_span("load", attributes={"openinference.span.kind": "TOOL", "session.id": "default"})
+    ok.set_attribute("output.value", '{"db": "shop.db"}')
+    ok.end()
+    wrapped(missing)
+    assert otel.ec.history.escalation("default") is None
