@@ -54,9 +54,12 @@ def _real_exception(i: int) -> BaseException:
 
 
 def _plain(tracer: Tracer, n: int) -> None:
-    for _ in range(n):
-        with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}):
-            pass
+    # As in an agent's trace: one root span per ten, the rest its children (n spans in all).
+    for _ in range(max(1, n // 10)):
+        with tracer.start_as_current_span("invoke_agent", attributes={"gen_ai.operation.name": "invoke_agent"}):
+            for _ in range(9):
+                with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}):
+                    pass
 
 
 def _tool_ok(tracer: Tracer, n: int) -> None:

@@ -167,7 +167,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             return
         self._saw_on_ending = True
         try:
-            self._process(span, writable=span)
+            if self._is_candidate(span):
+                self._process(span, writable=span)
         except Exception:
             _log.exception("otel-errcompact: processing an ending span failed")
 
@@ -175,7 +176,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         if self._closed:
             return
         try:
-            if not self._saw_on_ending:
+            if not self._saw_on_ending and self._is_candidate(span):
                 self._process(span, writable=None)
             self._forget_anchor(span)
         except Exception:
@@ -204,6 +205,13 @@ class ErrorCompactionProcessor(SpanProcessor):
                 self._pending.popitem(last=False)
 
     # -- internals ----------------------------------------------------------------------------------
+
+    def _is_candidate(self, span: ReadableSpan) -> bool:
+        """The fast path every span takes: only tool spans (and spans the user's predicate may claim, or
+        that hold a logged exception) go further."""
+        if self._predicate is not None or self._pending:
+            return True
+        return semconv.is_tool_span(_attributes_of(span))
 
     def _process(self, span: ReadableSpan, writable: Span | None) -> None:
         if "errcompact.key" in (_attributes_of(span)):
