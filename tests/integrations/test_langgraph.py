@@ -9,11 +9,9 @@ and ``session.id`` taken from the graph's ``thread_id``; the tests check what ``
 
 from __future__ import annotations
 
-import inspect
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,27 +31,10 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 
 from otel_errcompact import ErrCompact  # noqa: E402
 from tests.conftest import OTel  # noqa: E402
+from tests.integrations.orders import TOOL_FILE, failing_line, make_count_orders  # noqa: E402
 
 THREAD = "thread-orders-1"
 ToolHandler = bool | Callable[[Exception], str]
-
-
-def make_count_orders(db: Path) -> Callable[[str], int]:
-    """The user's tool: counts orders in a database that has no ``orders`` table (a real failure)."""
-
-    def count_orders(customer: str) -> int:
-        """Count the orders a customer has placed."""
-        with sqlite3.connect(db) as con:
-            row = con.execute("SELECT COUNT(*) FROM orders WHERE customer = ?", (customer,)).fetchone()
-        return int(row[0])
-
-    return count_orders
-
-
-def failing_line(fn: Callable[..., Any]) -> int:
-    """The line of ``fn`` that raises: where the digest must point."""
-    lines, first = inspect.getsourcelines(fn)
-    return first + next(i for i, text in enumerate(lines) if "FROM orders" in text)
 
 
 def scripted_model(tool_calls: int) -> FakeMessagesListChatModel:
@@ -135,12 +116,12 @@ def test_failed_tool_spans_become_digests_records_and_an_escalation(traced: OTel
         # init()'s processor picked the span up and annotated it before export.
         digest = str(attrs["errcompact.digest"])
         assert digest.startswith("[OperationalError] at ")
-        assert digest.endswith(f"{Path(__file__).name}:{line} in count_orders: no such table: orders")
+        assert digest.endswith(f"{TOOL_FILE}:{line} in count_orders: no such table: orders")
     assert [(s.attributes or {})["errcompact.count"] for s in spans] == [1, 2, 3]
 
     # The prompt context for the conversation (the graph's thread): one class, counted three times.
     block = traced.ec.context(THREAD)
-    assert f"{Path(__file__).name}:{line} in count_orders: no such table: orders (×3)" in block
+    assert f"{TOOL_FILE}:{line} in count_orders: no such table: orders (×3)" in block
     assert "1 distinct" in block
 
     # One trajectory record per failure, each with the real stack trace through the user's tool.
@@ -157,7 +138,7 @@ def test_failed_tool_spans_become_digests_records_and_an_escalation(traced: OTel
         assert stack.rstrip().endswith("sqlite3.OperationalError: no such table: orders")
         assert record.digest is not None
         assert (record.digest.func, record.digest.line_no) == ("count_orders", line)
-        assert (record.digest.file or "").endswith(Path(__file__).name)
+        assert (record.digest.file or "").endswith(TOOL_FILE)
     assert [r.count for r in records] == [1, 2, 3]
     assert records[2].escalation is not None and records[2].escalation["reason"] == "consecutive"
 
@@ -223,7 +204,7 @@ def test_ec_tool_puts_the_digest_in_the_tool_message(traced: OTel, db: Path) -> 
 
     fed_back = tool_messages(messages)
     assert len(fed_back) == 3
-    where = f"{Path(__file__).name}:{line} in count_orders: no such table: orders"
+    where = f"{TOOL_FILE}:{line} in count_orders: no such table: orders"
     assert str(fed_back[0].content).startswith("Error: [OperationalError] at ")
     assert str(fed_back[0].content).endswith(where)
     assert str(fed_back[1].content).endswith(f"{where} (×2)")

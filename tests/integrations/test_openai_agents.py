@@ -15,7 +15,6 @@ no ``exception`` event, no stack trace. The stack trace exists only in the SDK's
 
 from __future__ import annotations
 
-import inspect
 import json
 import logging
 import sqlite3
@@ -58,27 +57,10 @@ from opentelemetry.trace import StatusCode  # noqa: E402
 
 from otel_errcompact import ErrCompact  # noqa: E402
 from tests.conftest import OTel  # noqa: E402
+from tests.integrations.orders import TOOL_FILE, failing_line, make_count_orders  # noqa: E402
 
 AGENT_NAME = "orders-agent"
 SDK_DEFAULT_TOOL_ERROR = "An error occurred while running the tool. Please try again."
-
-
-def make_count_orders(db: Path) -> Callable[[str], int]:
-    """The user's tool: counts orders in a database that has no ``orders`` table (a real failure)."""
-
-    def count_orders(customer: str) -> int:
-        """Count the orders a customer has placed."""
-        with sqlite3.connect(db) as con:
-            row = con.execute("SELECT COUNT(*) FROM orders WHERE customer = ?", (customer,)).fetchone()
-        return int(row[0])
-
-    return count_orders
-
-
-def failing_line(fn: Callable[..., Any]) -> int:
-    """The line of ``fn`` that raises: where the digest must point."""
-    lines, first = inspect.getsourcelines(fn)
-    return first + next(i for i, text in enumerate(lines) if "FROM orders" in text)
 
 
 class ScriptedModel(Model):
@@ -222,7 +204,7 @@ def test_the_sdk_error_log_gives_the_span_its_stack_trace(traced: OTel, db: Path
     outputs = run_agent(function_tool(fn), tool_calls=3)
     assert outputs == [SDK_DEFAULT_TOOL_ERROR] * 3
     line = failing_line(fn)
-    where = f"{Path(__file__).name}:{line} in count_orders: no such table: orders"
+    where = f"{TOOL_FILE}:{line} in count_orders: no such table: orders"
 
     spans = tool_spans(traced)
     assert len(spans) == 3
@@ -249,7 +231,7 @@ def test_ec_tool_puts_the_digest_in_the_tool_output(traced: OTel, db: Path) -> N
     ec: ErrCompact = traced.ec
     fn = make_count_orders(db)
     outputs = run_agent(function_tool(ec.tool(fn)), tool_calls=3)
-    where = f"{Path(__file__).name}:{failing_line(fn)} in count_orders: no such table: orders"
+    where = f"{TOOL_FILE}:{failing_line(fn)} in count_orders: no such table: orders"
     assert outputs[0].startswith("Error: [OperationalError] at ") and outputs[0].endswith(where)
     assert outputs[1].endswith(f"{where} (×2)")
     # the third in a row breaches the default threshold, and the agent is told to stop
