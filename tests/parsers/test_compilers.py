@@ -7,7 +7,6 @@ values: the dedup key must not change. A different missing name must give a diff
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -464,14 +463,13 @@ def test_rustc_parser_declines_gcc_and_javac_output(tmp_path: Path) -> None:
 # --- robustness --------------------------------------------------------------------------------------
 
 
+@pytest.mark.timeout(60)  # a hang guard against catastrophic backtracking; speed is measured in benchmarks/
 @needs_gcc
 def test_parsers_stay_fast_on_huge_hostile_lines(tmp_path: Path) -> None:
     raw, _ = _gcc(tmp_path, UNDECLARED_C.format(pad="", name="total_count", value=7))
     # Real output wrapped in long runs of the characters the patterns pivot on.
     hostile = (" " * 60_000 + "^" + ":" * 30_000 + "1:" * 10_000 + "\n" + raw + "[" * 20_000 + "\n")
     for parser in (gcc.parse, javac.parse, mypy.parse, rustc.parse):
-        started = time.perf_counter()
         parser(hostile, Hints())
-        assert time.perf_counter() - started < 1.0, parser.__module__
     d = compact_text(hostile)
     assert "'total_count'" in d.cause
