@@ -23,6 +23,7 @@ from otel_errcompact.digest import DedupKey, Digest, Location, short_file
 from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, innermost_in_app
 from otel_errcompact.parsers import fallback as _fallback
+from otel_errcompact.parsers._base import clip
 from otel_errcompact.redact import neutralize_delimiters, redact
 
 __all__ = ["MAX_CAUSE_CHARS", "Compactor", "Summarizer", "compact_text"]
@@ -50,11 +51,6 @@ class Summarizer(Protocol):
     def __call__(self, text: str) -> Parsed | str | None: ...
 
 
-def _clip(text: str, limit: int) -> str:
-    text = _WS.sub(" ", text).strip()
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
-
-
 def _safe(text: str, limit: int) -> str:
     """Redacted, delimiter-safe, whitespace-folded text, cut generously (bounded cost) but not clipped."""
     return _WS.sub(" ", neutralize_delimiters(redact(text[: limit * 4]))).strip()
@@ -62,7 +58,7 @@ def _safe(text: str, limit: int) -> str:
 
 def _clean(text: str, limit: int) -> str:
     # Redact before the final cut, so a secret that straddles the cut is already masked.
-    return _clip(_safe(text, limit), limit)
+    return clip(_safe(text, limit), limit)
 
 
 class Compactor:
@@ -189,7 +185,7 @@ class Compactor:
         # The key is built from the whole (redacted) cause, not the displayed cut: a shorter variable part
         # early in a long message would otherwise move the cut and split one failure into two classes.
         full_cause = _safe(parsed.cause, MAX_CAUSE_CHARS)
-        cause = _clip(full_cause, MAX_CAUSE_CHARS) or "(no message)"
+        cause = clip(full_cause, MAX_CAUSE_CHARS) or "(no message)"
         frame: Frame | None = parsed.location or innermost_in_app(parsed.frames)
         location = (
             Location(

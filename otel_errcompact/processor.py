@@ -33,6 +33,7 @@ from opentelemetry.trace import StatusCode
 from otel_errcompact import semconv
 from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
+from otel_errcompact.trajectory import span_id_hex, trace_id_hex, utc_from_ns
 
 __all__ = ["ErrorCompactionProcessor", "ExceptionLogProcessor", "SpanPredicate"]
 
@@ -64,18 +65,6 @@ def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
             return {}
     plain = getattr(attributes, "_dict", None)
     return plain if isinstance(plain, dict) else attributes
-
-
-def _hex_trace(trace_id: int) -> str:
-    return f"{trace_id:032x}"
-
-
-def _hex_span(span_id: int) -> str:
-    return f"{span_id:016x}"
-
-
-def _utc(ns: int | None) -> datetime | None:
-    return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc) if ns else None
 
 
 def _jsonable(attrs: Mapping[str, Any]) -> dict[str, Any]:
@@ -277,17 +266,17 @@ class ErrorCompactionProcessor(SpanProcessor):
             tool_arguments=semconv.tool_arguments(attrs) if self._capture_arguments else None,
             conversation_id=conversation,
             agent_name=semconv.agent_name(attrs) or self._anchor_agent_name(trace_id),
-            trace_id=_hex_trace(trace_id),
-            span_id=_hex_span(context.span_id),
-            parent_span_id=_hex_span(parent.span_id) if parent is not None else None,
+            trace_id=trace_id_hex(trace_id),
+            span_id=span_id_hex(context.span_id),
+            parent_span_id=span_id_hex(parent.span_id) if parent is not None else None,
             span_name=span.name,
             status_description=description,
             error_type=str(attrs[semconv.ERROR_TYPE]) if semconv.ERROR_TYPE in attrs else None,
             exception_type=exception[0] if exception else None,
             exception_message=exception[1] if exception else None,
             exception_stacktrace=exception[2] if exception else None,
-            started_at=_utc(span.start_time),
-            ended_at=_utc(span.end_time) or datetime.now(timezone.utc),
+            started_at=utc_from_ns(span.start_time),
+            ended_at=utc_from_ns(span.end_time) or datetime.now(timezone.utc),
             attributes=_jsonable(attrs) if self._capture_arguments else _without_arguments(attrs),
             resource=_jsonable(span.resource.attributes) if span.resource is not None else {},
         )

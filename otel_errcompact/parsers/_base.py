@@ -22,6 +22,7 @@ __all__ = [
     "Hints",
     "Parsed",
     "Parser",
+    "clip",
     "innermost_in_app",
     "is_library_path",
 ]
@@ -131,3 +132,16 @@ def innermost_in_app(frames: Sequence[Frame]) -> Frame | None:
         if frame.in_app:
             return frame
     return frames[-1] if frames else None
+
+
+_WS = re.compile(r"\s+")
+
+
+def clip(text: str, limit: int) -> str:
+    """``text`` with runs of white space folded, cut to ``limit`` characters with an ellipsis.
+
+    >>> clip("no such   table:  orders", 12)
+    'no such tab…'
+    """
+    text = _WS.sub(" ", text).strip()
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

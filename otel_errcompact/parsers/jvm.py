@@ -35,7 +35,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from otel_errcompact.parsers._base import Frame, Hints, Parsed
+from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip
 
 __all__ = ["parse"]
 
@@ -81,7 +81,7 @@ def parse(text: str, hints: Hints) -> Parsed | None:
         if not outer.message or (root.message and root.message in outer.message):
             cause = root_text
         else:
-            cause = f"{_clip(outer.message, _MAX_OUTER_CHARS)} ← {root_text}"
+            cause = f"{clip(outer.message, _MAX_OUTER_CHARS)} ← {root_text}"
     frames = _full_frames(trace)
     if not any(f.in_app for f in frames):
         frames = outer.frames
@@ -186,7 +186,3 @@ def _full_frames(trace: list[_Block]) -> list[Frame]:
 
 def _short(cls: str) -> str:
     return cls.rpartition(".")[2] or cls
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 
-from otel_errcompact.parsers._base import Frame, Hints, Parsed, is_library_path
+from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
 
 __all__ = ["parse"]
 
@@ -83,7 +83,7 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     if root is not None:
         root_type, root_message, root_frames = root
         if not (root_message and root_message in message):
-            cause = f"{_clip(message, _MAX_OUTER_CHARS)} ← {root_type}: {root_message}".strip()
+            cause = f"{clip(message, _MAX_OUTER_CHARS)} ← {root_type}: {root_message}".strip()
         if any(f.in_app for f in root_frames):
             frames = root_frames
     location = None
@@ -238,7 +238,3 @@ def _parse_stackless(lines: list[str]) -> Parsed | None:
                 return None
             return Parsed("Uncaught", value, "node", location=_throw_site(lines, index))
     return None
-
-
-def _clip(text: str, limit: int) -> str:
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"

@@ -47,7 +47,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
-from otel_errcompact.parsers._base import Frame, Hints, Parsed, is_library_path
+from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
 
 __all__ = ["parse"]
 
@@ -265,7 +265,7 @@ def _digest(units: list[_Unit]) -> Parsed:
         location = _group_location(units, final_at, leaves)
     elif final.type in _SYNTAX_TYPES:
         if final.source:
-            message = f"{message} — {_clip(final.source, _MAX_SOURCE)}" if message else final.source
+            message = f"{message} — {clip(final.source, _MAX_SOURCE)}" if message else final.source
         last = final.frames.last
         if last is not None and last.func is None:
             # The position CPython reports; for source compiled from a string (``<string>``) the line
@@ -274,7 +274,7 @@ def _digest(units: list[_Unit]) -> Parsed:
             location = (final.frames.in_app_above_last or last) if pseudo else last
     key_text = None
     if len(tops) > 1:
-        key_text = _with_root(message, final, units, tops[0], clip=False)
+        key_text = _with_root(message, final, units, tops[0], shorten=False)
         message = _with_root(message, final, units, tops[0])
     if location is None:
         location = final.frames.in_app
@@ -311,14 +311,14 @@ def _leaves(units: list[_Unit], at: int) -> list[_Unit]:
 def _group_cause(message: str, units: list[_Unit], at: int, leaves: list[_Unit]) -> str:
     counts: dict[str, int] = {}
     for leaf in leaves:
-        described = _clip(_describe(leaf), _MAX_PART)
+        described = clip(_describe(leaf), _MAX_PART)
         counts[described] = counts.get(described, 0) + 1
     hidden = sum(u.hidden for u in units[at : _subtree_end(units, at)])
     shown = [f"{text} (×{n})" if n > 1 else text for text, n in list(counts.items())[:_MAX_LEAVES]]
     rest = sum(list(counts.values())[_MAX_LEAVES:]) + hidden
     if rest:
         shown.append(f"+{rest} more")
-    head = _clip(message, _MAX_PART)
+    head = clip(message, _MAX_PART)
     if not shown:
         return head
     return f"{head}: {'; '.join(shown)}" if head else "; ".join(shown)
@@ -335,10 +335,10 @@ def _group_location(units: list[_Unit], at: int, leaves: list[_Unit]) -> Frame |
     return None
 
 
-def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int, *, clip: bool = True) -> str:
+def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int, *, shorten: bool = True) -> str:
     """Append the chain's root cause unless the final message already says it.
 
-    With ``clip=False`` nothing is shortened: that is the text the dedup key is built from, since the
+    With ``shorten=False`` nothing is shortened: that is the text the dedup key is built from, since the
     display cut moves when a variable part (a port, an id) early in the message changes length.
     """
     root = units[root_at]
@@ -349,12 +349,12 @@ def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int, *, 
     root_message = _message(root)
     if root.type == final.type and root_message == _message(final):
         return message
-    shown = _clip(message, _MAX_PART) if clip else message
+    shown = clip(message, _MAX_PART) if shorten else message
     if root_message and root_message in shown:
         # Only when the quoted root survives the cut: a long wrapper message (requests' "Max retries
         # exceeded … Caused by …") quotes the root at its very end.
         return message
-    described = _clip(_describe(root), _MAX_PART) if clip else _describe(root)
+    described = clip(_describe(root), _MAX_PART) if shorten else _describe(root)
     return f"{shown or '(no message)'} ← {described}"
 
 
@@ -413,8 +413,3 @@ def _bare_exception(text: str) -> Parsed | None:
         if _ERRORISH.search(short):
             return Parsed(type=short, cause=(exc.group("msg") or "").strip(), format="python")
     return None
-
-
-def _clip(text: str, limit: int) -> str:
-    text = _WS.sub(" ", text).strip()
-    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
