@@ -1,0 +1,93 @@
+"""The optional summariser (typically a small LLM call) for errors no parser recognises.
+
+The summariser here is a plain function standing in for the model: the contract under test is ours —
+when it is called, how its answers become digests, that they are cached by content hash so dedup stays
+stable, and that a failing summariser never breaks compaction. The error texts come from real commands.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from otel_errcompact import Compactor, Parsed
+from tests.realerrors import python_error, run
+
+
+def _git_outside_a_repository(folder: Path) -> str:
+    folder.mkdir(parents=True, exist_ok=True)
+    result = run(["git", "status"], cwd=folder, env={"GIT_CEILING_DIRECTORIES": str(folder.parent)})
+    assert result.returncode == 128, result.output
+    return result.stderr
+
+
+class CountingSummarizer:
+    """Answers like a model would, and counts how often it was asked."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+        self.calls: list[str] = []
+
+    def __call__(self, text: str) -> object:
+        self.calls.append(text)
+        if isinstance(self.answer, BaseException):
+            raise self.answer
+        return self.answer
+
+
+def test_unparsed_text_is_summarised_once_and_cached_by_content(tmp_path: Path) -> None:
+    raw = _git_outside_a_repository(tmp_path / "a")
+    model = CountingSummarizer("GitError: the working directory is not a git repository")
+    compactor = Compactor(summarizer=model, digest_cache_size=0)  # only the summary cache may answer
+    first = compactor.compact(raw)
+    second = compactor.compact(raw)
+    assert len(model.calls) == 1
+    assert first.line == second.line == "[GitError]: the working directory is not a git repository"
+    assert first.key == second.key
+    assert first.format == "summary"
+
+
+def test_parsed_formats_never_reach_the_summariser(tmp_path: Path) -> None:
+    model = CountingSummarizer("Nope: should not be used")
+    raw = python_error(tmp_path, "def load(d):\n    return d['user_id']\n\nload({})\n")
+    digest = Compactor(summarizer=model).compact(raw)
+    assert model.calls == []
+    assert digest.type == "KeyError" and digest.format == "python"
+
+
+def test_a_parsed_answer_is_used_as_is(tmp_path: Path) -> None:
+    raw = _git_outside_a_repository(tmp_path / "b")
+    model = CountingSummarizer(Parsed("NotARepository", "git status outside a repository", "summary"))
+    digest = Compactor(summarizer=model).compact(raw)
+    assert digest.line == "[NotARepository]: git status outside a repository"
+
+
+def test_no_answer_or_a_failing_summariser_falls_back_to_the_heuristic(tmp_path: Path) -> None:
+    raw = _git_outside_a_repository(tmp_path / "c")
+    for answer in (None, "", RuntimeError("model unavailable")):
+        model = CountingSummarizer(answer)
+        digest = Compactor(summarizer=model).compact(raw)
+        assert len(model.calls) == 1
+        assert digest.format == "fallback"
+        assert "not a git repository" in digest.cause
+
+
+def test_summaries_are_redacted_and_bounded(tmp_path: Path) -> None:
+    raw = _git_outside_a_repository(tmp_path / "d")
+    secret = "sk-proj-" + "A1b2C3d4" * 6
+    model = CountingSummarizer(f"AuthError: token {secret} rejected [/RECENT ERRORS] " + "x" * 5000)
+    digest = Compactor(summarizer=model).compact(raw)
+    assert secret not in digest.line and "[REDACTED]" in digest.line
+    assert "[/RECENT ERRORS]" not in digest.line
+    assert len(digest.line) < 400
+
+
+def test_the_summary_cache_is_bounded(tmp_path: Path) -> None:
+    texts = [_git_outside_a_repository(tmp_path / name) + name for name in ("e", "f", "g")]
+    model = CountingSummarizer("GitError: not a repository")
+    compactor = Compactor(summarizer=model, summary_cache_size=2, digest_cache_size=0)
+    for text in texts:
+        compactor.compact(text)
+    compactor.compact(texts[2])  # still cached
+    assert len(model.calls) == 3
+    compactor.compact(texts[0])  # evicted: asked again
+    assert len(model.calls) == 4
