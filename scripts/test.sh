@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh machine (Python 3.11, pip, git and apt), then run it.
-# The real-error tests run real toolchains: gcc/g++, javac/java, node, go, rustc, bash, curl.
+# The real-error tests run real toolchains: gcc/g++, javac/java, node, go, rustc, tsc (npm), bash, curl.
 # The end-to-end tests start a real OTLP receiver (Arize Phoenix) on 127.0.0.1; the integration tests run
 # LangGraph and the OpenAI Agents SDK offline with scripted models and OpenInference instrumentation.
 set -euo pipefail
@@ -14,6 +14,7 @@ command -v gcc >/dev/null 2>&1 || need+=(gcc)
 command -v g++ >/dev/null 2>&1 || need+=(g++)
 command -v javac >/dev/null 2>&1 || need+=(default-jdk-headless)
 command -v node >/dev/null 2>&1 || need+=(nodejs)
+command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v rustc >/dev/null 2>&1 || need+=(rustc)
 command -v curl >/dev/null 2>&1 || need+=(curl)
@@ -27,6 +28,7 @@ fi
 python3 -m pip install -q --disable-pip-version-check -e ".[test]"
 PYTHON=python3 bash .ci/phoenix-install.sh
 PYTHON=python3 bash .ci/integrations-install.sh
+bash .ci/tsc-install.sh
 
 set +e
 python3 -m pytest -q -p no:cacheprovider "$@"

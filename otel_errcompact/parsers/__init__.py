@@ -22,6 +22,7 @@ from otel_errcompact.parsers import (
     python,
     rustc,
     shell,
+    tsc,
 )
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, Parser, innermost_in_app, is_library_path
 
@@ -35,6 +36,7 @@ PARSERS: tuple[tuple[str, Parser], ...] = (
     ("gcc", gcc.parse),
     ("javac", javac.parse),
     ("rustc", rustc.parse),
+    ("tsc", tsc.parse),
     ("http", http.parse),
     ("shell", shell.parse),
 )
