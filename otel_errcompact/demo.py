@@ -145,7 +145,8 @@ def _tools(ec: ErrCompact, workdir: Path, api: str, raw_errors: list[str]) -> di
     def run_command(command: str) -> str:
         proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
         if proc.returncode != 0:
-            raise RuntimeError(f"command exited with status {proc.returncode}: {command}\n{proc.stderr}")
+            telling = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
+            raise RuntimeError(f"exit status {proc.returncode}: {telling}\ncommand: {command}\n{proc.stderr}")
         return proc.stdout
 
     return {
