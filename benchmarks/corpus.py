@@ -14,16 +14,13 @@ symbol, file name or status code that names the cause).
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import sys
-import threading
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from dataclasses import dataclass
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +28,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from tests.realerrors import have, python_error, run, write  # noqa: E402
+from tests.realerrors import have, loopback_server, python_error, run, write  # noqa: E402
 
 __all__ = ["Sample", "build_corpus"]
 
@@ -127,18 +124,6 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, format: str, *args: Any) -> None:
         """Keep the benchmark's output clean."""
-
-
-@contextlib.contextmanager
-def _server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
 
 
 def _http_failure(url: str, *, with_headers: bool) -> str:
@@ -625,7 +610,7 @@ def build_corpus(workdir: Path) -> list[Sample]:
     workdir.mkdir(parents=True, exist_ok=True)
     samples = _python_samples(workdir / "python")
     samples += _toolchain_samples(workdir / "tools")
-    with _server() as base:
+    with loopback_server(_Handler) as base:
         http: list[tuple[str, str, str, bool]] = [
             ("http_openai_429", "/v1/chat/completions/429", "429", False),
             ("http_anthropic_500", "/v1/messages/500", "500", False),

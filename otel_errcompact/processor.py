@@ -245,7 +245,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                     self._pending.pop(context.span_id, None)
             return None
         trace_id = context.trace_id
-        conversation = semconv.conversation_id(attrs) or self._anchor_conversation(trace_id)
+        conversation = semconv.conversation_id(attrs) or self.anchor_conversation(trace_id)
         parent = span.parent
         scope = semconv.scope_for(conversation, trace_id, in_trace=parent is not None)
         failed = span.status.status_code is StatusCode.ERROR or semconv.ERROR_TYPE in attrs
@@ -305,31 +305,27 @@ class ErrorCompactionProcessor(SpanProcessor):
                     return True
         return False
 
-    def anchor_conversation(self, trace_id: int) -> str | None:
-        """The conversation id recorded on the trace's live agent or root span, if any."""
-        return self._anchor_conversation(trace_id)
-
     def _live_anchor(self, trace_id: int) -> Span | None:
-        with self._lock:
-            anchors = self._anchors.get(trace_id)
-            if not anchors:
-                return None
-            agents = [s for s in anchors if semconv.is_agent_span(_attributes_of(s))]
-            return (agents or anchors)[-1]
+        """The innermost live agent span of the trace, else its newest live root span."""
+        anchors = self._anchors_of(trace_id)
+        agents = (s for s in anchors if semconv.is_agent_span(_attributes_of(s)))
+        return next(agents, anchors[0] if anchors else None)
 
-    def _anchor_conversation(self, trace_id: int) -> str | None:
+    def _anchors_of(self, trace_id: int) -> list[Span]:
+        """The trace's live agent and root spans, newest first (a copy, read without the lock)."""
         with self._lock:
-            anchors = list(self._anchors.get(trace_id, ()))
-        for span in reversed(anchors):
+            return list(reversed(self._anchors.get(trace_id, ())))
+
+    def anchor_conversation(self, trace_id: int) -> str | None:
+        """The conversation id recorded on the trace's live agent or root spans, if any."""
+        for span in self._anchors_of(trace_id):
             found = semconv.conversation_id(_attributes_of(span))
             if found:
                 return found
         return None
 
     def _anchor_agent_name(self, trace_id: int) -> str | None:
-        with self._lock:
-            anchors = list(self._anchors.get(trace_id, ()))
-        for span in reversed(anchors):
+        for span in self._anchors_of(trace_id):
             attrs = _attributes_of(span)
             if semconv.is_agent_span(attrs):
                 return semconv.agent_name(attrs)

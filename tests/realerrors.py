@@ -11,10 +11,14 @@ import shutil
 import subprocess
 import sys
 import textwrap
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-__all__ = ["Run", "have", "python_error", "run", "write"]
+__all__ = ["Run", "have", "loopback_server", "python_error", "run", "write"]
 
 
 @dataclass(frozen=True)
@@ -72,3 +76,16 @@ def python_error(folder: Path, source: str, *, name: str = "app.py", args: list[
     result = run([sys.executable, str(script), *(args or [])], cwd=folder)
     assert result.returncode != 0, f"script was expected to fail:\n{result.output}"
     return result.stderr
+
+
+@contextmanager
+def loopback_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
+    """Serve ``handler`` on 127.0.0.1 (a free port) in a daemon thread; yields the base URL."""
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

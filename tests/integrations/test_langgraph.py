@@ -75,13 +75,6 @@ def tool_messages(messages: list[BaseMessage]) -> list[ToolMessage]:
 
 
 @pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "shop.sqlite3"
-    sqlite3.connect(path).close()  # a real, empty database: no orders table
-    return path
-
-
-@pytest.fixture
 def traced(make_otel: Callable[..., OTel]) -> Iterator[OTel]:
     """``init()`` on fresh SDK providers, and the LangChain instrumentation exporting into them."""
     otel = make_otel(consecutive=3)

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import logging
-import sqlite3
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -116,13 +115,6 @@ def run_agent(tool: Any, tool_calls: int) -> list[str]:
     result = Runner.run_sync(agent, "How many orders does acme have?")
     assert result.final_output == "I could not count the orders."
     return [str(item.output) for item in result.new_items if isinstance(item, ToolCallOutputItem)]
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Path:
-    path = tmp_path / "shop.sqlite3"
-    sqlite3.connect(path).close()  # a real, empty database: no orders table
-    return path
 
 
 @pytest.fixture

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +21,7 @@ import pytest
 from otel_errcompact import compactor
 from otel_errcompact.parsers import http
 from otel_errcompact.parsers._base import Hints
-from tests.realerrors import have, python_error, run, write
+from tests.realerrors import have, loopback_server, python_error, run, write
 
 
 def _fastapi_422_body() -> dict[str, Any]:
@@ -249,14 +248,8 @@ class _Handler(BaseHTTPRequestHandler):
 
 @pytest.fixture(scope="module")
 def server() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with loopback_server(_Handler) as base:
+        yield base
 
 
 def _urllib(url: str) -> tuple[str, str]:
