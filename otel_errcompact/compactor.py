@@ -25,6 +25,7 @@ from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, inner
 from otel_errcompact.parsers import fallback as _fallback
 from otel_errcompact.parsers._base import clip
 from otel_errcompact.redact import neutralize_delimiters, redact
+from otel_errcompact.unwrap import unwrap
 
 __all__ = ["MAX_CAUSE_CHARS", "Compactor", "Summarizer", "compact_text"]
 
@@ -114,6 +115,7 @@ class Compactor:
                         return cached
             text, raw_chars = sanitize(raw)
             hints = Hints(exit_code=exit_code, command=command, kind=kind)
+            text, hints = unwrap(text, hints)
             digest = self.from_parsed(self._parse(text, hints), hints, raw_chars)
             if cache_key is not None:
                 with self._cache_lock:

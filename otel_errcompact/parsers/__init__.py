@@ -6,6 +6,11 @@ Python tracebacks, so it is tried first; the JVM, node and Go parsers come befor
 their stack traces can quote a status code; compiler parsers come before the shell parser because a
 failing compiler also exits non-zero. ``fallback`` is not in the tuple: the compactor uses it (or an LLM
 summariser, when one is configured) only when no parser matched.
+
+A parser module may also define ``MARKERS: tuple[str, ...]``: substrings at least one of which occurs in
+every text the parser can recognise. The compactor may skip a parser none of whose markers occur, so a
+marker list must err on the side of too many. A module without ``MARKERS`` is always tried. Framing put
+around an error by harnesses and loggers is taken off before parsing (``otel_errcompact.unwrap``).
 """
 
 from __future__ import annotations
