@@ -1,9 +1,10 @@
 """A bounded queue drained by one daemon thread: for work that must not run on the agent's thread.
 
 Used for token counting (a BPE pass over a large raw error costs milliseconds) and for calling the
-user's human-review hook (which may block for as long as a human takes). Items beyond ``max_size`` are
-dropped and counted: these are side effects, never audit records (those go through the trajectory
-writer, which has its own guarantees).
+user's human-review hook (which may block for as long as a human takes). Items beyond ``max_size`` (or,
+when a ``cost`` function is given, beyond ``max_cost`` in total, e.g. characters of text) are dropped and
+counted: these are side effects, never audit records (those go through the trajectory writer, which has
+its own guarantees).
 """
 
 from __future__ import annotations
@@ -23,10 +24,22 @@ T = TypeVar("T")
 class BackgroundQueue(Generic[T]):
     """Run ``handler(item)`` for each submitted item on a daemon thread, in order."""
 
-    def __init__(self, name: str, handler: Callable[[T], None], *, max_size: int = 10_000) -> None:
+    def __init__(
+        self,
+        name: str,
+        handler: Callable[[T], None],
+        *,
+        max_size: int = 10_000,
+        cost: Callable[[T], int] | None = None,
+        max_cost: int = 0,
+    ) -> None:
         self._handler = handler
         self._items: deque[T] = deque()
         self._max_size = max_size
+        # Bounding by item count alone lets a few huge items hold gigabytes; ``cost`` bounds the total.
+        self._cost = cost
+        self._max_cost = max_cost
+        self._queued_cost = 0
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
@@ -36,11 +49,17 @@ class BackgroundQueue(Generic[T]):
 
     def submit(self, item: T) -> bool:
         """Queue ``item``; False (and counted in ``dropped``) when full or closed. Never blocks."""
+        size = self._cost(item) if self._cost is not None else 0
         with self._cond:
-            if self._closed or len(self._items) >= self._max_size:
+            if (
+                self._closed
+                or len(self._items) >= self._max_size
+                or (size and self._items and self._queued_cost + size > self._max_cost)
+            ):
                 self.dropped += 1
                 return False
             self._items.append(item)
+            self._queued_cost += size
             self._cond.notify()
             return True
 
@@ -63,6 +82,10 @@ class BackgroundQueue(Generic[T]):
                 if not self._items:
                     return
                 item = self._items.popleft()
+                if not self._items:
+                    self._queued_cost = 0
+                elif self._cost is not None:
+                    self._queued_cost -= self._cost(item)
                 self._busy = True
             try:
                 self._handler(item)

@@ -37,7 +37,7 @@ from otel_errcompact.history import ErrorHistory, Escalation, Limits, Thresholds
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, ExceptionLogProcessor, SpanPredicate
 from otel_errcompact.sinks import JSONLSink, OTLPLogSink, SQLiteSink, TrajectorySink, TrajectoryWriter
-from otel_errcompact.telemetry import ErrorMetrics, EscalationLog
+from otel_errcompact.telemetry import ErrorMetrics, EscalationLog, metrics_are_read
 
 __all__ = ["ErrCompact", "HumanReviewHook", "init", "instance"]
 
@@ -367,7 +367,7 @@ def _build(
 
     metrics: ErrorMetrics | None = None
     if config.enabled:
-        metrics = ErrorMetrics(mp.get_meter(_SCOPE_NAME))
+        metrics = ErrorMetrics(mp.get_meter(_SCOPE_NAME), token_counts=metrics_are_read(mp))
         pipeline.add_failure_listener(metrics.on_failure)
         pipeline.add_escalation_listener(metrics.on_escalation)
         if lp is not None:

@@ -2,13 +2,17 @@
 
 For every failure, in this order (the pattern's contract):
 
-1. the raw error goes to the trajectory writer (audit first: if anything after this fails, the raw error
-   is already queued for the store);
-2. the compactor turns it into a digest;
-3. the history counts it and decides on escalation;
-4. the trajectory record is written again with its digest, key, count and escalation (the writer
-   coalesces the two versions, so a store normally holds one row);
-5. metrics and escalation listeners are told.
+1. the compactor turns the raw error into a digest;
+2. the history counts it and decides on escalation;
+3. the trajectory record (the full raw error, its digest, key, count and escalation) is submitted to the
+   writer, once. It is submitted from a ``finally`` block: if compaction or counting ever raised, the
+   record still goes out with the raw error and whatever was known, so the audit never depends on the
+   steps before it (the compactor itself never raises);
+4. metrics and escalation listeners are told.
+
+One submission per failure, not a raw version and then an amended one: the queue, the writer's worker
+and the store each handle one record instead of two, and the record's id comes from a counter
+(:func:`otel_errcompact.trajectory.new_record_id`) rather than a system call.
 
 Both the span processor and the tool boundary call :meth:`ErrorPipeline.handle`; it never raises.
 """
@@ -25,7 +29,7 @@ from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Escalation, Observation
 from otel_errcompact.sinks import TrajectoryWriter
-from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord
+from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord, new_record_id
 
 __all__ = ["ErrorPipeline", "EscalationListener", "Failure", "FailureListener", "Outcome"]
 
@@ -103,27 +107,17 @@ class ErrorPipeline:
 
     def handle(self, failure: Failure) -> Outcome:
         """Run the ordered steps for ``failure`` and return its digest and observation."""
-        record = self._audit_raw(failure)
-        digest = self._compact(
-            failure.raw_error, exit_code=failure.exit_code, command=failure.command, kind=failure.kind
-        )
-        observation = self.history.observe(failure.scope, digest)
-        if record is not None and self.writer is not None:
-            try:
-                self.writer.submit(
-                    record.model_copy(
-                        update={
-                            "digest": DigestInfo.from_digest(digest),
-                            "count": observation.count,
-                            "escalation": (
-                                observation.escalation.to_dict() if observation.escalation else None
-                            ),
-                        }
-                    )
-                )
-            except Exception:
-                _log.exception("otel-errcompact: could not amend trajectory record %s", record.record_id)
-        outcome = Outcome(digest, observation, record.record_id if record is not None else None)
+        digest: Digest | None = None
+        observation: Observation | None = None
+        record_id: str | None = None
+        try:
+            digest = self._compact(
+                failure.raw_error, exit_code=failure.exit_code, command=failure.command, kind=failure.kind
+            )
+            observation = self.history.observe(failure.scope, digest)
+        finally:
+            record_id = self._audit(failure, digest, observation)
+        outcome = Outcome(digest, observation, record_id)
         for listener in self._on_failure:
             _call(listener, failure, outcome)
         if observation.escalation is not None:
@@ -131,11 +125,13 @@ class ErrorPipeline:
                 _call(escalation_listener, observation.escalation, failure)
         return outcome
 
-    def _audit_raw(self, failure: Failure) -> TrajectoryRecord | None:
+    def _audit(self, failure: Failure, digest: Digest | None, observation: Observation | None) -> str | None:
+        """Submit the one trajectory record of ``failure``; its id, or None when there is no writer."""
         if self.writer is None:
             return None
         try:
             record = TrajectoryRecord(
+                record_id=new_record_id(),
                 source=failure.source,
                 scope=failure.scope,
                 trace_id=failure.trace_id,
@@ -157,9 +153,16 @@ class ErrorPipeline:
                 ended_at=failure.ended_at,
                 attributes=dict(failure.attributes),
                 resource=dict(failure.resource),
+                digest=DigestInfo.from_digest(digest) if digest is not None else None,
+                count=observation.count if observation is not None else None,
+                escalation=(
+                    observation.escalation.to_dict()
+                    if observation is not None and observation.escalation is not None
+                    else None
+                ),
             )
             self.writer.submit(record)
-            return record
+            return record.record_id
         except Exception:
             _log.exception("otel-errcompact: could not queue a trajectory record")
             return None

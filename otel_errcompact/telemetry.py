@@ -13,7 +13,12 @@ name                           unit        attributes
 
 Attributes stay low-cardinality: tool names and error types only, and error types beyond the first
 :data:`MAX_ERROR_TYPES` distinct ones are reported as ``other``. Never the message, the key or the scope.
-Token counts run on a background thread (a BPE pass over a large raw error takes milliseconds).
+Token counts run on a background thread, and only when something will read them: a meter provider of
+the OpenTelemetry SDK with at least one metric reader (:func:`metrics_are_read`). Without one the token
+counters would go nowhere, so the raw text is not even queued. Each queued item holds at most
+:data:`~otel_errcompact.tokens.MAX_COUNTED_CHARS` characters of the raw error (the rest is extrapolated
+from that head) and the queue is bounded by characters as well as items (:data:`MAX_QUEUED_TOKEN_CHARS`),
+so a flood of megabyte errors cannot pile up memory.
 
 A breach is also emitted as a log event ``errcompact.escalation`` (severity WARN), correlated with the
 failed tool span, so log-based alerting works without metrics.
@@ -31,11 +36,38 @@ from opentelemetry.metrics import Meter
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import Failure, Outcome
-from otel_errcompact.tokens import count_tokens
+from otel_errcompact.tokens import MAX_COUNTED_CHARS, count_tokens
 
-__all__ = ["MAX_ERROR_TYPES", "ErrorMetrics", "EscalationLog", "span_context_of"]
+__all__ = ["MAX_ERROR_TYPES", "MAX_QUEUED_TOKEN_CHARS", "ErrorMetrics", "EscalationLog", "metrics_are_read",
+           "span_context_of"]
 
 MAX_ERROR_TYPES = 64
+MAX_QUEUED_TOKEN_CHARS = 8 * 1024 * 1024
+"""Characters of raw error text waiting for token counting at most; beyond it counts are skipped."""
+
+_TokenItem = tuple[str, int, str, dict[str, str]]  # raw head, raw length, digest line, attributes
+
+
+def metrics_are_read(meter_provider: Any) -> bool:
+    """True when ``meter_provider`` is the SDK's and has a metric reader, i.e. counters reach someone.
+
+    The API's no-op and proxy providers (no SDK configured) and an SDK provider built without readers
+    drop every measurement; counting tokens for them would be work nobody sees.
+    """
+    try:
+        from opentelemetry.sdk.metrics import MeterProvider
+    except ImportError:  # pragma: no cover - the SDK is a dependency
+        return False
+    if not isinstance(meter_provider, MeterProvider):
+        return False
+    config = getattr(meter_provider, "_sdk_config", None)
+    readers = getattr(config, "metric_readers", None)
+    # An SDK whose internals moved: keep counting rather than silently losing the metric.
+    return bool(readers) if readers is not None else True
+
+
+def _token_item_cost(item: _TokenItem) -> int:
+    return len(item[0]) + len(item[2])
 
 
 def span_context_of(trace_id: str | None, span_id: str | None) -> Any:
@@ -54,7 +86,7 @@ def span_context_of(trace_id: str | None, span_id: str | None) -> Any:
 class ErrorMetrics:
     """Counts failures, escalations and tokens; plug into a pipeline as failure/escalation listener."""
 
-    def __init__(self, meter: Meter) -> None:
+    def __init__(self, meter: Meter, *, token_counts: bool = True) -> None:
         self._errors = meter.create_counter(
             "errcompact.errors", unit="{error}", description="Failed tool calls seen by otel-errcompact"
         )
@@ -69,9 +101,22 @@ class ErrorMetrics:
         )
         self._types: set[str] = set()
         self._types_lock = threading.Lock()
-        self._tokens: BackgroundQueue[tuple[str, str, dict[str, str]]] = BackgroundQueue(
-            "otel-errcompact-tokens", self._count_tokens, max_size=4096
+        self._tokens: BackgroundQueue[_TokenItem] | None = (
+            BackgroundQueue(
+                "otel-errcompact-tokens",
+                self._count_tokens,
+                max_size=4096,
+                cost=_token_item_cost,
+                max_cost=MAX_QUEUED_TOKEN_CHARS,
+            )
+            if token_counts
+            else None
         )
+
+    @property
+    def counts_tokens(self) -> bool:
+        """Whether raw and digest tokens are counted (off when no metric reader would see them)."""
+        return self._tokens is not None
 
     def _error_type(self, type_: str) -> str:
         with self._types_lock:
@@ -93,7 +138,10 @@ class ErrorMetrics:
                 "errcompact.new_class": outcome.observation.is_new,
             },
         )
-        self._tokens.submit((failure.raw_error, outcome.digest.line, tool))
+        if self._tokens is not None:
+            raw = failure.raw_error
+            # Slicing a short string returns the string itself; a huge one is cut to the counted head.
+            self._tokens.submit((raw[:MAX_COUNTED_CHARS], len(raw), outcome.digest.line, tool))
 
     def on_escalation(self, escalation: Escalation, failure: Failure) -> None:
         """Escalation listener: count the breach."""
@@ -106,17 +154,21 @@ class ErrorMetrics:
             },
         )
 
-    def _count_tokens(self, item: tuple[str, str, dict[str, str]]) -> None:
-        raw, line, attributes = item
-        self._raw_tokens.add(count_tokens(raw), attributes)
+    def _count_tokens(self, item: _TokenItem) -> None:
+        head, raw_chars, line, attributes = item
+        tokens = count_tokens(head)
+        if raw_chars > len(head) > 0:
+            tokens = round(tokens * raw_chars / len(head))
+        self._raw_tokens.add(tokens, attributes)
         self._compact_tokens.add(count_tokens(line), attributes)
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait for queued token counts."""
-        return self._tokens.flush(timeout_s)
+        return self._tokens.flush(timeout_s) if self._tokens is not None else True
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        self._tokens.shutdown(timeout_s)
+        if self._tokens is not None:
+            self._tokens.shutdown(timeout_s)
 
 
 class EscalationLog:

