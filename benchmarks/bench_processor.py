@@ -1,25 +1,46 @@
-"""Cost of the span processor on the agent's thread.
+"""Cost of otel-errcompact on the agent's thread, as a user runs it: the full ``init()`` pipeline.
 
-    python benchmarks/bench_processor.py [--spans 20000] [--rounds 7] [--json]
+    python benchmarks/bench_processor.py [--rounds 15] [--threads 4] [--json] [--profile]
 
-Two real SDK pipelines in the same run: a TracerProvider with a BatchSpanProcessor and an exporter that
-discards, with and without :class:`ErrorCompactionProcessor` added. Rounds alternate between the two so
-machine noise hits both alike; the table gives the median µs per span and the ratio, for spans that are
-not tool spans, for successful tool spans, and for failed tool spans (which run the whole pipeline:
-trajectory record queued for SQLite, compaction, history, annotation).
+Two real SDK pipelines in one process, each a TracerProvider with a BatchSpanProcessor and an exporter
+that discards. The plugin side is ``otel_errcompact.init()`` with its defaults on that provider: the
+SQLite trajectory store on (in a scratch folder), metrics on with a real metric reader (so token counting
+runs), default thresholds. Every span is timed on its own, from start to end, and rounds alternate
+bare/plugin (the first side alternates too) so a shared machine's noise hits both alike. The table gives
+the median and p99 per span kind:
+
+- a chat span inside an agent trace, and the root ``invoke_agent`` span;
+- a successful tool span;
+- a failed tool span with ``record_exception`` of a real, distinct exception whose traceback is 43-45
+  lines (``tests/deeperrors.py`` runs a small four-module application until it fails), and a failed
+  tool span whose error is a real one-line message (``open()`` of a missing file), set as the status;
+- the SDK's own ``record_exception`` alone, for scale.
+
+After each plugin block the pipeline is flushed outside the timing, so one side's backlog never lands in
+the other side's block. Then ``--threads`` threads emit failed spans at once, bare and plugin alternating,
+and the table gives failed spans per second (the store's drain after each run is reported apart).
+``--profile`` runs cProfile over the plugin's failed tool spans and prints where the time goes.
 """
 
 from __future__ import annotations
 
 import argparse
+import cProfile
+import io
 import json
+import os
+import pstats
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import ModuleType
 
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Status, StatusCode, Tracer
@@ -28,10 +49,17 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._machine import describe  # noqa: E402
-from otel_errcompact.history import ErrorHistory, Thresholds  # noqa: E402
-from otel_errcompact.pipeline import ErrorPipeline  # noqa: E402
-from otel_errcompact.processor import ErrorCompactionProcessor  # noqa: E402
-from otel_errcompact.sinks import SQLiteSink, TrajectoryWriter  # noqa: E402
+from otel_errcompact import init  # noqa: E402
+from otel_errcompact.api import ErrCompact  # noqa: E402
+from tests.deeperrors import deep_app, deep_exception  # noqa: E402
+
+Timer = Callable[[Tracer, int, int], list[int]]
+"""``(tracer, first order number, spans) -> per-span nanoseconds``."""
+
+_AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support"}
+_CHAT = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
+_TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_order"}
+_CONVERSATION_SIZE = 10  # failures per conversation: below the default budget, as in a working agent
 
 
 class _Discard(SpanExporter):
@@ -42,106 +70,244 @@ class _Discard(SpanExporter):
         return None
 
 
-def _real_exception(i: int) -> BaseException:
-    """A real KeyError with a real traceback; the variable part (an order number) makes every raw error
-    text distinct, so compaction runs in full each time while dedup still sees one class."""
-    orders: dict[str, str] = {}
-    try:
-        orders[f"order {i}"]
-    except KeyError as exc:
-        return exc
-    raise AssertionError("unreachable")
+class _Errors:
+    """Real exceptions and real one-line error texts, made before timing starts (one per order)."""
+
+    def __init__(self, app: ModuleType, scratch: Path) -> None:
+        self._app = app
+        self._scratch = scratch
+
+    def exceptions(self, first: int, n: int) -> list[BaseException]:
+        return [deep_exception(self._app, order) for order in range(first, first + n)]
+
+    def one_liners(self, first: int, n: int) -> list[str]:
+        out = []
+        for order in range(first, first + n):
+            try:
+                open(self._scratch / f"missing-report-{order}.csv", encoding="utf-8").close()  # noqa: SIM115
+            except OSError as exc:
+                out.append(str(exc))
+        return out
 
 
-def _plain(tracer: Tracer, n: int) -> None:
-    # As in an agent's trace: one root span per ten, the rest its children (n spans in all).
-    for _ in range(max(1, n // 10)):
-        with tracer.start_as_current_span("invoke_agent", attributes={"gen_ai.operation.name": "invoke_agent"}):
+def _chat(tracer: Tracer, first: int, n: int) -> list[int]:
+    times = []
+    clock = time.perf_counter_ns
+    for _ in range(max(1, n // 9)):
+        with tracer.start_as_current_span("invoke_agent support", attributes=_AGENT):
             for _ in range(9):
-                with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}):
+                start = clock()
+                with tracer.start_as_current_span("chat gpt-4o", attributes=_CHAT):
                     pass
+                times.append(clock() - start)
+    return times
 
 
-def _tool_ok(tracer: Tracer, n: int) -> None:
-    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
-    for _ in range(n):
-        with tracer.start_as_current_span("execute_tool lookup", attributes=attrs):
-            pass
-
-
-def _tool_failed(tracer: Tracer, n: int) -> None:
-    attrs = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
-    for i in range(n):
-        exc = _real_exception(i)
+def _root(tracer: Tracer, first: int, n: int) -> list[int]:
+    times = []
+    clock = time.perf_counter_ns
+    for order in range(first, first + n):
+        start = clock()
         with tracer.start_as_current_span(
-            "execute_tool lookup",
-            attributes={**attrs, "gen_ai.conversation.id": f"conv-{i % 50}"},
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
-            span.record_exception(exc)
-            span.set_status(Status(StatusCode.ERROR, f"KeyError: {exc}"))
-            span.set_attribute("error.type", "KeyError")
+            "invoke_agent support", attributes={**_AGENT, "gen_ai.conversation.id": f"conv-{order}"}
+        ):
+            pass
+        times.append(clock() - start)
+    return times
 
 
-def _time_per_span(work: Callable[[Tracer, int], None], tracer: Tracer, n: int) -> float:
-    start = time.perf_counter_ns()
-    work(tracer, n)
-    return (time.perf_counter_ns() - start) / n / 1000
+def _tool_ok(tracer: Tracer, first: int, n: int) -> list[int]:
+    times = []
+    clock = time.perf_counter_ns
+    with tracer.start_as_current_span("invoke_agent support", attributes=_AGENT):
+        for _ in range(n):
+            start = clock()
+            with tracer.start_as_current_span("execute_tool lookup_order", attributes=_TOOL):
+                pass
+            times.append(clock() - start)
+    return times
+
+
+def _failed(errors: _Errors, *, one_line: bool, record_only: bool = False) -> Timer:
+    def run(tracer: Tracer, first: int, n: int) -> list[int]:
+        excs = errors.exceptions(first, n) if not one_line else []
+        lines = errors.one_liners(first, n) if one_line else []
+        times = []
+        clock = time.perf_counter_ns
+        for k in range(0, n, _CONVERSATION_SIZE):
+            conv = {**_AGENT, "gen_ai.conversation.id": f"conv-{first + k}"}
+            with tracer.start_as_current_span("invoke_agent support", attributes=conv):
+                for j in range(k, min(n, k + _CONVERSATION_SIZE)):
+                    start = clock()
+                    with tracer.start_as_current_span(
+                        "execute_tool lookup_order", attributes=_TOOL,
+                        record_exception=False, set_status_on_exception=False,
+                    ) as span:
+                        if record_only:
+                            span.record_exception(excs[j])
+                            times.append(clock() - start)
+                            continue
+                        if one_line:
+                            span.set_status(Status(StatusCode.ERROR, lines[j]))
+                            span.set_attribute("error.type", "FileNotFoundError")
+                        else:
+                            exc = excs[j]
+                            span.record_exception(exc)
+                            span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                            span.set_attribute("error.type", type(exc).__name__)
+                    times.append(clock() - start)
+        return times
+
+    return run
+
+
+def _stats(ns: list[int]) -> dict[str, float]:
+    ordered = sorted(ns)
+    return {
+        "median_us": statistics.median(ordered) / 1000,
+        "p99_us": ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] / 1000,
+        "n": len(ordered),
+    }
+
+
+def _threaded(tracer: Tracer, errors: _Errors, first: int, threads: int, per_thread: int) -> float:
+    """Failed spans per second with ``threads`` threads emitting at once."""
+    work = [errors.exceptions(first + t * per_thread, per_thread) for t in range(threads)]
+    barrier = threading.Barrier(threads + 1)
+
+    def emit(excs: list[BaseException], base: int) -> None:
+        barrier.wait()
+        for j, exc in enumerate(excs):
+            with tracer.start_as_current_span(
+                "execute_tool lookup_order",
+                attributes={**_TOOL, "gen_ai.conversation.id": f"conv-{(base + j) // _CONVERSATION_SIZE}"},
+                record_exception=False, set_status_on_exception=False,
+            ) as span:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
+                span.set_attribute("error.type", type(exc).__name__)
+
+    pool = [threading.Thread(target=emit, args=(work[t], first + t * per_thread)) for t in range(threads)]
+    for thread in pool:
+        thread.start()
+    barrier.wait()
+    start = time.perf_counter()
+    for thread in pool:
+        thread.join()
+    return threads * per_thread / (time.perf_counter() - start)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--spans", type=int, default=20_000, help="spans per round (default 20000)")
-    parser.add_argument("--rounds", type=int, default=7, help="alternating rounds (default 7)")
+    parser.add_argument("--rounds", type=int, default=15, help="alternating rounds per span kind (default 15)")
+    parser.add_argument("--block", type=int, default=400, help="spans per side per round (default 400)")
+    parser.add_argument("--threads", type=int, default=4, help="threads for the throughput run (default 4)")
+    parser.add_argument("--per-thread", type=int, default=500, help="failed spans per thread (default 500)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    parser.add_argument("--profile", action="store_true", help="cProfile the plugin's failed tool spans")
     args = parser.parse_args(argv)
+    for name in [n for n in os.environ if n.startswith(("OTEL_EXPORTER_OTLP", "OTEL_ERRCOMPACT_"))]:
+        del os.environ[name]  # the defaults, not whatever the calling shell set
 
     with tempfile.TemporaryDirectory() as tmp:
+        scratch = Path(tmp)
+        errors = _Errors(deep_app(scratch), scratch)
         bare = TracerProvider()
-        bare.add_span_processor(BatchSpanProcessor(_Discard(), max_queue_size=1 << 20))
-        with_ec = TracerProvider()
-        with_ec.add_span_processor(BatchSpanProcessor(_Discard(), max_queue_size=1 << 20))
-        writer = TrajectoryWriter([SQLiteSink(Path(tmp) / "bench.sqlite3")])
-        # Thresholds high enough that the failed-span rows measure the steady path, not escalation.
-        history = ErrorHistory(Thresholds(consecutive=10**9, budget=None))
-        with_ec.add_span_processor(ErrorCompactionProcessor(ErrorPipeline(history, writer)))
-        tracers = {"bare": bare.get_tracer("bench"), "errcompact": with_ec.get_tracer("bench")}
+        bare.add_span_processor(BatchSpanProcessor(_Discard(), max_queue_size=1 << 16))
+        plugin = TracerProvider()
+        plugin.add_span_processor(BatchSpanProcessor(_Discard(), max_queue_size=1 << 16))
+        reader = InMemoryMetricReader()
+        meters = MeterProvider(metric_readers=[reader])
+        ec: ErrCompact = init("bench", tracer_provider=plugin, meter_provider=meters,
+                              sqlite_path=scratch / "trajectories.sqlite3")
+        tracers = {"bare": bare.get_tracer("bench"), "plugin": plugin.get_tracer("bench")}
+        kinds: list[tuple[str, Timer]] = [
+            ("chat span in an agent trace", _chat),
+            ("root invoke_agent span", _root),
+            ("tool span, ok", _tool_ok),
+            ("tool span, failed: 43-45 line traceback", _failed(errors, one_line=False)),
+            ("tool span, failed: one-line error", _failed(errors, one_line=True)),
+            ("record_exception alone (SDK)", _failed(errors, one_line=False, record_only=True)),
+        ]
+        order = 1_000_000  # order numbers never repeat: every failure is a distinct raw error
+        for _, timer in kinds:  # warm-up: imports, caches, the store's first transaction
+            for tracer in tracers.values():
+                timer(tracer, order, 50)
+                order += 50
+        ec.flush(60)
 
-        results: dict[str, dict[str, float]] = {}
-        # Failed spans run a tenth as many per round: the trajectory writer persists a few thousand
-        # records a second, and a flood beyond its queue would measure the drop path instead.
-        rows = (("non-tool span", _plain, args.spans), ("tool span, ok", _tool_ok, args.spans),
-                ("tool span, failed", _tool_failed, max(1, args.spans // 10)))
-        for label, work, count in rows:
-            samples: dict[str, list[float]] = {"bare": [], "errcompact": []}
-            for tracer in tracers.values():  # warm-up
-                _time_per_span(work, tracer, min(500, count))
-            for _ in range(args.rounds):
-                for name, tracer in tracers.items():
-                    samples[name].append(_time_per_span(work, tracer, count))
-            if label == "tool span, failed":
-                writer.force_flush(120)  # leave no backlog for the next row
-            bare_us = statistics.median(samples["bare"])
-            ec_us = statistics.median(samples["errcompact"])
-            results[label] = {"bare_us": bare_us, "errcompact_us": ec_us, "ratio": ec_us / bare_us,
-                              "added_us": ec_us - bare_us}
+        results: dict[str, dict[str, dict[str, float]]] = {}
+        for label, timer in kinds:
+            samples: dict[str, list[int]] = {"bare": [], "plugin": []}
+            for rnd in range(args.rounds):
+                sides = ("bare", "plugin") if rnd % 2 == 0 else ("plugin", "bare")
+                for side in sides:
+                    samples[side] += timer(tracers[side], order, args.block)
+                    if side == "plugin":
+                        ec.flush(120)
+                order += args.block  # both sides get the same errors in a round
+            bare_s, plugin_s = _stats(samples["bare"]), _stats(samples["plugin"])
+            results[label] = {"bare": bare_s, "plugin": plugin_s}
+
+        throughput: dict[str, list[float]] = {"bare": [], "plugin": []}
+        drains: list[float] = []
+        for rnd in range(max(3, args.rounds // 3)):
+            sides = ("bare", "plugin") if rnd % 2 == 0 else ("plugin", "bare")
+            for side in sides:
+                throughput[side].append(_threaded(tracers[side], errors, order, args.threads, args.per_thread))
+                if side == "plugin":
+                    start = time.perf_counter()
+                    ec.flush(120)
+                    drains.append(time.perf_counter() - start)
+            order += args.threads * args.per_thread
+
+        profile_text = ""
+        if args.profile:
+            profiler = cProfile.Profile()
+            timer = _failed(errors, one_line=False)
+            excs_first = order
+            profiler.enable()
+            timer(tracers["plugin"], excs_first, 2000)
+            profiler.disable()
+            out = io.StringIO()
+            pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(25)
+            profile_text = out.getvalue()
+
+        writer = ec.writer
+        dropped = writer.dropped if writer is not None else 0
+        ec.shutdown()
         bare.shutdown()
-        with_ec.shutdown()
-        flush_start = time.perf_counter()
-        writer.shutdown(120)
-        drain_s = time.perf_counter() - flush_start
+        plugin.shutdown()
 
+    tp = {side: statistics.median(v) for side, v in throughput.items()}
+    summary = {
+        "machine": describe(),
+        "rounds": args.rounds,
+        "block": args.block,
+        "spans": results,
+        "threads": args.threads,
+        "throughput_per_s": tp,
+        "throughput_ratio": tp["plugin"] / tp["bare"],
+        "writer_drain_s_median": statistics.median(drains),
+        "records_dropped": dropped,
+    }
     if args.json:
-        print(json.dumps({"machine": describe(), "spans": args.spans, "rounds": args.rounds,
-                          "results": results, "writer_drain_s": drain_s}, indent=2))
-        return 0
-    print(f"machine: {describe()}; {args.spans} spans × {args.rounds} rounds, median per span")
-    print(f"{'span kind':<20} {'bare SDK µs':>12} {'+errcompact µs':>15} {'ratio':>7} {'added µs':>9}")
-    for label, row in results.items():
-        print(f"{label:<20} {row['bare_us']:>12.2f} {row['errcompact_us']:>15.2f} {row['ratio']:>7.2f} "
-              f"{row['added_us']:>9.2f}")
-    print(f"trajectory writer drained the remaining queue in {drain_s:.2f} s at shutdown")
+        print(json.dumps(summary, indent=2))
+    else:
+        print(f"machine: {describe()}; {args.rounds} rounds × {args.block} spans per side per kind, "
+              "bare and plugin interleaved")
+        print(f"{'span kind':<42} {'bare med':>9} {'plugin med':>11} {'added':>8} {'ratio':>6} "
+              f"{'bare p99':>9} {'plugin p99':>11}")
+        for label, row in results.items():
+            b, p = row["bare"], row["plugin"]
+            print(f"{label:<42} {b['median_us']:>7.1f}µs {p['median_us']:>9.1f}µs "
+                  f"{p['median_us'] - b['median_us']:>+6.1f}µs {p['median_us'] / b['median_us']:>6.2f} "
+                  f"{b['p99_us']:>7.1f}µs {p['p99_us']:>9.1f}µs")
+        print(f"{args.threads}-thread failed spans: bare {tp['bare']:.0f}/s, plugin {tp['plugin']:.0f}/s, "
+              f"ratio {tp['plugin'] / tp['bare']:.2f}; store drained each run's backlog in "
+              f"{statistics.median(drains):.2f} s (median); records dropped: {dropped}")
+    if profile_text:
+        print(profile_text)
     return 0
 
 

@@ -2,9 +2,21 @@
 
 The compactor runs the format parsers in order (the first that recognises the text wins), falls back to
 an optional summariser for text no parser understands, and then to a heuristic that picks the most
-error-like line. It chooses the location (innermost frame of the user's own code), redacts secrets,
-bounds every field, and builds the dedup key. It never raises: whatever goes wrong, the caller gets a
-digest.
+error-like line.
+
+Fast paths, because this runs on the agent's thread for every failed tool call:
+
+- an exception the span describes with fields (``exception.type``/``.message``/``.stacktrace``) is
+  read from them (:mod:`otel_errcompact.structured`) when it is a plain traceback;
+- parsers are chosen by their ``MARKERS`` (see :mod:`otel_errcompact.parsers`): every marker is looked
+  for once, ignoring case, in the text, and a parser none of whose markers occurs is skipped. Parsers
+  without markers are always tried, the order is kept, and when the caller passes an exit code or a
+  command every parser is tried (some recognise text by those hints alone);
+- digests are cached: short texts by the text itself, texts over 16 KB by a hash of their sanitised
+  form (what the parsers see), both in one bounded LRU.
+
+It chooses the location (innermost frame of the user's own code), redacts secrets, bounds every field,
+and builds the dedup key. It never raises: whatever goes wrong, the caller gets a digest.
 """
 
 from __future__ import annotations
@@ -12,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import re
+import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -25,6 +38,7 @@ from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, inner
 from otel_errcompact.parsers import fallback as _fallback
 from otel_errcompact.parsers._base import clip
 from otel_errcompact.redact import neutralize_delimiters, redact
+from otel_errcompact.structured import parse_exception
 from otel_errcompact.unwrap import unwrap
 
 __all__ = ["MAX_CAUSE_CHARS", "Compactor", "Summarizer", "compact_text"]
@@ -79,12 +93,17 @@ class Compactor:
     ) -> None:
         self._parsers = tuple(parsers)
         self._by_kind = dict(self._parsers)
+        self._markers = tuple(_markers_of(parser) for _, parser in self._parsers)
+        self._all_markers = tuple(sorted({m for group in self._markers if group for m in group}))
+        # The structured fast path stands in for the python parser; only where it is the first parser
+        # whose markers can occur in a plain traceback (the default order) is that the same answer.
+        self._python_at = next((i for i, (kind, _) in enumerate(self._parsers) if kind == "python"), None)
         self._summarizer = summarizer
         self._cache: OrderedDict[str, Parsed | None] = OrderedDict()
         self._cache_size = summary_cache_size
         self._cache_lock = threading.Lock()
         # Agents repeat the very same failure; an exact repeat of a recent raw error skips the parsers.
-        self._digests: OrderedDict[tuple[str, int | None, str | None, str | None], Digest] = OrderedDict()
+        self._digests: OrderedDict[tuple[object, int | None, str | None, str | None], Digest] = OrderedDict()
         self._digest_cache_size = digest_cache_size
 
     def compact(
@@ -94,29 +113,41 @@ class Compactor:
         exit_code: int | None = None,
         command: str | None = None,
         kind: str | None = None,
+        exception_type: str | None = None,
+        exception_message: str | None = None,
     ) -> Digest:
         """Compact one raw error. Never raises.
 
         ``exit_code`` and ``command`` describe a failed process; ``kind`` names the format when the caller
         knows it (``"python"``, ``"http"``, ``"shell"``, ``"gcc"`` …) and makes that parser go first.
+        ``exception_type`` and ``exception_message`` are the exception's fields when ``raw`` is its stack
+        trace (an OTel ``exception`` event): they let a plain traceback skip the text parsers.
         """
         raw_chars = 0
         try:
-            cache_key = (
+            cache_key: tuple[object, int | None, str | None, str | None] | None = (
                 (raw, exit_code, command, kind)
                 if isinstance(raw, str) and len(raw) <= _CACHEABLE_CHARS and self._digest_cache_size
                 else None
             )
             if cache_key is not None:
-                with self._cache_lock:
-                    cached = self._digests.get(cache_key)
-                    if cached is not None:
-                        self._digests.move_to_end(cache_key)
-                        return cached
+                cached = self._cached(cache_key)
+                if cached is not None:
+                    return cached
             text, raw_chars = sanitize(raw)
+            if cache_key is None and self._digest_cache_size:
+                # Long texts: the parsers only ever see the sanitised (bounded) text, so its hash and
+                # the raw size determine the digest.
+                content = hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+                cache_key = ((content, raw_chars), exit_code, command, kind)
+                cached = self._cached(cache_key)
+                if cached is not None:
+                    return cached
             hints = Hints(exit_code=exit_code, command=command, kind=kind)
             text, hints = unwrap(text, hints)
-            digest = self.from_parsed(self._parse(text, hints), hints, raw_chars)
+            digest = self.from_parsed(
+                self._parse(text, hints, exception_type, exception_message), hints, raw_chars
+            )
             if cache_key is not None:
                 with self._cache_lock:
                     self._digests[cache_key] = digest
@@ -133,15 +164,36 @@ class Compactor:
             parsed = Parsed("Error", first or "(unparseable error)", "fallback", status=exit_code)
             return self.from_parsed(parsed, Hints(exit_code=exit_code), raw_chars)
 
+    def _cached(self, key: tuple[object, int | None, str | None, str | None]) -> Digest | None:
+        with self._cache_lock:
+            cached = self._digests.get(key)
+            if cached is not None:
+                self._digests.move_to_end(key)
+            return cached
+
     __call__ = compact
 
-    def _parse(self, text: str, hints: Hints) -> Parsed:
+    def _parse(
+        self,
+        text: str,
+        hints: Hints,
+        exception_type: str | None = None,
+        exception_message: str | None = None,
+    ) -> Parsed:
         first = self._by_kind.get(hints.kind) if hints.kind else None
         if first is not None:
             parsed = self._try(first, text, hints)
             if parsed is not None:
                 return parsed
-        for _, parser in self._parsers:
+        candidates = self._candidates(text, hints)
+        if exception_type and self._python_at is not None and first is None and (
+            self._python_at == candidates[0] if candidates else False
+        ):
+            parsed = parse_exception(text, exception_type, exception_message)
+            if parsed is not None:
+                return parsed
+        for index in candidates:
+            parser = self._parsers[index][1]
             if parser is first:
                 continue
             parsed = self._try(parser, text, hints)
@@ -152,6 +204,14 @@ class Compactor:
             if summary is not None:
                 return summary
         return _fallback.parse(text, hints)
+
+    def _candidates(self, text: str, hints: Hints) -> list[int]:
+        """Indexes of the parsers worth trying on ``text``, in order (see the module docstring)."""
+        if hints.exit_code is not None or hints.command is not None or not self._all_markers:
+            return list(range(len(self._parsers)))
+        low = text.lower()
+        present = {marker for marker in self._all_markers if marker in low}
+        return [i for i, markers in enumerate(self._markers) if markers is None or not present.isdisjoint(markers)]
 
     @staticmethod
     def _try(parser: Parser, text: str, hints: Hints) -> Parsed | None:
@@ -225,6 +285,15 @@ class Compactor:
         )
 
 
+def _markers_of(parser: Parser) -> frozenset[str] | None:
+    """The lowercased ``MARKERS`` of the module that defines ``parser``; ``None``: always try it."""
+    module = sys.modules.get(getattr(parser, "__module__", "") or "")
+    markers = getattr(module, "MARKERS", None)
+    if not markers or not isinstance(markers, tuple):
+        return None
+    return frozenset(str(marker).lower() for marker in markers)
+
+
 def _from_summary(answer: Parsed | str | None) -> Parsed | None:
     if answer is None or isinstance(answer, Parsed):
         return answer
@@ -246,6 +315,8 @@ def compact_text(
     exit_code: int | None = None,
     command: str | None = None,
     kind: str | None = None,
+    exception_type: str | None = None,
+    exception_message: str | None = None,
 ) -> Digest:
     """Compact one raw error with the default parsers. Never raises.
 
@@ -256,4 +327,11 @@ def compact_text(
     >>> d.line
     "[KeyError] at app.py:42 in load_user: 'user_id'"
     """
-    return _DEFAULT.compact(raw, exit_code=exit_code, command=command, kind=kind)
+    return _DEFAULT.compact(
+        raw,
+        exit_code=exit_code,
+        command=command,
+        kind=kind,
+        exception_type=exception_type,
+        exception_message=exception_message,
+    )

@@ -111,8 +111,14 @@ class ErrorPipeline:
         observation: Observation | None = None
         record_id: str | None = None
         try:
+            structured = failure.exception_stacktrace is not None and failure.raw_error is failure.exception_stacktrace
             digest = self._compact(
-                failure.raw_error, exit_code=failure.exit_code, command=failure.command, kind=failure.kind
+                failure.raw_error,
+                exit_code=failure.exit_code,
+                command=failure.command,
+                kind=failure.kind,
+                exception_type=failure.exception_type if structured else None,
+                exception_message=failure.exception_message if structured else None,
             )
             observation = self.history.observe(failure.scope, digest)
         finally:

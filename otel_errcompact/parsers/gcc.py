@@ -22,6 +22,7 @@ from pathlib import PurePath
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, is_library_path
 
 __all__ = ["parse"]
+MARKERS = ("error", "Undefined symbols")  # see parsers/__init__.py
 
 _FORMAT = "gcc"
 _MAX_LINES = 4000

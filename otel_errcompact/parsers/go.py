@@ -33,6 +33,7 @@ import re
 from otel_errcompact.parsers._base import Frame, Hints, Parsed
 
 __all__ = ["parse"]
+MARKERS = ("goroutine ", ".go:")  # see parsers/__init__.py
 
 _MAX_LINE = 2000
 _MAX_FRAMES = 400

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip
 
 __all__ = ["parse"]
+MARKERS = ("\tat ", "    at ")  # see parsers/__init__.py
 
 _MAX_LINE = 2000
 _MAX_OUTER_CHARS = 80

@@ -14,6 +14,7 @@ import re
 from otel_errcompact.parsers._base import Frame, Hints, Parsed
 
 __all__ = ["parse"]
+MARKERS = (": error: ",)  # see parsers/__init__.py
 
 _FORMAT = "mypy"
 _TYPE = "mypy error"

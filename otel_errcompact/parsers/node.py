@@ -32,6 +32,7 @@ import re
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
 
 __all__ = ["parse"]
+MARKERS = ("    at ", "Node.js v", "--trace-uncaught")  # see parsers/__init__.py
 
 _MAX_LINE = 2000  # longer lines are never frames or headers; skipping them keeps every regex cheap
 _MAX_MESSAGE_LINES = 6

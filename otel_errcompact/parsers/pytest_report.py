@@ -29,6 +29,7 @@ _MAX_LINES = 6000
 _MAX_MESSAGE_CHARS = 180
 
 _MARKERS = ("= FAILURES =", "= ERRORS =", "short test summary info")
+MARKERS = (*_MARKERS, " failed", " error")  # see parsers/__init__.py; an exit code tries every parser
 # "3 failed, 1 passed in 0.56s", "1 passed, 1 error in 0.6s", with or without the ===== frame.
 _RESULT = re.compile(r"^=*\s?\d+\s[a-z]+(?:,\s\d+\s[a-z]+)*\sin\s[\d.]+s\b", re.M)
 _RESULT_COUNT = re.compile(r"(?P<count>\d+)\s(?P<what>failed|errors?)\b")

@@ -50,6 +50,7 @@ from dataclasses import dataclass, field
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
 
 __all__ = ["parse"]
+MARKERS = ('File "', "Traceback (most recent call last):")  # see parsers/__init__.py
 
 _HEADER = "Traceback (most recent call last):"
 _GROUP_HEADER = "Exception Group Traceback (most recent call last):"

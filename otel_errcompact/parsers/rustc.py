@@ -16,6 +16,7 @@ import re
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, is_library_path
 
 __all__ = ["parse"]
+MARKERS = ("error[E", "error: ")  # see parsers/__init__.py
 
 _FORMAT = "rustc"
 _MAX_LINES = 4000

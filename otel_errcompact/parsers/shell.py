@@ -49,6 +49,7 @@ _MAX_COMMAND = 60
 
 _MARKERS = ("command not found", ": not found", "No such file or directory", "Permission denied",
             "unbound variable")
+MARKERS = _MARKERS  # see parsers/__init__.py; an exit code tries every parser
 _SHELL_PREFIX = re.compile(
     r"^(?:\S*/)?(?:bash|sh|dash|zsh|ksh|ash|mksh)(?:\[\d+\])?:\s*(?:-c:\s*)?(?:line\s+)?(?:\d+:\s*)?"
 )

@@ -24,6 +24,7 @@ import re
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, is_library_path
 
 __all__ = ["parse"]
+MARKERS = ("error TS",)  # see parsers/__init__.py
 
 _FORMAT = "tsc"
 _MAX_LINES = 4000
