@@ -84,7 +84,7 @@ class _Errors:
         out = []
         for order in range(first, first + n):
             try:
-                open(self._scratch / f"missing-report-{order}.csv", encoding="utf-8").close()  # noqa: SIM115
+                open(self._scratch / f"missing-report-{order}.csv", encoding="utf-8").close()
             except OSError as exc:
                 out.append(str(exc))
         return out
