@@ -23,6 +23,8 @@ _ANSI = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\
 # C0 controls except tab and newline, DEL, C1 controls, bidi overrides and isolates, zero-width marks.
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2060-\u2069\ufeff]")
 
+_ASCII_PRINTABLE = bytes([9, 10, *range(0x20, 0x7F)])  # what _CONTROL keeps of ASCII: tab, newline, printables
+
 
 def sanitize(raw: str | bytes | bytearray | memoryview | None) -> tuple[str, int]:
     """Return ``(text, raw_chars)``: printable text bounded to :data:`MAX_INPUT_CHARS`, and the size of
@@ -49,7 +51,8 @@ def sanitize(raw: str | bytes | bytearray | memoryview | None) -> tuple[str, int
         text = _ANSI.sub("", text)
     if "\r" in text:
         text = text.replace("\r\n", "\n").replace("\r", "\n")
-    text = _CONTROL.sub("", text)
+    if not (text.isascii() and not text.encode("ascii").translate(None, _ASCII_PRINTABLE)):
+        text = _CONTROL.sub("", text)  # the common case, plain ASCII without controls, skips the scan
     if len(text) > MAX_INPUT_CHARS:
         omitted = len(text) - MAX_INPUT_CHARS
         text = f"{text[:_HEAD_CHARS]}\n[… {omitted} characters omitted …]\n{text[-_TAIL_CHARS:]}"

@@ -32,6 +32,8 @@ class BackgroundQueue(Generic[T]):
         max_size: int = 10_000,
         cost: Callable[[T], int] | None = None,
         max_cost: int = 0,
+        wake_every: int = 1,
+        max_delay_s: float | None = None,
     ) -> None:
         self._handler = handler
         self._items: deque[T] = deque()
@@ -40,6 +42,11 @@ class BackgroundQueue(Generic[T]):
         self._cost = cost
         self._max_cost = max_cost
         self._queued_cost = 0
+        # Waking the worker for every item hands it the GIL in the middle of the submitter's work. With
+        # ``wake_every`` > 1 the worker wakes when that many items wait, or after ``max_delay_s``.
+        self._wake_every = max(1, wake_every)
+        self._max_delay = max_delay_s
+        self._flush_wanted = 0
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
@@ -60,13 +67,19 @@ class BackgroundQueue(Generic[T]):
                 return False
             self._items.append(item)
             self._queued_cost += size
-            self._cond.notify()
+            if len(self._items) == self._wake_every:
+                self._cond.notify()
             return True
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait until every queued item has been handled; False on timeout."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._items and not self._busy, timeout=timeout_s)
+            self._flush_wanted += 1
+            self._cond.notify_all()
+            try:
+                return self._cond.wait_for(lambda: not self._items and not self._busy, timeout=timeout_s)
+            finally:
+                self._flush_wanted -= 1
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Handle what is queued, then stop the thread."""
@@ -75,22 +88,27 @@ class BackgroundQueue(Generic[T]):
             self._cond.notify_all()
         self._thread.join(timeout_s)
 
+    def _due(self) -> bool:
+        return self._closed or self._flush_wanted > 0 or len(self._items) >= self._wake_every
+
     def _run(self) -> None:
         while True:
             with self._cond:
-                self._cond.wait_for(lambda: self._items or self._closed)
+                self._cond.wait_for(self._due, timeout=self._max_delay)
                 if not self._items:
-                    return
-                item = self._items.popleft()
-                if not self._items:
-                    self._queued_cost = 0
-                elif self._cost is not None:
-                    self._queued_cost -= self._cost(item)
+                    if self._closed:
+                        return
+                    continue
+                batch = list(self._items)
+                self._items.clear()
+                self._queued_cost = 0
                 self._busy = True
             try:
-                self._handler(item)
-            except Exception:
-                _log.exception("otel-errcompact: background handler failed")
+                for item in batch:
+                    try:
+                        self._handler(item)
+                    except Exception:
+                        _log.exception("otel-errcompact: background handler failed")
             finally:
                 with self._cond:
                     self._busy = False

@@ -21,6 +21,7 @@ and builds the dedup key. It never raises: whatever goes wrong, the caller gets 
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
@@ -72,8 +73,16 @@ def _safe(text: str, limit: int) -> str:
 
 
 def _clean(text: str, limit: int) -> str:
+    # Types, files and function names repeat from one error to the next: short ones are cached.
+    return _clean_cached(text, limit) if len(text) <= 1024 else _clean_uncached(text, limit)
+
+
+def _clean_uncached(text: str, limit: int) -> str:
     # Redact before the final cut, so a secret that straddles the cut is already masked.
     return clip(_safe(text, limit), limit)
+
+
+_clean_cached = functools.lru_cache(maxsize=4096)(_clean_uncached)
 
 
 class Compactor:
@@ -185,14 +194,11 @@ class Compactor:
             parsed = self._try(first, text, hints)
             if parsed is not None:
                 return parsed
-        candidates = self._candidates(text, hints)
-        if exception_type and self._python_at is not None and first is None and (
-            self._python_at == candidates[0] if candidates else False
-        ):
+        if exception_type and first is None and self._python_first(text, hints):
             parsed = parse_exception(text, exception_type, exception_message)
             if parsed is not None:
                 return parsed
-        for index in candidates:
+        for index in self._candidates(text, hints):
             parser = self._parsers[index][1]
             if parser is first:
                 continue
@@ -204,6 +210,20 @@ class Compactor:
             if summary is not None:
                 return summary
         return _fallback.parse(text, hints)
+
+    def _python_first(self, text: str, hints: Hints) -> bool:
+        """True when the python parser is the first one :meth:`_candidates` would try on ``text``
+        (checking only the markers of the parsers before it)."""
+        if self._python_at is None or hints.exit_code is not None or hints.command is not None:
+            return False
+        low: str | None = None
+        for markers in self._markers[: self._python_at]:
+            if markers is None:
+                return False
+            low = text.lower() if low is None else low
+            if any(marker in low for marker in markers):
+                return False
+        return True
 
     def _candidates(self, text: str, hints: Hints) -> list[int]:
         """Indexes of the parsers worth trying on ``text``, in order (see the module docstring)."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import ntpath
 import posixpath
@@ -11,6 +12,7 @@ from typing import Any
 __all__ = ["DedupKey", "Digest", "Location", "short_file"]
 
 
+@functools.lru_cache(maxsize=4096)  # the same files fail again and again; callers pass bounded paths
 def short_file(path: str) -> str:
     """The file name a digest shows: the last component of a POSIX or Windows path.
 

@@ -64,6 +64,8 @@ def redact(text: str) -> str:
     text = _AUTH_SCHEME.sub(lambda m: f"{m.group(1)} {REDACTED}", text)
     if "://" in text:
         text = _URL_PASSWORD.sub(lambda m: f"{m.group(1)}:{REDACTED}@", text)
+    if ":" not in text and "=" not in text:
+        return text  # an assignment needs one of these; the pattern is the costliest of the set
     return _ASSIGNMENT.sub(_mask_assignment, text)
 
 

@@ -33,12 +33,12 @@ _SPECIAL = (
 )
 _SYNTAX_TYPES = frozenset({"SyntaxError", "IndentationError", "TabError"})
 # Same frame shape as the full parser's, over the whole text at once.
-_FRAME = re.compile(r'^  File "([^"\n]{1,1000})", line (\d{1,9})(?:, in (.+))?$', re.M)
+_FRAME = re.compile(r'  File "([^"\n]{1,1000})", line (\d{1,9})(?:, in (.+))?$')
+_FRAME_START = '\n  File "'
 _TYPE = re.compile(r"[A-Za-z_][\w.<>]{0,200}")
 _PYDANTIC = re.compile(r"\d+ validation errors? for \S+$")
 _MAX_TEXT = 65_536
 _MAX_LINE = 4000  # the full parser cuts lines here; longer messages take the full path
-_TAIL_FRAMES = 64
 
 
 def parse_exception(text: str, exception_type: str | None, exception_message: str | None) -> Parsed | None:
@@ -63,22 +63,32 @@ def parse_exception(text: str, exception_type: str | None, exception_message: st
     shown_type = tail[: len(tail) - len(suffix)]
     if _TYPE.fullmatch(shown_type) is None or shown_type.rsplit(".", 1)[-1] != short:
         return None
-    frames: list[Frame] = []
-    in_app: Frame | None = None
-    for match in _FRAME.finditer(text):
-        if match.end() - match.start() > _MAX_LINE:
+    # The location is the innermost in-app frame, else the last one: walk the frame lines from the end
+    # (str.rfind jumps between them) and stop at the first in-app frame, usually the first one read.
+    chosen: re.Match[str] | None = None
+    last: re.Match[str] | None = None
+    at = text.rfind(_FRAME_START)
+    while at >= 0:
+        line_end = text.find("\n", at + 1)
+        line = text[at + 1 : line_end if line_end >= 0 else len(text)]
+        if len(line) > _MAX_LINE:
             return None
-        file = match.group(1)
-        frame = Frame(file, int(match.group(2)), match.group(3), in_app=not is_library_path(file))
-        frames.append(frame)
-        if frame.in_app:
-            in_app = frame
-    if not frames:
+        match = _FRAME.match(line)
+        if match is not None:
+            last = last or match
+            if not is_library_path(match.group(1)):
+                chosen = match
+                break
+        at = text.rfind(_FRAME_START, 0, at)
+    if last is None:
         return None
+    in_app = chosen is not None
+    chosen = chosen or last
+    location = Frame(chosen.group(1), int(chosen.group(2)), chosen.group(3), in_app=in_app)
     return Parsed(
         type=short,
         cause=message,
         format="python",
-        frames=tuple(frames[:8] + frames[8:][-_TAIL_FRAMES:]),
-        location=in_app or frames[-1],
+        frames=(location,),
+        location=location,
     )

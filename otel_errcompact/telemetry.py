@@ -108,6 +108,8 @@ class ErrorMetrics:
                 max_size=4096,
                 cost=_token_item_cost,
                 max_cost=MAX_QUEUED_TOKEN_CHARS,
+                wake_every=256,
+                max_delay_s=1.0,
             )
             if token_counts
             else None
