@@ -370,6 +370,7 @@ def _build(
         metrics = ErrorMetrics(mp.get_meter(_SCOPE_NAME), token_counts=metrics_are_read(mp))
         pipeline.add_failure_listener(metrics.on_failure)
         pipeline.add_escalation_listener(metrics.on_escalation)
+        metrics.watch_history(history)
         if lp is not None:
             pipeline.add_escalation_listener(EscalationLog(lp.get_logger(_SCOPE_NAME)).on_escalation)
 

@@ -14,10 +14,18 @@ standing (``escalation(scope)``) until acknowledged or reset, and ``check(scope)
 Memory is bounded: at most ``Limits.max_classes`` classes per scope (the least recently seen is folded
 into an "and N more" line), at most ``Limits.max_scopes`` scopes, and scopes idle for
 ``Limits.idle_seconds`` are dropped. All methods are thread-safe.
+
+Eviction at the scope cap is never silent: a new scope beyond ``max_scopes`` (default 10,000 live
+conversations) drops the least recently active one, which loses its counters and any standing breach.
+The first such eviction is logged (a warning, once per history), and every one is counted in
+:attr:`ErrorHistory.evicted_at_cap`, which ``init()`` exports as the metric
+``errcompact.history.evictions``. Idle scopes dropped after ``idle_seconds`` are the normal end of a
+conversation and are not counted.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections import OrderedDict
@@ -30,6 +38,8 @@ from otel_errcompact.exceptions import ConfigurationError, ErrorBudgetExceeded
 from otel_errcompact.render import RenderedClass, render_block
 
 __all__ = ["Action", "ErrorHistory", "Escalation", "Limits", "Observation", "Reason", "Thresholds"]
+
+_log = logging.getLogger("otel_errcompact")
 
 Action = Literal["halt", "human"]
 """What a breach asks for: ``halt`` stops the loop (bounded execution); ``human`` asks for review."""
@@ -189,6 +199,8 @@ class ErrorHistory:
         self._scopes: OrderedDict[str, _Scope] = OrderedDict()
         self._lock = threading.Lock()
         self._seq = 0
+        self._evicted_at_cap = 0
+        self._cap_warned = False
 
     def observe(self, scope: str, digest: Digest) -> Observation:
         """Record one failure in ``scope``: append a new class or count a repeat; decide on escalation."""
@@ -212,7 +224,24 @@ class ErrorHistory:
             escalation = None if state.breach is not None else self._decide(scope, state, entry)
             if escalation is not None:
                 state.breach = escalation
-            return Observation(scope, digest, is_new, entry.count, state.consecutive, state.total, escalation)
+            observation = Observation(
+                scope, digest, is_new, entry.count, state.consecutive, state.total, escalation
+            )
+            warn = self._evicted_at_cap > 0 and not self._cap_warned
+            self._cap_warned = self._cap_warned or warn
+        if warn:  # logged outside the lock: a log handler may do I/O
+            _log.warning(
+                "otel-errcompact: %d live conversations reached Limits.max_scopes; the least recently "
+                "active ones are evicted with their counters (counted in errcompact.history.evictions; "
+                "logged once)",
+                self.limits.max_scopes,
+            )
+        return observation
+
+    @property
+    def evicted_at_cap(self) -> int:
+        """Scopes dropped because ``Limits.max_scopes`` was reached (not idle ones), since creation."""
+        return self._evicted_at_cap
 
     def observe_success(self, scope: str) -> None:
         """A tool call in ``scope`` succeeded: the consecutive-same counter starts again."""
@@ -293,6 +322,7 @@ class ErrorHistory:
             self._evict_idle(now)
             while len(self._scopes) >= self.limits.max_scopes:
                 self._scopes.popitem(last=False)
+                self._evicted_at_cap += 1
             state = self._scopes[scope] = _Scope()
         else:
             self._scopes.move_to_end(scope)

@@ -9,6 +9,7 @@ name                           unit        attributes
 ``errcompact.escalations``     {escalation} ``gen_ai.tool.name``, ``errcompact.reason``, ``errcompact.action``
 ``errcompact.tokens.raw``      {token}     ``gen_ai.tool.name``: tokens of the raw errors
 ``errcompact.tokens.compact``  {token}     ``gen_ai.tool.name``: tokens of their digest lines
+``errcompact.history.evictions`` {scope}   none: conversations dropped at the ``max_scopes`` cap
 =============================  ==========  ==========================================================
 
 Attributes stay low-cardinality: tool names and error types only, and error types beyond the first
@@ -31,10 +32,11 @@ from typing import Any
 
 from opentelemetry import trace
 from opentelemetry._logs import Logger, SeverityNumber
-from opentelemetry.metrics import Meter
+from opentelemetry.metrics import CallbackOptions, Meter
+from opentelemetry.metrics import Observation as MetricObservation
 
 from otel_errcompact._worker import BackgroundQueue
-from otel_errcompact.history import Escalation
+from otel_errcompact.history import ErrorHistory, Escalation
 from otel_errcompact.pipeline import Failure, Outcome
 from otel_errcompact.tokens import MAX_COUNTED_CHARS, count_tokens
 
@@ -99,6 +101,7 @@ class ErrorMetrics:
         self._compact_tokens = meter.create_counter(
             "errcompact.tokens.compact", unit="{token}", description="Tokens of the digests that replaced it"
         )
+        self._meter = meter
         self._types: set[str] = set()
         self._types_lock = threading.Lock()
         self._tokens: BackgroundQueue[_TokenItem] | None = (
@@ -113,6 +116,23 @@ class ErrorMetrics:
             )
             if token_counts
             else None
+        )
+
+    def watch_history(self, history: ErrorHistory) -> None:
+        """Export ``history``'s evictions at the scope cap as ``errcompact.history.evictions``.
+
+        An observable counter: read when the metric reader collects, so evictions cost nothing extra on
+        the agent's thread.
+        """
+
+        def observe(_options: CallbackOptions) -> list[MetricObservation]:
+            return [MetricObservation(history.evicted_at_cap)]
+
+        self._meter.create_observable_counter(
+            "errcompact.history.evictions",
+            callbacks=[observe],
+            unit="{scope}",
+            description="Conversations evicted from the error history at the max_scopes cap",
         )
 
     @property
