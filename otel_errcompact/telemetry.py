@@ -62,8 +62,9 @@ def metrics_are_read(meter_provider: Any) -> bool:
         return False
     if not isinstance(meter_provider, MeterProvider):
         return False
-    config = getattr(meter_provider, "_sdk_config", None)
-    readers = getattr(config, "metric_readers", None)
+    if getattr(meter_provider, "_disabled", False):  # OTEL_SDK_DISABLED=true
+        return False
+    readers = getattr(meter_provider, "_metric_readers", None)  # the constructor's metric_readers (1.45)
     # An SDK whose internals moved: keep counting rather than silently losing the metric.
     return bool(readers) if readers is not None else True
 

@@ -1,0 +1,432 @@
+"""The agent-thread hot path: the structured fast path, parser choice by markers, bounded token
+counting that runs only when a metric reader will see it, one trajectory submission per failure, ids
+without system calls, and visible history eviction.
+
+Every error here is produced by running real code or real tools; speed is measured in
+``benchmarks/bench_processor.py``, not asserted.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import multiprocessing
+import sys
+import threading
+import traceback
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.trace import Status, StatusCode
+
+import otel_errcompact
+from otel_errcompact._worker import BackgroundQueue
+from otel_errcompact.compactor import Compactor
+from otel_errcompact.history import ErrorHistory, Limits, Thresholds
+from otel_errcompact.parsers import PARSERS, Hints, Parsed, Parser
+from otel_errcompact.pipeline import ErrorPipeline, Failure
+from otel_errcompact.sinks import TrajectoryWriter
+from otel_errcompact.structured import parse_exception
+from otel_errcompact.telemetry import ErrorMetrics, metrics_are_read
+from otel_errcompact.tokens import MAX_COUNTED_CHARS, count_tokens, exact
+from otel_errcompact.trajectory import TrajectoryRecord, new_record_id
+from tests.conftest import OTel
+from tests.deeperrors import deep_app, deep_exception
+from tests.realerrors import python_error
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# -- real exceptions, as the SDK's record_exception describes them ---------------------------------------
+
+
+def _fields(exc: BaseException) -> tuple[str, str, str]:
+    """``(exception.type, exception.message, exception.stacktrace)`` exactly as the OTel SDK sets them."""
+    module, qualname = type(exc).__module__, type(exc).__qualname__
+    etype = f"{module}.{qualname}" if module and module != "builtins" else qualname
+    return etype, str(exc), "".join(traceback.format_exception(exc))
+
+
+def _raised(source: str, folder: Path, name: str) -> BaseException:
+    """Run ``source`` (a module defining ``main()``) from a real file and return what it raised."""
+    path = folder / f"{name}.py"
+    path.write_text(source, encoding="utf-8")
+    namespace: dict[str, Any] = {"__name__": name, "__file__": str(path)}
+    exec(compile(source, str(path), "exec"), namespace)
+    try:
+        namespace["main"]()
+    except BaseException as exc:
+        return exc
+    raise AssertionError(f"{name}.main() did not raise")
+
+
+_SHAPES = {
+    "chained": "def load(c):\n    return c['db']\n\ndef main():\n    try:\n        load({})\n"
+    "    except KeyError as exc:\n        raise RuntimeError('config load failed') from exc\n",
+    "during_handling": "def main():\n    try:\n        {}['k']\n    except KeyError:\n        1 / 0\n",
+    "group": "def main():\n    raise ExceptionGroup('batch failed', [ValueError('bad id 7'), KeyError('sku')])\n",
+    "syntax": "def main():\n    compile('def f(:\\n    pass\\n', 'gen.py', 'exec')\n",
+    "note": "def main():\n    e = ValueError('bad amount 12')\n    e.add_note('while pricing order 12')\n"
+    "    raise e\n",
+    "multiline": "def main():\n    raise ValueError('first line\\nsecond line')\n",
+    "empty": "def main():\n    raise KeyError()\n",
+    "pydantic": "from pydantic import BaseModel\n\nclass Order(BaseModel):\n    qty: int\n\n"
+    "def main():\n    Order(qty='many')\n",
+    "library_only": "import json\n\ndef main():\n    json.loads('{')\n",
+}
+
+
+@pytest.fixture(scope="module")
+def app(tmp_path_factory: pytest.TempPathFactory) -> ModuleType:
+    return deep_app(tmp_path_factory.mktemp("deep"))
+
+
+def test_structured_fields_give_the_same_digest_as_the_text(app: ModuleType, tmp_path: Path) -> None:
+    text_only = Compactor(digest_cache_size=0)
+    structured = Compactor(digest_cache_size=0)
+    plain = [deep_exception(app, order) for order in range(25)]
+    shapes = {name: _raised(source, tmp_path, f"shape_{name}") for name, source in _SHAPES.items()}
+    for exc in [*plain, *shapes.values()]:
+        etype, message, stack = _fields(exc)
+        assert structured.compact(stack, exception_type=etype, exception_message=message) == text_only.compact(
+            stack
+        ), stack
+    # The fast path is really taken for plain tracebacks, and declines every shape the full parser owns.
+    for exc in plain:
+        assert parse_exception(_fields(exc)[2], *_fields(exc)[:2]) is not None
+    for name in ("chained", "during_handling", "group", "syntax", "note", "multiline", "empty", "pydantic"):
+        etype, message, stack = _fields(shapes[name])
+        assert parse_exception(stack, etype, message) is None, name
+
+
+def test_structured_fields_disagreeing_with_the_text_fall_back_to_parsing(app: ModuleType) -> None:
+    etype, _message, stack = _fields(deep_exception(app, 3))
+    # A message that is not the traceback's (a wrapper re-describing the error) must not be trusted.
+    assert parse_exception(stack, etype, "something else") is None
+    assert parse_exception(stack, "KeyError", _fields(deep_exception(app, 3))[1]) is None
+
+
+def test_failed_span_digest_uses_the_fields_and_matches_the_text_digest(otel: OTel, app: ModuleType) -> None:
+    tracer = otel.tracer_provider.get_tracer("t")
+    exc = deep_exception(app, 41)
+    with tracer.start_as_current_span(
+        "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"},
+        record_exception=False, set_status_on_exception=False,
+    ) as span:
+        span.record_exception(exc)
+        span.set_status(Status(StatusCode.ERROR, str(exc)))
+    (finished,) = otel.span_exporter.get_finished_spans()
+    stack = finished.events[0].attributes["exception.stacktrace"]  # type: ignore[index]
+    assert finished.attributes["errcompact.digest"] == Compactor(digest_cache_size=0).compact(stack).line
+    assert "codec.py:" in str(finished.attributes["errcompact.digest"])
+
+
+# -- parser choice by markers ----------------------------------------------------------------------------
+
+
+def _every_parser() -> tuple[tuple[str, Parser], ...]:
+    """The default parsers, each behind a wrapper defined here (no MARKERS), so every one is tried."""
+
+    def wrap(parser: Parser) -> Parser:
+        def always(text: str, hints: Hints) -> Parsed | None:
+            return parser(text, hints)
+
+        return always
+
+    return tuple((kind, wrap(parser)) for kind, parser in PARSERS)
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory: pytest.TempPathFactory) -> list[Any]:
+    sys.path.insert(0, str(ROOT))
+    from benchmarks.corpus import build_corpus
+
+    return build_corpus(tmp_path_factory.mktemp("corpus"))
+
+
+def test_marker_dispatch_gives_the_digests_of_trying_every_parser(
+    corpus: list[Any], app: ModuleType, tmp_path: Path
+) -> None:
+    dispatched = Compactor(digest_cache_size=0)
+    tried_all = Compactor(_every_parser(), digest_cache_size=0)
+    cases: list[tuple[str, int | None, str | None, str | None]] = [
+        (s.raw, s.exit_code, s.command, s.kind) for s in corpus
+    ]
+    cases += [(_fields(deep_exception(app, order))[2], None, None, None) for order in range(10)]
+    cases += [(python_error(tmp_path, "import missing_module_xyz\n"), 1, "python app.py", None)]
+    cases += [(python_error(tmp_path, "print({}['k'])\n", name="k.py"), None, None, None)]
+    cases += [(s.raw, None, None, None) for s in corpus]  # the same texts without their hints
+    assert len(cases) > 60
+    for raw, exit_code, command, kind in cases:
+        expected = tried_all.compact(raw, exit_code=exit_code, command=command, kind=kind)
+        assert dispatched.compact(raw, exit_code=exit_code, command=command, kind=kind) == expected, raw[:300]
+
+
+def test_markers_really_skip_parsers(app: ModuleType) -> None:
+    compactor = Compactor()
+    stack = _fields(deep_exception(app, 2))[2]
+    kinds = [PARSERS[i][0] for i in compactor._candidates(stack, Hints())]
+    assert "python" in kinds
+    assert not {"pytest", "jvm", "node", "go", "mypy", "tsc"} & set(kinds)
+    # An exit code makes every parser a candidate: the shell parser recognises text by it alone.
+    assert len(compactor._candidates(stack, Hints(exit_code=2))) == len(PARSERS)
+
+
+def test_long_texts_are_cached_by_content(tmp_path: Path) -> None:
+    compactor = Compactor()
+    body = python_error(tmp_path, "raise SystemExit('x' * 40_000 + ' disk full')\n")
+    big = body + "\n" * 2  # over 16 KB
+    assert len(big) > 16_384
+    first = compactor.compact(big)
+    again = compactor.compact("".join([big]))  # an equal text in a new string object
+    assert again is first
+    assert compactor.compact(big + "more") is not first
+
+
+# -- token counting ----------------------------------------------------------------------------------------
+
+
+@pytest.mark.timeout(60)  # a hang guard against super-linear tokenising; speed is measured in benchmarks/
+@pytest.mark.parametrize(
+    ("text", "low", "high"),
+    [
+        ("x" * 100_000, 1_000, 100_000),
+        ("#" * 30_000, 100, 30_000),
+        ("abc def " * 1_310_720, 1_000_000, 5_000_000),
+        ("\udcff lone surrogate from os.listdir " * 1000, 1_000, 40_000),
+    ],
+    ids=["100k-x", "30k-hash", "10MB", "surrogates"],
+)
+def test_token_counting_is_bounded_on_hostile_input(text: str, low: int, high: int) -> None:
+    assert low <= count_tokens(text) <= high
+
+
+def test_token_counts_are_exact_o200k(tmp_path: Path) -> None:
+    tiktoken = pytest.importorskip("tiktoken")
+    import base64
+    import gzip
+
+    import bpe_openai  # type: ignore[import-untyped]
+
+    assert exact()
+    ranks: dict[bytes, int] = {}
+    with gzip.open(Path(bpe_openai.__file__).parent / "data" / "o200k_base.tiktoken.gz", "rb") as f:
+        for line in f:
+            if line.strip():
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+    pattern = bpe_openai.get_encoding("o200k_base")._pat_str
+    reference = tiktoken.Encoding("o200k_ref", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
+    raw = python_error(tmp_path, "import json\njson.loads('{\"a\": [1, 2,')\n")
+    assert count_tokens(raw) == len(reference.encode(raw))
+    # Beyond the exact head the count is extrapolated, close to the true count.
+    long = raw * (2 * MAX_COUNTED_CHARS // len(raw) + 1)
+    assert abs(count_tokens(long) - len(reference.encode(long))) <= 0.02 * len(reference.encode(long))
+
+
+def _raw_token_sum(reader: InMemoryMetricReader) -> int:
+    data = reader.get_metrics_data()
+    total = 0
+    for resource_metrics in data.resource_metrics if data else ():
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                if metric.name == "errcompact.tokens.raw":
+                    total += sum(int(p.value) for p in metric.data.data_points)  # type: ignore[union-attr]
+    return total
+
+
+def _token_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name == "otel-errcompact-tokens" and t.is_alive()]
+
+
+def test_token_counting_off_without_a_metric_reader(tmp_path: Path) -> None:
+    assert not metrics_are_read(MeterProvider())
+    assert metrics_are_read(MeterProvider(metric_readers=[InMemoryMetricReader()]))
+    from opentelemetry.metrics import NoOpMeterProvider
+
+    assert not metrics_are_read(NoOpMeterProvider())
+    before = len(_token_threads())
+    ec = otel_errcompact.init(
+        tracer_provider=TracerProvider(), meter_provider=MeterProvider(), sqlite_path=tmp_path / "a.db"
+    )
+    try:
+        assert ec._metrics is not None and not ec._metrics.counts_tokens
+        assert len(_token_threads()) == before
+        ec.record_error(python_error(tmp_path, "{}['k']\n"), scope="s")
+        assert ec.flush(30)
+    finally:
+        ec.shutdown()
+    reader = InMemoryMetricReader()
+    ec = otel_errcompact.init(
+        tracer_provider=TracerProvider(), meter_provider=MeterProvider(metric_readers=[reader]),
+        sqlite_path=tmp_path / "b.db",
+    )
+    try:
+        assert ec._metrics is not None and ec._metrics.counts_tokens
+        ec.record_error(python_error(tmp_path, "{}['k']\n"), scope="s")
+        assert ec.flush(30)
+        assert _raw_token_sum(reader) > 10
+    finally:
+        ec.shutdown()
+
+
+@pytest.mark.timeout(120)  # a hang guard: huge errors must not stall token metrics or shutdown
+def test_huge_errors_in_token_metrics_are_bounded(tmp_path: Path) -> None:
+    reader = InMemoryMetricReader()
+    metrics = ErrorMetrics(MeterProvider(metric_readers=[reader]).get_meter("t"))
+    pipeline = ErrorPipeline(ErrorHistory(Thresholds(consecutive=10**6, budget=None)))
+    pipeline.add_failure_listener(metrics.on_failure)
+    ten_mb = python_error(tmp_path, "raise ValueError('#' * 10_000_000)\n")
+    for _ in range(5):
+        pipeline.handle(Failure(scope="s", raw_error=ten_mb, tool_name="t"))
+    pipeline.handle(Failure(scope="s", raw_error="#" * 30_000, tool_name="t"))
+    assert metrics.flush(60)
+    metrics.shutdown(60)
+    assert _raw_token_sum(reader) > 5 * 10_000_000 // 64  # extrapolated from each head, not dropped
+
+
+def test_token_queue_is_bounded_by_size_not_only_count() -> None:
+    release = threading.Event()
+    handled: list[str] = []
+
+    def slow(item: str) -> None:
+        release.wait(30)
+        handled.append(item)
+
+    queue: BackgroundQueue[str] = BackgroundQueue("t-bounded", slow, max_size=1000, cost=len, max_cost=1_000_000)
+    try:
+        queue.submit("first")  # the worker takes it and blocks
+        accepted = sum(queue.submit("y" * 300_000) for _ in range(10))
+        assert accepted == 3  # 3 × 300k fit in 1M characters; item count alone would have taken all ten
+        assert queue.dropped == 7
+    finally:
+        release.set()
+        assert queue.flush(30)
+        queue.shutdown(30)
+    assert len(handled) == 4
+
+
+# -- one submission per failure, ids -----------------------------------------------------------------------
+
+
+class _CollectingSink:
+    """A trajectory sink that keeps what it is given (as the SDK's in-memory exporters do)."""
+
+    def __init__(self) -> None:
+        self.records: list[TrajectoryRecord] = []
+
+    def write(self, records: Sequence[TrajectoryRecord]) -> None:
+        self.records.extend(records)
+
+    def close(self) -> None:
+        return None
+
+
+def test_one_submission_per_failure(app: ModuleType) -> None:
+    sink = _CollectingSink()
+    # Batches of one: the writer cannot coalesce, so a second submission would show as a second write.
+    writer = TrajectoryWriter([sink], max_batch_size=1, schedule_delay_s=0.01)
+    pipeline = ErrorPipeline(ErrorHistory(), writer)
+    outcomes = []
+    for order in range(20):
+        etype, message, stack = _fields(deep_exception(app, order))
+        outcomes.append(pipeline.handle(Failure(scope=f"c{order // 5}", raw_error=stack, exception_type=etype,
+                                                exception_message=message, exception_stacktrace=stack)))
+    assert writer.force_flush(30)
+    writer.shutdown(30)
+    assert [r.record_id for r in sink.records] == [o.record_id for o in outcomes]
+    for record, outcome in zip(sink.records, outcomes, strict=True):
+        assert record.digest is not None and record.digest.line == outcome.digest.line
+        assert record.count == outcome.observation.count
+        assert record.raw_error.startswith("Traceback (most recent call last):")
+        json.loads(record.to_json())
+
+
+class _BrokenCompactor(Compactor):
+    """A compactor with a bug: the record must still carry the raw error."""
+
+    def compact(self, raw: str | bytes | None, **kwargs: Any) -> Any:  # type: ignore[override]
+        raise RuntimeError("compactor bug")
+
+
+def test_raw_error_is_submitted_even_when_compaction_fails(app: ModuleType) -> None:
+    sink = _CollectingSink()
+    writer = TrajectoryWriter([sink], schedule_delay_s=0.01)
+    pipeline = ErrorPipeline(ErrorHistory(), writer, compactor=_BrokenCompactor())
+    stack = _fields(deep_exception(app, 5))[2]
+    with pytest.raises(RuntimeError, match="compactor bug"):
+        pipeline.handle(Failure(scope="s", raw_error=stack))
+    assert writer.force_flush(30)
+    writer.shutdown(30)
+    (record,) = sink.records
+    assert record.raw_error == stack and record.digest is None
+
+
+def _child_id(queue: Any) -> None:
+    queue.put(new_record_id())
+
+
+def test_record_ids_are_unique_time_ordered_and_differ_after_fork() -> None:
+    ids: list[list[str]] = [[] for _ in range(4)]
+
+    def make(out: list[str]) -> None:
+        out.extend(new_record_id() for _ in range(5000))
+
+    threads = [threading.Thread(target=make, args=(out,)) for out in ids]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    flat = [i for out in ids for i in out]
+    assert len(set(flat)) == len(flat) == 20_000
+    assert all(len(i) == 32 and int(i, 16) >= 0 for i in flat)
+    for out in ids:
+        assert out == sorted(out)  # one thread's ids sort in creation order
+    if sys.platform.startswith("linux"):
+        ctx = multiprocessing.get_context("fork")
+        queue = ctx.Queue()
+        child = ctx.Process(target=_child_id, args=(queue,))
+        child.start()
+        child_id = queue.get(timeout=30)
+        child.join(30)
+        assert child_id[12:20] != flat[0][12:20]  # the per-process prefix is drawn again in the child
+
+
+# -- history eviction ---------------------------------------------------------------------------------------
+
+
+def test_eviction_at_the_scope_cap_is_logged_once_and_counted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    raw = python_error(tmp_path, "{}['k']\n")
+    reader = InMemoryMetricReader()
+    ec = otel_errcompact.init(
+        tracer_provider=TracerProvider(), meter_provider=MeterProvider(metric_readers=[reader]),
+        sqlite_path=tmp_path / "e.db", limits=Limits(max_scopes=3),
+    )
+    try:
+        with caplog.at_level(logging.WARNING, logger="otel_errcompact"):
+            for n in range(7):
+                ec.record_error(raw, scope=f"conversation-{n}")
+        assert ec.history.evicted_at_cap == 4
+        assert ec.history.scopes() == ["conversation-4", "conversation-5", "conversation-6"]
+        warnings = [r for r in caplog.records if "max_scopes" in r.getMessage()]
+        assert len(warnings) == 1
+        data = reader.get_metrics_data()
+        points = [
+            p.value
+            for rm in (data.resource_metrics if data else ())
+            for sm in rm.scope_metrics
+            for m in sm.metrics
+            if m.name == "errcompact.history.evictions"
+            for p in m.data.data_points  # type: ignore[union-attr]
+        ]
+        assert points == [4]
+    finally:
+        ec.shutdown()
