@@ -22,14 +22,23 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any, Literal
+from datetime import datetime, timezone
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel
 
 from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Escalation, Observation
 from otel_errcompact.sinks import TrajectoryWriter
-from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord, new_record_id
+from otel_errcompact.trajectory import (
+    SCHEMA_NAME,
+    SCHEMA_VERSION,
+    DigestInfo,
+    TrajectoryRecord,
+    jsonable,
+    new_record_id,
+)
 
 __all__ = ["ErrorPipeline", "EscalationListener", "Failure", "FailureListener", "Outcome"]
 
@@ -136,6 +145,10 @@ class ErrorPipeline:
         if self.writer is None:
             return None
         try:
+            if _prevalidated(failure):
+                record = _construct(failure, digest, observation)
+                self.writer.submit(record)
+                return record.record_id
             record = TrajectoryRecord(
                 record_id=new_record_id(),
                 source=failure.source,
@@ -172,6 +185,99 @@ class ErrorPipeline:
         except Exception:
             _log.exception("otel-errcompact: could not queue a trajectory record")
             return None
+
+
+_TEXT_FIELDS = (
+    "scope", "conversation_id", "agent_name", "tool_name", "tool_call_id", "tool_arguments", "span_name",
+    "status_description", "error_type", "exception_type", "exception_message", "exception_stacktrace",
+)
+
+
+def _prevalidated(failure: Failure) -> bool:
+    """True for a failure the span processor built: ids already hex, times aware UTC datetimes,
+    attributes and resource already JSON-able dicts, every text field a ``str``. Validating such a
+    record again costs more on the agent's thread than everything else in it."""
+    if failure.source != "span" or type(failure.raw_error) is not str:
+        return False
+    if type(failure.attributes) is not dict or type(failure.resource) is not dict:
+        return False
+    return all(type(v) is str or v is None for v in (getattr(failure, name) for name in _TEXT_FIELDS))
+
+
+def _construct(failure: Failure, digest: Digest | None, observation: Observation | None) -> TrajectoryRecord:
+    """The trajectory record of a prevalidated failure, built without validation."""
+    info = None
+    if digest is not None:  # the compactor's own values: bounded strings, ints and a bool
+        loc = digest.location
+        info = _unvalidated(
+            DigestInfo,
+            line=digest.line,
+            type=digest.type,
+            cause=digest.cause,
+            file=loc.file if loc else None,
+            line_no=loc.line if loc else None,
+            func=loc.func if loc else None,
+            format=digest.format,
+            retryable=digest.retryable,
+            status=digest.status,
+            key=digest.key,
+            key_type=digest.key_parts.type,
+            key_where=digest.key_parts.where,
+            key_message=digest.key_parts.message,
+        )
+    escalation = observation.escalation if observation is not None else None
+    return _unvalidated(
+        TrajectoryRecord,
+        schema_name=SCHEMA_NAME,
+        schema_version=SCHEMA_VERSION,
+        record_id=new_record_id(),
+        source=failure.source,
+        recorded_at=datetime.now(timezone.utc),
+        scope=failure.scope,
+        trace_id=failure.trace_id,
+        span_id=failure.span_id,
+        parent_span_id=failure.parent_span_id,
+        conversation_id=failure.conversation_id,
+        agent_name=failure.agent_name,
+        tool_name=failure.tool_name,
+        tool_call_id=failure.tool_call_id,
+        tool_arguments=failure.tool_arguments,
+        span_name=failure.span_name,
+        status_description=failure.status_description,
+        error_type=failure.error_type,
+        exception_type=failure.exception_type,
+        exception_message=failure.exception_message,
+        exception_stacktrace=failure.exception_stacktrace,
+        raw_error=failure.raw_error,
+        started_at=failure.started_at,
+        ended_at=failure.ended_at,
+        attributes=failure.attributes,
+        resource=failure.resource,
+        digest=info,
+        count=observation.count if observation is not None else None,
+        escalation=jsonable(escalation.to_dict()) if escalation is not None else None,
+    )
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def _unvalidated(cls: type[_M], **values: Any) -> _M:
+    """``cls.model_construct(**values)`` for values that name every field, at a tenth of its cost.
+
+    ``model_construct`` walks every field looking for aliases and defaults (about 14 µs for a record);
+    when the values are complete, what it finally does is set these four attributes. A field added to
+    the model later makes the values incomplete, and ``model_construct`` is used again.
+    """
+    fields = cls.model_fields
+    if values.keys() != fields.keys():
+        return cls.model_construct(**values)
+    model = cls.__new__(cls)
+    object.__setattr__(model, "__dict__", {name: values[name] for name in fields})
+    object.__setattr__(model, "__pydantic_fields_set__", set(fields))
+    object.__setattr__(model, "__pydantic_extra__", None)
+    object.__setattr__(model, "__pydantic_private__", None)
+    return model
 
 
 def _call(listener: Callable[..., None], *args: Any) -> None:

@@ -127,6 +127,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._returned_errors: deque[str] = deque(maxlen=_MAX_RETURNED_ERRORS)
         self._saw_on_ending = False
         self._closed = False
+        self._resource_cache: tuple[Any, dict[str, Any]] | None = None
         pipeline.add_escalation_listener(self._add_escalation_event)
 
     @property
@@ -278,8 +279,21 @@ class ErrorCompactionProcessor(SpanProcessor):
             started_at=utc_from_ns(span.start_time),
             ended_at=utc_from_ns(span.end_time) or datetime.now(timezone.utc),
             attributes=_jsonable(attrs) if self._capture_arguments else _without_arguments(attrs),
-            resource=_jsonable(span.resource.attributes) if span.resource is not None else {},
+            resource=self._resource_of(span),
         )
+
+    def _resource_of(self, span: ReadableSpan) -> dict[str, Any]:
+        """The span's resource attributes, JSON-able; converted once per resource (a provider has one),
+        and shared by the records of its spans, which only read it."""
+        resource = span.resource
+        if resource is None:
+            return {}
+        cached = self._resource_cache
+        if cached is not None and cached[0] is resource:
+            return cached[1]
+        converted = _jsonable(resource.attributes)
+        self._resource_cache = (resource, converted)
+        return converted
 
     def _note_failed_parent(self, span: ReadableSpan) -> None:
         parent = span.parent
