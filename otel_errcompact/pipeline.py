@@ -195,7 +195,7 @@ _TEXT_FIELDS = (
 
 def _prevalidated(failure: Failure) -> bool:
     """True for a failure the span processor built: ids already hex, times aware UTC datetimes,
-    attributes and resource already JSON-able dicts, every text field a ``str``. Validating such a
+    attributes and resource dicts (made JSON-able in :func:`_construct`), every text field a ``str``. Validating such a
     record again costs more on the agent's thread than everything else in it."""
     if failure.source != "span" or type(failure.raw_error) is not str:
         return False
@@ -251,8 +251,8 @@ def _construct(failure: Failure, digest: Digest | None, observation: Observation
         raw_error=failure.raw_error,
         started_at=failure.started_at,
         ended_at=failure.ended_at,
-        attributes=failure.attributes,
-        resource=failure.resource,
+        attributes=jsonable(failure.attributes),  # span attributes may still hold bytes, odd keys
+        resource=jsonable(failure.resource),
         digest=info,
         count=observation.count if observation is not None else None,
         escalation=jsonable(escalation.to_dict()) if escalation is not None else None,
