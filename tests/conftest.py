@@ -63,6 +63,7 @@ class OTel:
 
     def metric_points(self, name: str) -> list[Any]:
         """Data points of the metric ``name`` (cumulative), empty when it was never recorded."""
+        self.ec.flush(30.0)  # error and token counts are recorded on the library's metrics thread
         data = self.metric_reader.get_metrics_data()
         points: list[Any] = []
         if data is None:
