@@ -250,8 +250,10 @@ class ErrorCompactionProcessor(SpanProcessor):
         parent = span.parent
         scope = semconv.scope_for(conversation, trace_id, in_trace=parent is not None)
         failed = span.status.status_code is StatusCode.ERROR or semconv.ERROR_TYPE in attrs
-        with self._lock:
-            held = self._pending.pop(context.span_id, None)
+        held = None
+        if self._pending:  # usually empty: skip the lock
+            with self._lock:
+                held = self._pending.pop(context.span_id, None)
         if not failed:
             if not self._wraps_a_failure(context.span_id, attrs):
                 self.pipeline.history.observe_success(scope)
@@ -305,12 +307,14 @@ class ErrorCompactionProcessor(SpanProcessor):
                 self._failed_parents.popitem(last=False)
 
     def _wraps_a_failure(self, span_id: int, attrs: Mapping[str, Any]) -> bool:
-        with self._lock:
-            if self._failed_parents.pop(span_id, 0) is None:
-                return True
-            returned = list(self._returned_errors)
-        if not returned:
+        if span_id in self._failed_parents:  # a racy read is fine: the pop under the lock decides
+            with self._lock:
+                if self._failed_parents.pop(span_id, 0) is None:
+                    return True
+        if not self._returned_errors:
             return False
+        with self._lock:
+            returned = list(self._returned_errors)
         for name in _OUTPUT_ATTRIBUTES:
             output = attrs.get(name)
             if output is not None:
