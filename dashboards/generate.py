@@ -16,6 +16,7 @@ Prometheus exporter (``resource_to_telemetry_conversion``) and a direct scrape o
 from __future__ import annotations
 
 import argparse
+import html
 import json
 import sys
 from pathlib import Path
@@ -231,6 +232,22 @@ def panel_queries(board: dict[str, Any]) -> list[tuple[str, str]]:
     return found
 
 
+def panel_list_html(board: dict[str, Any]) -> str:
+    """The panel list as a small HTML page (title, type, query): what the README's picture shows."""
+    rows = "".join(
+        f"<tr><td>{html.escape(str(p.get('type')))}</td><td>{html.escape(str(p.get('title')))}</td>"
+        f"<td><code>{'<br>'.join(html.escape(t['expr']) for t in p.get('targets', []))}</code></td></tr>"
+        for p in board.get("panels", [])
+    )
+    return (
+        f"<html><head><meta charset='utf-8'><title>{html.escape(board['title'])}</title><style>"
+        "body{font-family:sans-serif;font-size:13px;margin:16px}td,th{border-bottom:1px solid #ddd;"
+        "padding:4px 8px;vertical-align:top;text-align:left}code{font-size:11px}</style></head><body>"
+        f"<h3>{html.escape(board['title'])} — panels (dashboards/otel-errcompact.json)</h3>"
+        f"<table><tr><th>type</th><th>title</th><th>PromQL</th></tr>{rows}</table></body></html>"
+    )
+
+
 def render() -> str:
     return json.dumps(build(), indent=2, sort_keys=True) + "\n"
 
@@ -238,7 +255,10 @@ def render() -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="fail when the committed JSON is out of date")
+    parser.add_argument("--panel-list", type=Path, help="also write the panel list as HTML to this file")
     args = parser.parse_args(argv)
+    if args.panel_list:
+        args.panel_list.write_text(panel_list_html(build()), encoding="utf-8")
     text = render()
     if args.check:
         if OUTPUT.read_text(encoding="utf-8") != text:
