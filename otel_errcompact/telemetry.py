@@ -5,21 +5,41 @@ Instruments (all counters, on the meter ``otel_errcompact``):
 =============================  ==========  ==========================================================
 name                           unit        attributes
 =============================  ==========  ==========================================================
+``errcompact.tool.calls``      {call}      ``gen_ai.tool.name``, ``errcompact.outcome`` (``ok``/``error``)
 ``errcompact.errors``          {error}     ``gen_ai.tool.name``, ``error.type``, ``errcompact.new_class``
+``errcompact.classes.new``     {class}     ``gen_ai.tool.name``, ``error.type``: first sight of a dedup key
+                                           in this process (not per conversation)
 ``errcompact.escalations``     {escalation} ``gen_ai.tool.name``, ``errcompact.reason``, ``errcompact.action``
-``errcompact.tokens.raw``      {token}     ``gen_ai.tool.name``: tokens of the raw errors
-``errcompact.tokens.compact``  {token}     ``gen_ai.tool.name``: tokens of their digest lines
+``errcompact.tokens.raw``      {token}     ``gen_ai.tool.name``, ``errcompact.basis``: tokens of what the
+                                           agent would have received without otel-errcompact
+``errcompact.tokens.compact``  {token}     ``gen_ai.tool.name``, ``errcompact.basis``: tokens of their
+                                           digest lines
 ``errcompact.history.evictions`` {scope}   none: conversations dropped at the ``max_scopes`` cap
 =============================  ==========  ==========================================================
 
+``errcompact.tool.calls`` is the denominator of an error ratio: every tool span is one call, and a
+framework's tool span that wraps an ``@ec.tool`` span is not counted again. ``errcompact.new_class`` on
+``errcompact.errors`` means new *in its conversation*; ``errcompact.classes.new`` counts a class once per
+process (the last :data:`MAX_SEEN_KEYS` keys are remembered), so 1,000 conversations hitting the same two
+errors count 2, not 2,000. Summed over a fleet of N workers it counts a class at most N times.
+
+The token basis (``errcompact.basis``) says what the savings are measured against: ``model_text`` when the
+caller knows the text the agent would have received instead (a framework's own error message, passed as
+``Failure.model_text`` by the bridges), else ``raw_error`` (the full raw error, an upper bound: some
+frameworks never put the full traceback into the context).
+
 Attributes stay low-cardinality: tool names and error types only, and error types beyond the first
 :data:`MAX_ERROR_TYPES` distinct ones are reported as ``other``. Never the message, the key or the scope.
-Token counts run on a background thread, and only when something will read them: a meter provider of
-the OpenTelemetry SDK with at least one metric reader (:func:`metrics_are_read`). Without one the token
-counters would go nowhere, so the raw text is not even queued. Each queued item holds at most
-:data:`~otel_errcompact.tokens.MAX_COUNTED_CHARS` characters of the raw error (the rest is extrapolated
-from that head) and the queue is bounded by characters as well as items (:data:`MAX_QUEUED_TOKEN_CHARS`),
-so a flood of megabyte errors cannot pile up memory.
+
+Off the agent's thread. Recording a counter with attributes costs the SDK several microseconds, and a
+failure records three or four, so when a metric pipeline will read them (a meter provider of the
+OpenTelemetry SDK with at least one metric reader, :func:`metrics_are_read`) every count and the token
+counts are recorded on one background thread; a metric is read at the next collection anyway. Without a
+reader nothing is tokenised at all and the counts are recorded in place (a provider that is not the SDK's
+may still read them). Each queued item holds at most :data:`~otel_errcompact.tokens.MAX_COUNTED_CHARS`
+characters of the error (the rest is extrapolated from that head), the queue is bounded by characters as
+well as items (:data:`MAX_QUEUED_TOKEN_CHARS`), and when it is full the counts are recorded in place:
+token counts may be skipped under a flood, call and error counts never.
 
 A breach is also emitted as a log event ``errcompact.escalation`` (severity WARN), correlated with the
 failed tool span, so log-based alerting works without metrics.
@@ -28,6 +48,7 @@ failed tool span, so log-based alerting works without metrics.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from opentelemetry import trace
@@ -40,14 +61,24 @@ from otel_errcompact.history import ErrorHistory, Escalation
 from otel_errcompact.pipeline import Failure, Outcome
 from otel_errcompact.tokens import MAX_COUNTED_CHARS, count_tokens
 
-__all__ = ["MAX_ERROR_TYPES", "MAX_QUEUED_TOKEN_CHARS", "ErrorMetrics", "EscalationLog", "metrics_are_read",
-           "span_context_of"]
+__all__ = [
+    "MAX_ERROR_TYPES",
+    "MAX_QUEUED_TOKEN_CHARS",
+    "MAX_SEEN_KEYS",
+    "ErrorMetrics",
+    "EscalationLog",
+    "metrics_are_read",
+    "span_context_of",
+]
 
 MAX_ERROR_TYPES = 64
+MAX_SEEN_KEYS = 65_536
 MAX_QUEUED_TOKEN_CHARS = 8 * 1024 * 1024
-"""Characters of raw error text waiting for token counting at most; beyond it counts are skipped."""
+"""Characters of error text waiting for token counting at most; beyond it counts are recorded in place."""
 
-_TokenItem = tuple[str, int, str, str, str, bool]  # raw head, raw length, digest line, tool, type, new class
+# (baseline head or None for a success, baseline length, digest line, tool, basis, error type, new in
+# its conversation, dedup key)
+_Item = tuple[str | None, int, str, str, str, str, bool, str]
 
 
 def metrics_are_read(meter_provider: Any) -> bool:
@@ -69,8 +100,8 @@ def metrics_are_read(meter_provider: Any) -> bool:
     return bool(readers) if readers is not None else True
 
 
-def _token_item_cost(item: _TokenItem) -> int:
-    return len(item[0]) + len(item[2])
+def _item_cost(item: _Item) -> int:
+    return len(item[0] or "") + len(item[2])
 
 
 def span_context_of(trace_id: str | None, span_id: str | None) -> Any:
@@ -90,9 +121,18 @@ class ErrorMetrics:
     """Counts failures, escalations and tokens; plug into a pipeline as failure/escalation listener."""
 
     def __init__(self, meter: Meter, *, token_counts: bool = True) -> None:
+        self._calls = meter.create_counter(
+            "errcompact.tool.calls", unit="{call}", description="Tool calls seen by otel-errcompact, by outcome"
+        )
         self._errors = meter.create_counter(
             "errcompact.errors", unit="{error}", description="Failed tool calls seen by otel-errcompact"
         )
+        self._new_classes = meter.create_counter(
+            "errcompact.classes.new",
+            unit="{class}",
+            description="Error classes (dedup keys) seen for the first time by this process",
+        )
+        self._seen_keys: OrderedDict[str, None] = OrderedDict()
         self._escalations = meter.create_counter(
             "errcompact.escalations", unit="{escalation}", description="Error-threshold breaches"
         )
@@ -105,12 +145,14 @@ class ErrorMetrics:
         self._meter = meter
         self._types: set[str] = set()
         self._types_lock = threading.Lock()
-        self._tokens: BackgroundQueue[_TokenItem] | None = (
+        # Wakes every 256 items or each second: waking it per item would hand it the GIL in the middle of
+        # the agent's work.
+        self._tokens: BackgroundQueue[_Item] | None = (
             BackgroundQueue(
                 "otel-errcompact-tokens",
-                self._count_tokens,
+                self._record,
                 max_size=4096,
-                cost=_token_item_cost,
+                cost=_item_cost,
                 max_cost=MAX_QUEUED_TOKEN_CHARS,
                 wake_every=256,
                 max_delay_s=1.0,
@@ -138,7 +180,7 @@ class ErrorMetrics:
 
     @property
     def counts_tokens(self) -> bool:
-        """Whether raw and digest tokens are counted (off when no metric reader would see them)."""
+        """Whether tokens are counted, and counts recorded off the agent's thread (a reader exists)."""
         return self._tokens is not None
 
     def _error_type(self, type_: str) -> str:
@@ -150,29 +192,44 @@ class ErrorMetrics:
                 return type_
         return "other"
 
-    def on_failure(self, failure: Failure, outcome: Outcome) -> None:
-        """Failure listener: count the error and its tokens, on the metrics thread when there is one.
+    def _first_sight(self, key: str) -> bool:
+        with self._types_lock:
+            if key in self._seen_keys:
+                self._seen_keys.move_to_end(key)
+                return False
+            self._seen_keys[key] = None
+            if len(self._seen_keys) > MAX_SEEN_KEYS:
+                self._seen_keys.popitem(last=False)
+            return True
 
-        Recording a counter with attributes costs the SDK about as much as a third of compaction, so with
-        a metric reader the count travels with the token item to the background thread (a metric is
-        read at the next collection anyway). If that queue is full the count is recorded here instead:
-        token counts may be skipped under a flood, error counts never.
-        """
+    def on_success(self, tool_name: str | None) -> None:
+        """Success listener: count one successful tool call."""
+        tool = tool_name or "unknown"
+        if self._tokens is not None and self._tokens.submit((None, 0, "", tool, "", "", False, "")):
+            return
+        self._calls.add(1, {"gen_ai.tool.name": tool, "errcompact.outcome": "ok"})
+
+    def on_failure(self, failure: Failure, outcome: Outcome) -> None:
+        """Failure listener: count the call, the error, a new class, and the tokens (see the module)."""
         tool = failure.tool_name or "unknown"
         digest = outcome.digest
+        is_new = outcome.observation.is_new
         if self._tokens is not None:
-            raw = failure.raw_error
+            basis = "model_text" if failure.model_text is not None else "raw_error"
+            baseline = failure.model_text if failure.model_text is not None else failure.raw_error
             # Slicing a short string returns the string itself; a huge one is cut to the counted head.
-            item = (raw[:MAX_COUNTED_CHARS], len(raw), digest.line, tool, digest.type, outcome.observation.is_new)
-            if self._tokens.submit(item):
+            head = baseline[:MAX_COUNTED_CHARS]
+            if self._tokens.submit((head, len(baseline), digest.line, tool, basis, digest.type, is_new, digest.key)):
                 return
-        self._count_error(tool, digest.type, outcome.observation.is_new)
+        self._count_failure(tool, digest.type, is_new, digest.key)
 
-    def _count_error(self, tool: str, type_: str, is_new: bool) -> None:
-        self._errors.add(
-            1,
-            {"gen_ai.tool.name": tool, "error.type": self._error_type(type_), "errcompact.new_class": is_new},
-        )
+    def _count_failure(self, tool_name: str, type_: str, is_new: bool, key: str) -> None:
+        tool = {"gen_ai.tool.name": tool_name}
+        error_type = self._error_type(type_)
+        self._calls.add(1, {**tool, "errcompact.outcome": "error"})
+        self._errors.add(1, {**tool, "error.type": error_type, "errcompact.new_class": is_new})
+        if self._first_sight(key):
+            self._new_classes.add(1, {**tool, "error.type": error_type})
 
     def on_escalation(self, escalation: Escalation, failure: Failure) -> None:
         """Escalation listener: count the breach."""
@@ -185,18 +242,22 @@ class ErrorMetrics:
             },
         )
 
-    def _count_tokens(self, item: _TokenItem) -> None:
-        head, raw_chars, line, tool, type_, is_new = item
-        self._count_error(tool, type_, is_new)
-        attributes = {"gen_ai.tool.name": tool}
+    def _record(self, item: _Item) -> None:
+        """On the metrics thread: the counts of one call, and its tokens."""
+        head, length, line, tool, basis, type_, is_new, key = item
+        if head is None:
+            self._calls.add(1, {"gen_ai.tool.name": tool, "errcompact.outcome": "ok"})
+            return
+        self._count_failure(tool, type_, is_new, key)
+        attributes = {"gen_ai.tool.name": tool, "errcompact.basis": basis}
         tokens = count_tokens(head)
-        if raw_chars > len(head) > 0:
-            tokens = round(tokens * raw_chars / len(head))
+        if length > len(head) > 0:
+            tokens = round(tokens * length / len(head))
         self._raw_tokens.add(tokens, attributes)
         self._compact_tokens.add(count_tokens(line), attributes)
 
     def flush(self, timeout_s: float = 10.0) -> bool:
-        """Wait for queued token counts."""
+        """Wait for queued counts."""
         return self._tokens.flush(timeout_s) if self._tokens is not None else True
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
