@@ -37,6 +37,7 @@ from otel_errcompact.digest import DedupKey, Digest, Location, short_file
 from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, innermost_in_app
 from otel_errcompact.parsers import fallback as _fallback
+from otel_errcompact.parsers import python as _python
 from otel_errcompact.parsers._base import clip
 from otel_errcompact.redact import neutralize_delimiters, redact
 from otel_errcompact.structured import parse_exception
@@ -104,9 +105,9 @@ class Compactor:
         self._by_kind = dict(self._parsers)
         self._markers = tuple(_markers_of(parser) for _, parser in self._parsers)
         self._all_markers = tuple(sorted({m for group in self._markers if group for m in group}))
-        # The structured fast path stands in for the python parser; only where it is the first parser
-        # whose markers can occur in a plain traceback (the default order) is that the same answer.
-        self._python_at = next((i for i, (kind, _) in enumerate(self._parsers) if kind == "python"), None)
+        # The structured fast path stands in for the built-in python parser, so it is used only where that
+        # parser is in the list and is the first one whose markers occur in the text.
+        self._python_at = next((i for i, (_, p) in enumerate(self._parsers) if p is _python.parse), None)
         self._summarizer = summarizer
         self._cache: OrderedDict[str, Parsed | None] = OrderedDict()
         self._cache_size = summary_cache_size

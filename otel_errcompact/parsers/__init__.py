@@ -9,7 +9,9 @@ summariser, when one is configured) only when no parser matched.
 
 A parser module may also define ``MARKERS: tuple[str, ...]``: substrings at least one of which occurs in
 every text the parser can recognise. The compactor may skip a parser none of whose markers occur, so a
-marker list must err on the side of too many. A module without ``MARKERS`` is always tried. Framing put
+marker list must err on the side of too many. A module without ``MARKERS`` is always tried. Markers are
+matched ignoring case, and every parser is tried when the caller passes an exit code or a command (a
+parser may recognise a failure by those hints alone). Framing put
 around an error by harnesses and loggers is taken off before parsing (``otel_errcompact.unwrap``).
 """
 
