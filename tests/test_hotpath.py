@@ -430,3 +430,26 @@ def test_eviction_at_the_scope_cap_is_logged_once_and_counted(
         assert points == [4]
     finally:
         ec.shutdown()
+
+
+def test_metrics_worker_is_not_woken_for_every_item() -> None:
+    """Waking the worker per item hands it the GIL in the middle of the agent's work; it wakes per batch."""
+    handled: list[int] = []
+    queue: BackgroundQueue[int] = BackgroundQueue("t-batched", handled.append, wake_every=256, max_delay_s=30.0)
+    try:
+        for n in range(10):
+            queue.submit(n)
+        threading.Event().wait(0.3)
+        assert handled == []  # ten items wait for a batch (or the delay)
+        assert queue.flush(30)
+        assert handled == list(range(10))
+        for n in range(256):
+            queue.submit(n)
+        deadline = threading.Event()
+        for _ in range(300):
+            if len(handled) == 266:
+                break
+            deadline.wait(0.1)
+        assert len(handled) == 266  # a full batch wakes it without a flush
+    finally:
+        queue.shutdown(30)
