@@ -13,6 +13,9 @@ Bounded work. At most :data:`MAX_COUNTED_CHARS` characters are counted exactly; 
 text is extrapolated at the rate measured on that head, so no input costs more than a couple of
 milliseconds. Lone surrogates (a non-UTF-8 file name inside an error) are replaced before counting.
 
+The Rust extension is loaded without the package's tiktoken-compatible wrapper, which would read both
+rank files into Python at import time (first use: 0.2 s instead of 2.7 s, measured here).
+
 When the native tokenizer is not importable, counts fall back to a documented estimate of one token per
 four characters, and :func:`exact` says so.
 """
@@ -20,6 +23,9 @@ four characters, and :func:`exact` says so.
 from __future__ import annotations
 
 import functools
+import importlib.util
+import os
+import sys
 from typing import Any
 
 __all__ = ["MAX_COUNTED_CHARS", "count_tokens", "exact"]
@@ -28,15 +34,37 @@ MAX_COUNTED_CHARS = 65_536
 """Characters counted exactly (about 0.6-1.5 ms); the tokens of any further text are extrapolated."""
 
 
+def _native_module() -> Any:
+    """``bpe_openai._bindings``, the Rust extension, loaded without running the package's ``__init__``.
+
+    Importing the package builds the tiktoken-compatible wrapper: it reads both rank files into Python
+    dictionaries at import time (2.7 s and 60 MB more peak memory, measured here) and warns about a
+    deprecated ``importlib.resources`` call. The extension alone carries the ranks and the counter.
+    Falls back to the ordinary import if the file is not where the package keeps it.
+    """
+    loaded = sys.modules.get("bpe_openai._bindings")
+    if loaded is not None:
+        return loaded
+    spec = importlib.util.find_spec("bpe_openai")
+    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+        for entry in sorted(os.listdir(folder)):
+            if entry.startswith("_bindings.") and entry.endswith((".so", ".pyd")):
+                native = importlib.util.spec_from_file_location("bpe_openai._bindings", os.path.join(folder, entry))
+                if native is not None and native.loader is not None:
+                    module = importlib.util.module_from_spec(native)
+                    native.loader.exec_module(module)
+                    # Registered, so a later ``import bpe_openai`` reuses this one load of the extension.
+                    return sys.modules.setdefault("bpe_openai._bindings", module)
+    from bpe_openai import _bindings  # type: ignore[import-untyped]  # no py.typed marker
+
+    return _bindings
+
+
 @functools.lru_cache(maxsize=4)
 def _encoding(name: str) -> Any:
     try:
-        from bpe_openai import _bindings  # type: ignore[import-untyped]  # the Rust tokenizer; no py.typed
-    except ImportError:
-        return None
-    try:
-        return _bindings.tokenizer_for_encoding(name)
-    except Exception:  # an encoding this version does not ship
+        return _native_module().tokenizer_for_encoding(name)
+    except Exception:  # not installed, or an encoding this version does not ship: the estimate
         return None
 
 
