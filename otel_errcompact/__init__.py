@@ -85,3 +85,7 @@ __all__ += [
     "instance",
     "read_jsonl",
 ]
+
+from otel_errcompact.messages import compact_messages
+
+__all__ += ["compact_messages"]

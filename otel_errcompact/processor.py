@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from otel_errcompact import semconv
+from otel_errcompact.claims import current_claim
 from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.trajectory import span_id_hex, trace_id_hex, utc_from_ns
@@ -205,6 +206,10 @@ class ErrorCompactionProcessor(SpanProcessor):
     def _process(self, span: ReadableSpan, writable: Span | None) -> None:
         if "errcompact.key" in (_attributes_of(span)):
             return  # already handled at the tool boundary, while the span was live
+        claim = current_claim()
+        if claim is not None:  # a framework bridge handles this call's failure on its own span
+            claim.note(span.status.status_code is StatusCode.ERROR, span.events)
+            return
         failure = self.failure_of(span)
         if failure is None:
             return
