@@ -75,9 +75,7 @@ def _outcome(call: ToolCall, halt: HaltFactory) -> ToolErrorText | None:
     return error
 
 
-def _fail_on_data_error(
-    call: ToolCall, claim: Claim, result: T, data_error: Callable[[T], str | None] | None
-) -> None:
+def _fail_on_data_error(call: ToolCall, claim: Claim, result: T, data_error: Callable[[T], str | None] | None) -> None:
     text = data_error(result) if data_error is not None else None
     if text is not None:
         call.fail(claim.stacktraces[-1] if claim.stacktraces else text)
@@ -103,14 +101,20 @@ def run_sync(
     """
     result: T | None = None
     with _bridged(
-        ec, name=name, call_id=call_id, arguments=arguments, scope=scope, agent_name=agent_name,
-        parent=parent, halt=halt,
+        ec,
+        name=name,
+        call_id=call_id,
+        arguments=arguments,
+        scope=scope,
+        agent_name=agent_name,
+        parent=parent,
+        halt=halt,
     ) as call:
         with claimed() as claim:
             result = run()
         _fail_on_data_error(call, claim, result, data_error)
     error = _outcome(call, halt)
-    return error if error is not None else result  # type: ignore[return-value]
+    return error if error is not None else result
 
 
 async def run_async(
@@ -129,11 +133,17 @@ async def run_async(
     """The ``async`` form of :func:`run_sync`."""
     result: T | None = None
     with _bridged(
-        ec, name=name, call_id=call_id, arguments=arguments, scope=scope, agent_name=agent_name,
-        parent=parent, halt=halt,
+        ec,
+        name=name,
+        call_id=call_id,
+        arguments=arguments,
+        scope=scope,
+        agent_name=agent_name,
+        parent=parent,
+        halt=halt,
     ) as call:
         with claimed() as claim:
             result = await run()
         _fail_on_data_error(call, claim, result, data_error)
     error = _outcome(call, halt)
-    return error if error is not None else result  # type: ignore[return-value]
+    return error if error is not None else result

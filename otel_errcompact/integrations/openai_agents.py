@@ -104,16 +104,18 @@ class AgentsBridge:
         tool_ctx = ctx if isinstance(ctx, ToolContext) else None
         name = tool_ctx.tool_name if tool_ctx is not None else "tool"
         framework_span = trace.get_current_span()
-        with conversation(scope):
-            with self.ec.tool_call(
+        with (
+            conversation(scope),
+            self.ec.tool_call(
                 name,
                 call_id=tool_ctx.tool_call_id if tool_ctx is not None else None,
                 arguments=tool_ctx.tool_arguments if tool_ctx is not None else None,
-            ) as call:
-                agent = getattr(ctx, "agent", None)
-                if agent is not None and getattr(agent, "name", None):
-                    call.span.set_attribute(semconv.GEN_AI_AGENT_NAME, str(agent.name))
-                raise error.with_traceback(error.__traceback__)
+            ) as call,
+        ):
+            agent = getattr(ctx, "agent", None)
+            if agent is not None and getattr(agent, "name", None):
+                call.span.set_attribute(semconv.GEN_AI_AGENT_NAME, str(agent.name))
+            raise error.with_traceback(error.__traceback__)
         text = call.error
         if text is None:  # the boundary could not describe it; never leave the model without an answer
             return "Error: " + "".join(traceback.format_exception_only(type(error), error)).strip()

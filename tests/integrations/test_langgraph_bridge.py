@@ -26,6 +26,7 @@ from langchain_core.tools import tool  # noqa: E402
 from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from openinference.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
+from pydantic import Field  # noqa: E402
 
 from otel_errcompact import ErrorBudgetExceeded, Thresholds  # noqa: E402
 from otel_errcompact.langgraph import BLOCK_NAME, LangGraphBridge  # noqa: E402
@@ -35,7 +36,7 @@ from tests.integrations.orders import TOOL_FILE, failing_line, make_count_orders
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    from langgraph.prebuilt import ToolNode, create_react_agent  # noqa: E402
+    from langgraph.prebuilt import ToolNode, create_react_agent
 
 AGENT = "orders-agent"
 THREAD = "thread-orders-1"
@@ -44,7 +45,7 @@ THREAD = "thread-orders-1"
 class ScriptedChatModel(FakeMessagesListChatModel):
     """Asks for the tools of ``SCRIPT`` in turn, then gives up; keeps every input it was sent."""
 
-    seen: list[list[BaseMessage]] = []
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
 
     def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
         return self
@@ -56,10 +57,12 @@ class ScriptedChatModel(FakeMessagesListChatModel):
 
 def scripted_model(script: tuple[str, ...] = SCRIPT) -> ScriptedChatModel:
     calls: list[BaseMessage] = [
-        AIMessage(content="", tool_calls=[{"name": name, "args": arguments_for(name), "id": f"call_{i}", "type": "tool_call"}])
+        AIMessage(
+            content="", tool_calls=[{"name": name, "args": arguments_for(name), "id": f"call_{i}", "type": "tool_call"}]
+        )
         for i, name in enumerate(script)
     ]
-    return ScriptedChatModel(responses=[*calls, AIMessage(content=GIVE_UP)], seen=[])
+    return ScriptedChatModel(responses=[*calls, AIMessage(content=GIVE_UP)])
 
 
 def build_agent(tools: Any, model: ScriptedChatModel, **kwargs: Any) -> Any:
@@ -112,7 +115,9 @@ def where(db: Path) -> str:
 # -- the documented wiring ----------------------------------------------------------------------------
 
 
-def test_the_run_stops_at_the_threshold_with_digests_in_the_thread(traced: Callable[..., OTel], tools: list[Any], db: Path) -> None:
+def test_the_run_stops_at_the_threshold_with_digests_in_the_thread(
+    traced: Callable[..., OTel], tools: list[Any], db: Path
+) -> None:
     otel = traced(consecutive=3)
     bridge = LangGraphBridge(otel.ec, agent_name=AGENT)
     model = scripted_model()
@@ -174,11 +179,15 @@ def test_the_library_spans_are_in_the_graph_trace(traced: Callable[..., OTel], t
     assert "error threshold breached" in (root.status.description or "")
 
 
-def test_the_block_replaces_the_previous_one_and_counts_are_exact(traced: Callable[..., OTel], tools: list[Any], db: Path) -> None:
+def test_the_block_replaces_the_previous_one_and_counts_are_exact(
+    traced: Callable[..., OTel], tools: list[Any], db: Path
+) -> None:
     otel = traced(thresholds=Thresholds(consecutive=20, budget=None))
     bridge = LangGraphBridge(otel.ec, agent_name=AGENT)
     model = scripted_model()
-    agent = build_agent(bridge.tool_node(tools), model, prompt="Answer questions about orders.", pre_model_hook=bridge.pre_model_hook)
+    agent = build_agent(
+        bridge.tool_node(tools), model, prompt="Answer questions about orders.", pre_model_hook=bridge.pre_model_hook
+    )
     result = invoke(agent)
     assert result["messages"][-1].content == GIVE_UP
     assert len(model.seen) == len(SCRIPT) + 1
@@ -197,7 +206,12 @@ def test_the_block_replaces_the_previous_one_and_counts_are_exact(traced: Callab
 
     fed_back = tool_messages(result["messages"])
     assert len(fed_back) == 10 and all(m.status == "error" for m in fed_back)
-    assert [re.search(r"\(×(\d+)\)$", str(m.content)) is not None for m in fed_back] == [False, *[True] * 5, False, *[True] * 3]
+    assert [re.search(r"\(×(\d+)\)$", str(m.content)) is not None for m in fed_back] == [
+        False,
+        *[True] * 5,
+        False,
+        *[True] * 3,
+    ]
     assert str(fed_back[5].content).endswith(f"{where(db)} (×6)")
     assert str(fed_back[9].content).endswith("(×4)") and "in read_invoice" in str(fed_back[9].content)
     assert all("Traceback" not in str(m.content) for m in fed_back)
@@ -223,7 +237,9 @@ def test_threads_are_separate_scopes(traced: Callable[..., OTel], tools: list[An
     assert model_a.seen == []
 
 
-def test_handle_tool_errors_true_is_still_stopped_by_the_pre_model_hook(traced: Callable[..., OTel], tools: list[Any]) -> None:
+def test_handle_tool_errors_true_is_still_stopped_by_the_pre_model_hook(
+    traced: Callable[..., OTel], tools: list[Any]
+) -> None:
     """A user who keeps ``handle_tool_errors=True`` turns the halt into a ToolMessage; the hook stops the
     run at the next model step instead."""
     otel = traced(consecutive=3)

@@ -82,11 +82,17 @@ class ScriptedModel(Model):
             name = self.script.pop(0)
             n = self.calls
             call = ResponseFunctionToolCall(
-                type="function_call", id=f"fc_{n}", call_id=f"call_{n}", name=name, arguments=json.dumps(arguments_for(name))
+                type="function_call",
+                id=f"fc_{n}",
+                call_id=f"call_{n}",
+                name=name,
+                arguments=json.dumps(arguments_for(name)),
             )
             return ModelResponse(output=[call], usage=Usage(), response_id=None)
         text = ResponseOutputText(type="output_text", text=GIVE_UP, annotations=[])
-        message = ResponseOutputMessage(id="msg_final", type="message", role="assistant", status="completed", content=[text])
+        message = ResponseOutputMessage(
+            id="msg_final", type="message", role="assistant", status="completed", content=[text]
+        )
         return ModelResponse(output=[message], usage=Usage(), response_id=None)
 
     def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
@@ -118,7 +124,10 @@ def fns(db: Path, tmp_path: Path) -> list[Callable[..., Any]]:
 
 def bridged_agent(bridge: AgentsBridge, fns: list[Callable[..., Any]], model: ScriptedModel) -> Agent[Any]:
     return Agent(
-        name=AGENT, instructions=bridge.instructions(INSTRUCTIONS), model=model, tools=[bridge.function_tool(f) for f in fns]
+        name=AGENT,
+        instructions=bridge.instructions(INSTRUCTIONS),
+        model=model,
+        tools=[bridge.function_tool(f) for f in fns],
     )
 
 
@@ -169,11 +178,15 @@ def test_the_run_stops_at_the_threshold(traced: Callable[..., OTel], fns: list[C
     assert agent_span.status.status_code is StatusCode.ERROR
 
 
-def test_the_block_is_in_the_instructions_and_counts_are_exact(traced: Callable[..., OTel], fns: list[Callable[..., Any]], db: Path) -> None:
+def test_the_block_is_in_the_instructions_and_counts_are_exact(
+    traced: Callable[..., OTel], fns: list[Callable[..., Any]], db: Path
+) -> None:
     otel = traced(thresholds=Thresholds(consecutive=20, budget=None))
     bridge = AgentsBridge(otel.ec)
     model = ScriptedModel()
-    result = bridge.run_sync(bridged_agent(bridge, fns, model), "How many orders?", run_config=RunConfig(group_id="chat-7"), max_turns=20)
+    result = bridge.run_sync(
+        bridged_agent(bridge, fns, model), "How many orders?", run_config=RunConfig(group_id="chat-7"), max_turns=20
+    )
     assert result.final_output == GIVE_UP
     fed_back = outputs(result)
     assert len(fed_back) == 10
@@ -192,7 +205,9 @@ def test_the_block_is_in_the_instructions_and_counts_are_exact(traced: Callable[
     assert [r.count for r in otel.records()] == [1, 2, 3, 4, 5, 6, 1, 2, 3, 4]
 
 
-def test_scope_follows_session_group_and_conversation(traced: Callable[..., OTel], fns: list[Callable[..., Any]], tmp_path: Path) -> None:
+def test_scope_follows_session_group_and_conversation(
+    traced: Callable[..., OTel], fns: list[Callable[..., Any]], tmp_path: Path
+) -> None:
     otel = traced(consecutive=3)
     bridge = AgentsBridge(otel.ec)
     session = SQLiteSession("session-1", str(tmp_path / "sessions.sqlite3"))
