@@ -20,64 +20,28 @@ from tests.integrations import require
 
 require("langgraph", "langgraph.prebuilt", "langchain_core", "openinference.instrumentation.langchain")
 
-from langchain_core.language_models.fake_chat_models import FakeMessagesListChatModel  # noqa: E402
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, SystemMessage, ToolMessage  # noqa: E402
+from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
-from langgraph.checkpoint.memory import InMemorySaver  # noqa: E402
 from openinference.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
-from pydantic import Field  # noqa: E402
 
 from otel_errcompact import ErrorBudgetExceeded, Thresholds  # noqa: E402
 from otel_errcompact.langgraph import BLOCK_NAME, LangGraphBridge  # noqa: E402
 from tests.conftest import OTel  # noqa: E402
-from tests.integrations.failing_tools import GIVE_UP, SCRIPT, arguments_for, make_read_invoice  # noqa: E402
+from tests.integrations.failing_tools import GIVE_UP, SCRIPT, make_read_invoice  # noqa: E402
+from tests.integrations.langgraph_script import (  # noqa: E402
+    AGENT,
+    THREAD,
+    build_agent,
+    history,
+    invoke,
+    scripted_model,
+)
 from tests.integrations.orders import TOOL_FILE, failing_line, make_count_orders  # noqa: E402
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")
-    from langgraph.prebuilt import ToolNode, create_react_agent
-
-AGENT = "orders-agent"
-THREAD = "thread-orders-1"
-
-
-class ScriptedChatModel(FakeMessagesListChatModel):
-    """Asks for the tools of ``SCRIPT`` in turn, then gives up; keeps every input it was sent."""
-
-    seen: list[list[BaseMessage]] = Field(default_factory=list)
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> Any:
-        return self
-
-    def _generate(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> Any:
-        self.seen.append(list(messages))
-        return super()._generate(messages, *args, **kwargs)
-
-
-def scripted_model(script: tuple[str, ...] = SCRIPT) -> ScriptedChatModel:
-    calls: list[BaseMessage] = [
-        AIMessage(
-            content="", tool_calls=[{"name": name, "args": arguments_for(name), "id": f"call_{i}", "type": "tool_call"}]
-        )
-        for i, name in enumerate(script)
-    ]
-    return ScriptedChatModel(responses=[*calls, AIMessage(content=GIVE_UP)])
-
-
-def build_agent(tools: Any, model: ScriptedChatModel, **kwargs: Any) -> Any:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # create_react_agent is deprecated in favour of langchain's create_agent
-        return create_react_agent(model, tools, name=AGENT, checkpointer=InMemorySaver(), **kwargs)
-
-
-def invoke(agent: Any, thread: str = THREAD) -> dict[str, Any]:
-    config = {"configurable": {"thread_id": thread}}
-    return dict(agent.invoke({"messages": [HumanMessage("How many orders does acme have?")]}, config=config))
-
-
-def history(agent: Any, thread: str = THREAD) -> list[BaseMessage]:
-    return list(agent.get_state({"configurable": {"thread_id": thread}}).values["messages"])
+    from langgraph.prebuilt import ToolNode
 
 
 def tool_messages(messages: list[BaseMessage]) -> list[ToolMessage]:

@@ -8,9 +8,8 @@ Each behaviour is checked in the documented wiring (``bridge.function_tool`` + `
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,81 +21,23 @@ require("agents", "openinference.instrumentation.openai_agents")
 
 from agents import (  # noqa: E402
     Agent,
-    AgentOutputSchemaBase,
-    Handoff,
-    Model,
-    ModelResponse,
-    ModelSettings,
-    ModelTracing,
     RunConfig,
     Runner,
     SQLiteSession,
-    Tool,
     ToolCallOutputItem,
-    TResponseInputItem,
-    Usage,
     function_tool,
 )
-from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText  # noqa: E402
-from openai.types.responses.response_prompt_param import ResponsePromptParam  # noqa: E402
 from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
 
 from otel_errcompact import ErrorBudgetExceeded, Thresholds  # noqa: E402
 from otel_errcompact.openai_agents import AgentsBridge, RunHalted  # noqa: E402
 from tests.conftest import OTel  # noqa: E402
-from tests.integrations.failing_tools import GIVE_UP, SCRIPT, arguments_for, make_read_invoice  # noqa: E402
+from tests.integrations.agents_script import AGENT, INSTRUCTIONS, ScriptedModel  # noqa: E402
+from tests.integrations.failing_tools import GIVE_UP, make_read_invoice  # noqa: E402
 from tests.integrations.orders import TOOL_FILE, failing_line, make_count_orders  # noqa: E402
 
-AGENT = "orders-agent"
-INSTRUCTIONS = "Answer questions about orders."
 SDK_DEFAULT_TOOL_ERROR = "An error occurred while running the tool. Please try again."
-
-
-class ScriptedModel(Model):
-    """Calls the tools of ``script`` in turn, then answers in prose; keeps the instructions and input of
-    every call."""
-
-    def __init__(self, script: tuple[str, ...] = SCRIPT) -> None:
-        self.script = list(script)
-        self.calls = 0
-        self.instructions: list[str | None] = []
-
-    async def get_response(
-        self,
-        system_instructions: str | None,
-        input: str | list[TResponseInputItem],
-        model_settings: ModelSettings,
-        tools: list[Tool],
-        output_schema: AgentOutputSchemaBase | None,
-        handoffs: list[Handoff],
-        tracing: ModelTracing,
-        *,
-        previous_response_id: str | None,
-        conversation_id: str | None,
-        prompt: ResponsePromptParam | None,
-    ) -> ModelResponse:
-        self.instructions.append(system_instructions)
-        self.calls += 1
-        if self.script:
-            name = self.script.pop(0)
-            n = self.calls
-            call = ResponseFunctionToolCall(
-                type="function_call",
-                id=f"fc_{n}",
-                call_id=f"call_{n}",
-                name=name,
-                arguments=json.dumps(arguments_for(name)),
-            )
-            return ModelResponse(output=[call], usage=Usage(), response_id=None)
-        text = ResponseOutputText(type="output_text", text=GIVE_UP, annotations=[])
-        message = ResponseOutputMessage(
-            id="msg_final", type="message", role="assistant", status="completed", content=[text]
-        )
-        return ModelResponse(output=[message], usage=Usage(), response_id=None)
-
-    def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-        raise NotImplementedError("the scripted model does not stream")
 
 
 @pytest.fixture
