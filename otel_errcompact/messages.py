@@ -80,25 +80,29 @@ def is_raw_error(text: str) -> bool:
 
 @dataclass
 class _Counts:
-    """Running counts per error class while one list is rewritten."""
+    """Running counts per error class while one list is rewritten.
+
+    Raw errors are counted by their dedup key. A digest line already in the list (from an earlier pass or
+    from the live tool boundary) no longer has its raw error, so it is matched by its text: a raw error
+    whose digest has the same line continues that line's count.
+    """
 
     compact: Any
     by_key: dict[str, int] = field(default_factory=dict)
-    line_of_key: dict[str, str] = field(default_factory=dict)
     key_of_line: dict[str, str] = field(default_factory=dict)
+    alias: dict[str, str] = field(default_factory=dict)
 
     def raw(self, text: str) -> str:
         digest = self.compact(text)
-        key = digest.key
-        self.by_key[key] = self.by_key.get(key, 0) + 1
-        self.line_of_key[key] = digest.line
+        key = self.alias.get(digest.key) or self.key_of_line.get(digest.line) or digest.key
+        self.alias[digest.key] = key
         self.key_of_line.setdefault(digest.line, key)
+        self.by_key[key] = self.by_key.get(key, 0) + 1
         return digest_text(digest.line, self.by_key[key])
 
     def compacted(self, line: str, count: int) -> None:
         key = self.key_of_line.setdefault(line, f"line:{line}")
         self.by_key[key] = max(self.by_key.get(key, 0) + 1, count)
-        self.line_of_key.setdefault(key, line)
 
 
 def compact_messages(
