@@ -66,10 +66,12 @@ def _framework_span() -> trace.Span | None:
     """The OpenInference span of the LangChain run in progress (the graph's ``tools`` node), if that
     instrumentation is active: it does not put its spans in the OpenTelemetry context."""
     try:
-        from openinference.instrumentation.langchain import get_current_span
+        from openinference.instrumentation.langchain import LangChainInstrumentor, get_current_span
     except ImportError:
         return None
     try:
+        if not LangChainInstrumentor().is_instrumented_by_opentelemetry:
+            return None  # asking an uninstrumented instrumentor for a span logs a warning per call
         span = get_current_span()
     except Exception:
         return None
