@@ -237,3 +237,21 @@ def test_handle_tool_errors_true_without_the_bridge_never_stops(traced: Callable
     assert otel.ec.history.escalation(THREAD) is not None
     fed_back = tool_messages(result["messages"])
     assert len(fed_back) == 10 and all(str(m.content).startswith("Error: ") for m in fed_back)
+
+
+def test_the_async_graph_halts_and_counts_once(traced: Callable[..., OTel], tools: list[Any]) -> None:
+    """``ainvoke`` goes through ``awrap_tool_call``; the claim follows the call into LangGraph's executor."""
+    import asyncio
+
+    otel = traced(consecutive=3)
+    bridge = LangGraphBridge(otel.ec, agent_name=AGENT)
+    model = scripted_model()
+    agent = build_agent(bridge.tool_node(tools), model, pre_model_hook=bridge.pre_model_hook)
+    config = {"configurable": {"thread_id": THREAD}}
+    with pytest.raises(ErrorBudgetExceeded):
+        asyncio.run(agent.ainvoke({"messages": [("user", "How many orders?")]}, config=config))
+    assert len(model.seen) == 3
+    assert [(r.scope, r.tool_call_id, r.count) for r in otel.records()] == [
+        (THREAD, f"call_{i}", i + 1) for i in range(3)
+    ]
+    assert len(otel.spans("execute_tool count_orders")) == 3
