@@ -145,6 +145,17 @@ class LangGraphBridge:
         messages = list(_messages_of(state))
         return {"llm_input_messages": with_block(messages, self.ec.context(scope))}
 
+    def middleware(self) -> Any:
+        """The same bridge as middleware for langchain's ``create_agent`` (langchain 1.x):
+        ``create_agent(model, tools, middleware=[bridge.middleware()])``."""
+        from otel_errcompact.integrations._langchain_middleware import ErrCompactMiddleware
+
+        return ErrCompactMiddleware(self)
+
+    def current_scope(self) -> str:
+        """The scope of the graph run in progress: its ``thread_id``, else the library's default rules."""
+        return self._current_scope()
+
     # -- internals ----------------------------------------------------------------------------------
 
     def _current_scope(self) -> str:
