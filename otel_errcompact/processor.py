@@ -32,6 +32,7 @@ from opentelemetry.trace import StatusCode
 
 from otel_errcompact import semconv
 from otel_errcompact.claims import current_claim
+from otel_errcompact.halted import HaltedTraces
 from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.trajectory import span_id_hex, trace_id_hex, utc_from_ns
@@ -127,6 +128,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._failed_parents: OrderedDict[int, None] = OrderedDict()
         self._returned_errors: deque[str] = deque(maxlen=_MAX_RETURNED_ERRORS)
         self._saw_on_ending = False
+        self._halted = HaltedTraces()
         self._closed = False
         pipeline.add_escalation_listener(self._add_escalation_event)
 
@@ -157,6 +159,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             return
         self._saw_on_ending = True
         try:
+            if self._halted:
+                self._halted.on_ending(span)
             if self._is_candidate(span):
                 self._process(span, writable=span)
         except Exception:
@@ -354,6 +358,7 @@ class ErrorCompactionProcessor(SpanProcessor):
     def _add_escalation_event(self, escalation: Escalation, failure: Failure) -> None:
         if failure.trace_id is None:
             return
+        self._halted.note(int(failure.trace_id, 16), escalation)
         anchor = self._live_anchor(int(failure.trace_id, 16))
         if anchor is None or not anchor.is_recording():
             return

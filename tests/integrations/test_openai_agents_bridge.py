@@ -117,6 +117,9 @@ def test_the_run_stops_at_the_threshold(traced: Callable[..., OTel], fns: list[C
         assert span.context.trace_id == agent_span.context.trace_id
     assert len([e for e in agent_span.events if e.name == "errcompact.escalation"]) == 1
     assert agent_span.status.status_code is StatusCode.ERROR
+    [root] = [s for s in spans if s.parent is None]
+    assert root.status.status_code is StatusCode.ERROR  # the instrumentation set OK; see otel_errcompact.halted
+    assert "error threshold breached" in (root.status.description or "")
 
 
 def test_the_block_is_in_the_instructions_and_counts_are_exact(
