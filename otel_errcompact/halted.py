@@ -31,20 +31,19 @@ class HaltedTraces:
     """Trace ids with a ``halt`` breach (bounded), and the status fix-up of their root span."""
 
     def __init__(self) -> None:
-        self._traces: OrderedDict[int, str] = OrderedDict()
+        self.pending: OrderedDict[int, str] = OrderedDict()
+        """Halted trace ids whose root has not ended, with the breach's description. Read without the
+        lock by the span processor as a cheap "anything to do?" test on every ending span."""
         self._lock = threading.Lock()
-
-    def __bool__(self) -> bool:
-        return bool(self._traces)
 
     def note(self, trace_id: int, escalation: Escalation) -> None:
         """Remember that ``trace_id`` was halted by ``escalation``."""
         if escalation.action != "halt":
             return
         with self._lock:
-            self._traces[trace_id] = escalation.describe()
-            while len(self._traces) > _MAX_TRACES:
-                self._traces.popitem(last=False)
+            self.pending[trace_id] = escalation.describe()
+            while len(self.pending) > _MAX_TRACES:
+                self.pending.popitem(last=False)
 
     def on_ending(self, span: Span) -> None:
         """Mark the ending span ERROR when it is the root of a halted trace (see the module docstring)."""
@@ -52,7 +51,7 @@ class HaltedTraces:
         if parent is not None and not parent.is_remote:
             return
         with self._lock:
-            description = self._traces.pop(span.context.trace_id, None)
+            description = self.pending.pop(span.context.trace_id, None)
         if description is None or span.status.status_code is StatusCode.ERROR:
             return
         try:

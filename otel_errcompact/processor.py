@@ -159,7 +159,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             return
         self._saw_on_ending = True
         try:
-            if self._halted:
+            if self._halted.pending:
                 self._halted.on_ending(span)
             if self._is_candidate(span):
                 self._process(span, writable=span)
