@@ -47,7 +47,7 @@ from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import Escalation
 from otel_errcompact.integrations._calls import run_async, run_sync
 
-__all__ = ["LangGraphBridge", "thread_scope"]
+__all__ = ["BLOCK_NAME", "LangGraphBridge", "thread_scope", "with_block"]
 
 ToolResult = ToolMessage | Command[Any]
 
@@ -85,8 +85,8 @@ def _halt(escalation: Escalation) -> BaseException:
 class LangGraphBridge:
     """The pieces that wire one :class:`~otel_errcompact.ErrCompact` handle into LangGraph.
 
-    ``agent_name`` names the agent in trajectory records when the run's metadata does not
-    (``create_react_agent(name=…)`` sets ``lc_agent_name``, which is used first).
+    ``agent_name`` names the agent in trajectory records and on the library's spans: LangGraph 1.2 does
+    not hand the graph's name to its nodes (an ``lc_agent_name`` in the run's metadata is used first).
     """
 
     def __init__(self, ec: ErrCompact, *, agent_name: str | None = None) -> None:
