@@ -17,6 +17,7 @@ tool spans cost a few attribute look-ups.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -224,12 +225,15 @@ class ErrorCompactionProcessor(SpanProcessor):
         if writable is not None:
             _annotate(writable, _annotations(outcome))
 
-    def handle_live(self, span: Span) -> Outcome | None:
+    def handle_live(self, span: Span, *, model_text: str | None = None) -> Outcome | None:
         """Handle a failed tool span that is still open (the tool boundary's path): the digest is set
-        on it with the public API, and ``_on_ending`` will skip it."""
+        on it with the public API, and ``_on_ending`` will skip it. ``model_text``: what the agent's
+        framework would have fed back instead (see ``Failure.model_text``)."""
         failure = self.failure_of(span)
         if failure is None:
             return None
+        if model_text is not None:
+            failure = dataclasses.replace(failure, model_text=model_text)
         outcome = self.pipeline.handle(failure)
         self._note_failed_parent(span)
         span.set_attributes(_annotations(outcome))

@@ -46,6 +46,7 @@ def _bridged(
     agent_name: str | None,
     parent: trace.Span | None,
     halt: HaltFactory,
+    model_text: Callable[[BaseException], str] | None,
 ) -> Iterator[ToolCall]:
     token = None
     if parent is not None and parent.get_span_context().is_valid:
@@ -59,6 +60,7 @@ def _bridged(
             with ec.tool_call(name, call_id=call_id, arguments=arguments) as call:
                 if agent_name:
                     call.span.set_attribute(semconv.GEN_AI_AGENT_NAME, agent_name)
+                call.model_text = model_text
                 yield call
     finally:
         if token is not None:
@@ -93,11 +95,13 @@ def run_sync(
     parent: trace.Span | None,
     halt: HaltFactory,
     data_error: Callable[[T], str | None] | None = None,
+    model_text: Callable[[BaseException], str] | None = None,
 ) -> T | ToolErrorText:
     """Run ``run()`` as one bridged tool call: its result, or the digest text of its failure.
 
     ``data_error(result)`` returns the error text of a result that reports a failure the framework
     caught itself (else None); the stack trace its instrumentation recorded is used when there is one.
+    ``model_text(exc)`` is what the framework would have fed back for ``exc`` (``Failure.model_text``).
     """
     result: T | None = None
     with _bridged(
@@ -109,6 +113,7 @@ def run_sync(
         agent_name=agent_name,
         parent=parent,
         halt=halt,
+        model_text=model_text,
     ) as call:
         with claimed() as claim:
             result = run()
@@ -129,6 +134,7 @@ async def run_async(
     parent: trace.Span | None,
     halt: HaltFactory,
     data_error: Callable[[T], str | None] | None = None,
+    model_text: Callable[[BaseException], str] | None = None,
 ) -> T | ToolErrorText:
     """The ``async`` form of :func:`run_sync`."""
     result: T | None = None
@@ -141,6 +147,7 @@ async def run_async(
         agent_name=agent_name,
         parent=parent,
         halt=halt,
+        model_text=model_text,
     ) as call:
         with claimed() as claim:
             result = await run()

@@ -37,7 +37,7 @@ from langchain_core.messages import AnyMessage, SystemMessage, ToolMessage
 from langchain_core.runnables import RunnableConfig
 from langgraph.config import get_config
 from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import ToolCallRequest
+from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE, ToolCallRequest
 from langgraph.types import Command
 from opentelemetry import trace
 
@@ -113,6 +113,7 @@ class LangGraphBridge:
             parent=_framework_span(),
             halt=_halt,
             data_error=_error_text,
+            model_text=_langgraph_text,
         )
         return _as_message(result, request)
 
@@ -132,6 +133,7 @@ class LangGraphBridge:
             parent=_framework_span(),
             halt=_halt,
             data_error=_error_text,
+            model_text=_langgraph_text,
         )
         return _as_message(result, request)
 
@@ -194,6 +196,11 @@ def _messages_of(state: Any) -> Sequence[AnyMessage]:
     if isinstance(state, dict):
         return state.get("messages") or ()
     return getattr(state, "messages", None) or ()
+
+
+def _langgraph_text(error: BaseException) -> str:
+    """What ``ToolNode(handle_tool_errors=True)`` would have fed back: the savings metrics' basis."""
+    return TOOL_CALL_ERROR_TEMPLATE.format(error=repr(error))
 
 
 def _error_text(result: ToolResult) -> str | None:

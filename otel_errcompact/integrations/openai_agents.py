@@ -42,6 +42,7 @@ from typing import Any, TypeVar
 from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, function_tool
 from agents.exceptions import AgentsException
 from agents.run_context import RunContextWrapper
+from agents.tool import default_tool_error_function
 from agents.tool_context import ToolContext
 from agents.tracing import get_current_trace
 from opentelemetry import trace
@@ -112,6 +113,7 @@ class AgentsBridge:
                 arguments=tool_ctx.tool_arguments if tool_ctx is not None else None,
             ) as call,
         ):
+            call.model_text = lambda _exc: default_tool_error_function(ctx, error)  # the savings basis
             agent = getattr(ctx, "agent", None)
             if agent is not None and getattr(agent, "name", None):
                 call.span.set_attribute(semconv.GEN_AI_AGENT_NAME, str(agent.name))

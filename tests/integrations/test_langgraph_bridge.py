@@ -107,6 +107,9 @@ def test_the_run_stops_at_the_threshold_with_digests_in_the_thread(
     ]
     assert all("in count_orders" in (r.exception_stacktrace or "") for r in records)
     assert otel.ec.history.escalation(THREAD) is not None
+    # Token savings are measured against what LangGraph would have fed back, not the raw traceback.
+    [point] = otel.metric_points("errcompact.tokens.raw")
+    assert dict(point.attributes)["errcompact.basis"] == "model_text"
 
 
 def _prefix(message: ToolMessage) -> str:

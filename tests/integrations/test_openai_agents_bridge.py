@@ -100,6 +100,9 @@ def test_the_run_stops_at_the_threshold(traced: Callable[..., OTel], fns: list[C
     ]
     assert all(r.digest is not None and r.digest.line.endswith(where(db)) for r in records)
     assert all(f"line {failing_line(fns[0])}, in count_orders" in (r.exception_stacktrace or "") for r in records)
+    # Token savings are measured against the SDK's own failure text.
+    [point] = otel.metric_points("errcompact.tokens.raw")
+    assert dict(point.attributes)["errcompact.basis"] == "model_text"
 
     # The library's spans are children of the SDK's function spans, in the run's trace; the escalation
     # is an event on the agent span; the SDK's own failed tool spans carry the digest and are not
