@@ -258,3 +258,25 @@ def test_the_async_graph_halts_and_counts_once(traced: Callable[..., OTel], tool
         (THREAD, f"call_{i}", i + 1) for i in range(3)
     ]
     assert len(otel.spans("execute_tool count_orders")) == 3
+
+
+def test_without_instrumentation_the_spans_join_the_application_trace(
+    make_otel: Callable[..., OTel], tools: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """No LangChain instrumentation: the library's spans are children of the application's own span
+    around the graph run, and asking for a framework span costs no warning per call."""
+    otel = make_otel(consecutive=3)
+    bridge = LangGraphBridge(otel.ec, agent_name=AGENT)
+    agent = build_agent(bridge.tool_node(tools), scripted_model(), pre_model_hook=bridge.pre_model_hook)
+    attrs = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": AGENT}
+    with (
+        pytest.raises(ErrorBudgetExceeded),
+        otel.tracer.start_as_current_span("invoke_agent orders-agent", attributes=attrs),
+    ):
+        invoke(agent)
+    [root] = otel.spans("invoke_agent orders-agent")
+    ours = otel.spans("execute_tool count_orders")
+    assert len(ours) == 3 and all(s.parent is not None and s.parent.span_id == root.context.span_id for s in ours)
+    assert root.status.status_code is StatusCode.ERROR
+    assert len([e for e in root.events if e.name == "errcompact.escalation"]) == 1
+    assert not [r for r in caplog.records if "Missing `tracer`" in r.getMessage()]
