@@ -170,7 +170,8 @@ def test_a_failing_sink_does_not_stop_the_others(tmp_path: Path, tracebacks: dic
     with caplog.at_level(logging.WARNING, logger="otel_errcompact"):
         for rec in records:
             writer.submit(rec)
-        assert writer.force_flush()
+        assert not writer.force_flush()  # truthful: a sink refused the batch
+        assert writer.failed == 5
         writer.submit(_amend(records[0]))
         writer.shutdown()
     assert {r.record_id for r in read_jsonl(jl)} == {r.record_id for r in records}
@@ -415,7 +416,7 @@ def test_overflow_drops_new_records_counts_and_warns(tmp_path: Path, tracebacks:
     assert isinstance(gate, TrajectorySink)
     db = tmp_path / "t.db"
     writer = TrajectoryWriter([gate, SQLiteSink(db)], max_queue_size=10, max_batch_size=4,
-                              schedule_delay_s=0.01)
+                              schedule_delay_s=0.01, max_block_s=0.05)
     first = _raw(tracebacks["sql"])
     writer.submit(first)
     assert gate.entered.wait(10)  # the worker is now busy with the first batch
@@ -443,6 +444,6 @@ def test_submit_never_raises_and_shutdown_is_idempotent(tmp_path: Path,
     writer.shutdown()
     writer.submit(_raw(tracebacks["sql"]))  # after shutdown: dropped, not raised
     assert writer.dropped == 2
-    assert writer.force_flush(timeout_s=0.5)
+    assert not writer.force_flush(timeout_s=0.5)  # truthful: two records were dropped
     with TrajectoryStore(db) as store:
         assert store.count() == 1
