@@ -24,6 +24,7 @@ segments; the kernel drops the lock when a process dies, however it dies.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -69,10 +70,8 @@ class Leftover:
 
     def release(self) -> None:
         """Keep the segment for a later start (its records could not all be stored) and unlock it."""
-        try:
+        with contextlib.suppress(OSError):
             os.close(self.fd)
-        except OSError:
-            pass
 
 
 class Spool:
@@ -194,10 +193,8 @@ class Spool:
             except OSError:
                 _log.warning("trajectory spool: could not delete %s", path, exc_info=True)
             finally:
-                try:
+                with contextlib.suppress(OSError):
                     os.close(fd)
-                except OSError:
-                    pass
         self._fd = -1
 
     def disk_bytes(self) -> int:
