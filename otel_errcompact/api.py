@@ -281,7 +281,7 @@ def init(
         _INSTANCE = handle
     atexit.register(handle.shutdown)
     if handle.writer is not None:
-        install_sigterm_flush(handle.shutdown, config.shutdown_timeout_s)
+        install_sigterm_flush(handle.shutdown, config.shutdown_timeout_s, hold=handle.writer.hold)
     return handle
 
 

@@ -70,6 +70,8 @@ except ImportError:  # pragma: no cover - the key has been in the API since 1.0;
     _SUPPRESS_KEY = "suppress_instrumentation"
 
 _NO_SEGMENT = -1
+_HOLD_S = 60.0
+"""How long a held ``submit`` waits for the process to end (see :meth:`TrajectoryWriter.hold`)."""
 
 
 def _size(rec: TrajectoryRecord) -> int:
@@ -140,6 +142,7 @@ class TrajectoryWriter:
         self._flush_requested = 0
         self._flush_done = 0
         self._stopping = False
+        self._held = False
         self._stopped = threading.Event()
         self._keep_from: int | None = None  # first spool segment holding a record a sink failed on
 
@@ -167,7 +170,8 @@ class TrajectoryWriter:
             size = _size(record)
             line = (record.to_storage_json() + "\n").encode("utf-8") if self._spool is not None else None
             with self._cond:
-                if self._stopping or (self._full(size) and not self._wait_for_room(size)):
+                held = self._held
+                if not held and (self._stopping or (self._full(size) and not self._wait_for_room(size))):
                     self._dropped += 1
                     return
                 seq = _NO_SEGMENT
@@ -180,6 +184,8 @@ class TrajectoryWriter:
                 self._queued_chars += size
                 if len(self._queue) == self._max_batch:
                     self._cond.notify_all()
+            if held:
+                self._wait_for_the_end()
         except Exception:
             # A non-record passed by mistake must not break the agent; the worker's log says why.
             try:
@@ -209,6 +215,20 @@ class TrajectoryWriter:
         finally:
             self._blocked -= 1
         return not self._stopping
+
+    def hold(self) -> None:
+        """The process is ending (SIGTERM): from now on ``submit`` does not return.
+
+        It spools and queues the record as usual (the drain may still store it), then waits for the
+        process to end, so a tool that fails during the shutdown never reports a failure whose record
+        is not stored. The wait is bounded (60 s) in case the process does not end after all.
+        """
+        with self._cond:
+            self._held = True
+
+    def _wait_for_the_end(self) -> None:
+        if threading.current_thread() is not self._worker:
+            time.sleep(_HOLD_S)
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Write everything submitted so far and flush the sinks.
