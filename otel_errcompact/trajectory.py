@@ -353,60 +353,50 @@ class TrajectoryRecord(BaseModel):
         return TrajectoryRecord.model_validate(data)
 
     def to_storage_json(self) -> str:
-        """One line of JSON in which the raw error text appears once (the spool and JSONL form).
+        """One line of JSON in which the raw error text appears once: the spool, JSONL and SQLite form.
 
         A failed span usually carries its traceback twice (``raw_error`` and
         ``exception_stacktrace``), and its message and status description are pieces of it; stored
         as they are, a 10 MB error costs 40 MB. Here each of those fields that is a slice of
         ``raw_error`` becomes an entry ``[start, end]`` under ``"@refs"``; :meth:`from_storage_json`
-        reverses this exactly. Lone surrogates are escaped (see :meth:`repaired`).
+        reverses this exactly. Lone surrogates are escaped (see :meth:`repaired`), so the line is
+        always valid UTF-8.
         """
-        return self._storage(include_raw=True)[1]
-
-    def to_storage(self) -> tuple[str, str]:
-        """``(raw_error, JSON of the rest)``: the SQLite form, the raw text in a column of its own.
-
-        Both parts are valid UTF-8 (lone surrogates escaped), so one odd record never fails the batch
-        it is written in.
-        """
-        return self._storage(include_raw=False)
-
-    def _storage(self, *, include_raw: bool) -> tuple[str, str]:
         raw = self.raw_error
-        refs: dict[str, list[int]] = {}
+        if not raw.isascii() and _SURROGATE.search(raw):
+            # Escaping changes lengths, so slices are taken of the repaired text.
+            return self.repaired().to_storage_json()
+        refs: list[str] = []
+        exclude: set[str] = set()
         for name in _TEXT_FIELDS:
             value = getattr(self, name)
             if not value or len(value) < _MIN_REF_CHARS:
                 continue
             if value is raw or value == raw:
-                refs[name] = [0, len(raw)]
+                start = 0
             elif len(value) < len(raw):
                 start = raw.find(value)
-                if start >= 0:
-                    refs[name] = [start, start + len(value)]
-        exclude = set(refs)
-        if not include_raw:
-            exclude.add("raw_error")
+                if start < 0:
+                    continue
+            else:
+                continue
+            exclude.add(name)
+            refs.append(f'"{name}":[{start},{start + len(value)}]')
         try:
             text = self.model_dump_json(exclude=exclude, fallback=_fallback, warnings=False)
         except PydanticSerializationError:
             text = self.repaired().model_dump_json(exclude=exclude, fallback=_fallback, warnings=False)
-        if not raw.isascii() and _SURROGATE.search(raw):
-            # Escaping changes lengths: slices of the raw text are kept as text instead.
-            return self.repaired()._storage(include_raw=include_raw)
         if refs:
-            text = f'{text[:-1]},"@refs":{json.dumps(refs, separators=(",", ":"))}}}'
-        return raw, text
+            text = f'{text[:-1]},"@refs":{{{",".join(refs)}}}}}'
+        return text
 
     @classmethod
-    def from_storage_json(cls, text: str | bytes, raw_error: str | None = None) -> TrajectoryRecord:
-        """The record :meth:`to_storage_json` wrote; ``raw_error`` when it was stored apart."""
+    def from_storage_json(cls, text: str | bytes) -> TrajectoryRecord:
+        """The record :meth:`to_storage_json` (or :meth:`to_json`) wrote."""
         data = json.loads(text)
         if not isinstance(data, dict):
             raise ValueError("a stored trajectory record must be a JSON object")
         refs = data.pop("@refs", None) or {}
-        if raw_error is not None:
-            data["raw_error"] = raw_error
         raw = data.get("raw_error") or ""
         for name, span in refs.items():
             if name in _TEXT_FIELDS and isinstance(span, list) and len(span) == 2:

@@ -46,12 +46,17 @@ class JSONLSink:
 
     def write(self, records: Sequence[TrajectoryRecord]) -> None:
         """Append one line per record and hand them to the OS (no fsync: see :meth:`flush`)."""
-        if not records:
+        self.write_encoded([(rec, None) for rec in records])
+
+    def write_encoded(self, items: Sequence[tuple[TrajectoryRecord, str | None]]) -> None:
+        """:meth:`write`, given each record's storage JSON when known (the writer's spool made it)."""
+        if not items:
             return
         lines: list[bytes] = []
-        for rec in records:
+        for rec, encoded in items:
             try:  # one record that cannot be serialised is left out alone, never its batch
-                lines.append(rec.to_storage_json().encode("utf-8") + b"\n")
+                lines.append((encoded if encoded is not None else rec.to_storage_json()).encode("utf-8")
+                             + b"\n")
             except Exception:
                 self.quarantined += 1
                 _log.warning("JSONLSink(%s): record %s could not be serialised; left out", self.path,

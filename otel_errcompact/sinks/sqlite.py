@@ -5,10 +5,11 @@ Layout version 2, built for volume (hundreds of thousands of records, gigabytes)
 * one table, ``trajectory``, one row per ``record_id``. Its primary key ``id`` is SQLite's rowid, given
   in insertion order, so rows are appended at the right edge of the B-tree instead of landing on random
   pages, and "newest first" is a walk of the table backwards with no index at all;
-* the raw error text is stored once, in the ``raw_error`` column (last, so its overflow pages are only
-  read by ``show``); ``record`` holds the rest of the record as JSON, with the stack trace, message and
-  status description stored as slices of the raw text when that is what they are
-  (:meth:`TrajectoryRecord.to_storage`);
+* the raw error text is stored once: ``record`` holds the record as JSON with the stack trace, message
+  and status description stored as slices of the raw text when that is what they are
+  (:meth:`TrajectoryRecord.to_storage_json`, the very line the writer already wrote to its spool on the
+  agent's thread, so the writer thread does not serialise the record again). ``record`` is the last
+  column, so its overflow pages are only read by ``show``;
 * four indexes, the ones the CLI and a trajectory viewer use: ``record_id`` (unique: upsert and
   ``show ID``), conversation (conversation → failures, newest first), dedup key, trace id;
 * a batch is one transaction; WAL journal, ``synchronous=NORMAL``, a 64 MiB page cache and a WAL capped
@@ -57,7 +58,7 @@ TABLE_VERSION = 2
 
 _COLUMNS = (
     "record_id", "recorded_at", "source", "trace_id", "span_id", "conversation_id", "scope",
-    "tool_name", "error_type", "key", "digest_line", "count", "escalated", "record", "raw_error",
+    "tool_name", "error_type", "key", "digest_line", "count", "escalated", "record",
 )
 
 _DDL = """
@@ -76,8 +77,7 @@ CREATE TABLE IF NOT EXISTS trajectory (
     digest_line     TEXT,
     count           INTEGER,
     escalated       INTEGER NOT NULL DEFAULT 0,
-    record          TEXT NOT NULL,
-    raw_error       TEXT NOT NULL
+    record          TEXT NOT NULL
 );
 CREATE INDEX IF NOT EXISTS trajectory_conversation ON trajectory (coalesce(conversation_id, scope), id);
 CREATE INDEX IF NOT EXISTS trajectory_key ON trajectory (key, id) WHERE key IS NOT NULL;
@@ -103,10 +103,9 @@ _UPSERT = (
 _TOP = "\U0010ffff"
 
 
-def _row(rec: TrajectoryRecord) -> tuple[object, ...]:
+def _row(rec: TrajectoryRecord, encoded: str | None = None) -> tuple[object, ...]:
     d = rec.digest
     error_type = d.type if d is not None else (rec.exception_type or rec.error_type)
-    raw, rest = rec.to_storage()
     return (
         rec.record_id,
         rec.recorded_at.isoformat(),
@@ -121,8 +120,7 @@ def _row(rec: TrajectoryRecord) -> tuple[object, ...]:
         d.line if d is not None else None,
         rec.count,
         1 if rec.escalation else 0,
-        rest,
-        raw,
+        encoded if encoded is not None else rec.to_storage_json(),
     )
 
 
@@ -230,23 +228,27 @@ class SQLiteSink:
 
     def write(self, records: Sequence[TrajectoryRecord]) -> None:
         """Upsert ``records`` in one transaction; a batch that fails is retried row by row."""
-        if not records:
+        self.write_encoded([(rec, None) for rec in records])
+
+    def write_encoded(self, items: Sequence[tuple[TrajectoryRecord, str | None]]) -> None:
+        """:meth:`write`, given each record's :meth:`~TrajectoryRecord.to_storage_json` line when known."""
+        if not items:
             return
-        rows: list[tuple[object, ...]] = []
-        for rec in records:
-            row = self._safe_row(rec)
+        pairs: list[tuple[TrajectoryRecord, tuple[object, ...]]] = []
+        for rec, encoded in items:
+            row = self._safe_row(rec, encoded)
             if row is not None:
-                rows.append(row)
+                pairs.append((rec, row))
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"SQLiteSink({self.path}) is closed")
             try:
-                self._transaction(rows)
+                self._transaction([row for _, row in pairs])
             except sqlite3.OperationalError:
                 raise  # the database itself is unusable (locked, missing table, disk full): not a row's fault
             except (sqlite3.Error, ValueError):
-                for row in rows:  # isolate the bad row: the others of the batch are stored
-                    self._one(row)
+                for rec, row in pairs:  # isolate the bad row: the others of the batch are stored
+                    self._one(rec, row)
 
     def _transaction(self, rows: list[tuple[object, ...]]) -> None:
         self._conn.execute("BEGIN IMMEDIATE")
@@ -257,17 +259,22 @@ class SQLiteSink:
             raise
         self._conn.execute("COMMIT")
 
-    def _one(self, row: tuple[object, ...]) -> None:
+    def _one(self, rec: TrajectoryRecord, row: tuple[object, ...]) -> None:
         try:
             self._transaction([row])
+            return
         except (sqlite3.Error, ValueError):
+            pass
+        try:  # e.g. a lone surrogate in an indexed column such as the tool name
+            self._transaction([_row(rec.repaired())])
+        except Exception:
             self.quarantined += 1
             _log.warning("SQLiteSink(%s): record %s could not be stored; left out", self.path, row[0],
                          exc_info=True)
 
-    def _safe_row(self, rec: TrajectoryRecord) -> tuple[object, ...] | None:
+    def _safe_row(self, rec: TrajectoryRecord, encoded: str | None) -> tuple[object, ...] | None:
         try:
-            return _row(rec)
+            return _row(rec, encoded)
         except Exception:
             try:
                 return _row(rec.repaired())
@@ -380,7 +387,7 @@ class TrajectoryStore:
             return None
         with self._lock:
             row = self._conn.execute(
-                "SELECT record, raw_error FROM trajectory WHERE record_id = ?", (record_id,)
+                "SELECT record FROM trajectory WHERE record_id = ?", (record_id,)
             ).fetchone()
             if row is None:
                 ids = self._conn.execute(
@@ -392,9 +399,9 @@ class TrajectoryStore:
                     raise AmbiguousRecordId(record_id, [r[0] for r in ids[:5]])
                 if ids:
                     row = self._conn.execute(
-                        "SELECT record, raw_error FROM trajectory WHERE record_id = ?", (ids[0][0],)
+                        "SELECT record FROM trajectory WHERE record_id = ?", (ids[0][0],)
                     ).fetchone()
-        return None if row is None else TrajectoryRecord.from_storage_json(row[0], row[1])
+        return None if row is None else TrajectoryRecord.from_storage_json(row[0])
 
     def records(self, conversation: str | None = None) -> Iterator[TrajectoryRecord]:
         """Every record (of one conversation or scope), oldest first, read in pages to bound memory."""
@@ -403,15 +410,15 @@ class TrajectoryStore:
         while True:
             with self._lock:
                 page = self._conn.execute(
-                    f"SELECT id, record, raw_error FROM trajectory {where}"
+                    f"SELECT id, record FROM trajectory {where}"
                     f"{' AND' if where else ' WHERE'} id > ? ORDER BY id LIMIT 256",
                     [*args, last],
                 ).fetchall()
             if not page:
                 return
-            for row_id, rest, raw in page:
+            for row_id, text in page:
                 last = row_id
-                yield TrajectoryRecord.from_storage_json(rest, raw)
+                yield TrajectoryRecord.from_storage_json(text)
 
     def close(self) -> None:
         """Close the read connection."""

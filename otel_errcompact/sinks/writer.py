@@ -80,14 +80,6 @@ def _size(rec: TrajectoryRecord) -> int:
     return len(rec.raw_error) + (len(stack) if stack and stack is not rec.raw_error else 0)
 
 
-def _coalesce(records: Iterable[TrajectoryRecord]) -> list[TrajectoryRecord]:
-    """One version per ``record_id``, the last one, in order of first appearance."""
-    latest: dict[str, TrajectoryRecord] = {}
-    for rec in records:
-        latest[rec.record_id] = rec
-    return list(latest.values())
-
-
 class TrajectoryWriter:
     """Batches trajectory records to sinks on a background thread; ``submit`` never raises.
 
@@ -134,7 +126,8 @@ class TrajectoryWriter:
         self._leftovers: list[Leftover] = self._spool.claim_leftovers() if self._spool else []
 
         self._cond = threading.Condition(threading.Lock())
-        self._queue: deque[tuple[TrajectoryRecord, int]] = deque()
+        # (record, spool segment, the record's storage JSON when the spool made it, else None)
+        self._queue: deque[tuple[TrajectoryRecord, int, str | None]] = deque()
         self._queued_chars = 0
         self._blocked = 0
         self._dropped = 0
@@ -168,7 +161,8 @@ class TrajectoryWriter:
         """
         try:
             size = _size(record)
-            line = (record.to_storage_json() + "\n").encode("utf-8") if self._spool is not None else None
+            encoded = record.to_storage_json() if self._spool is not None else None
+            line = (encoded + "\n").encode("utf-8") if encoded is not None else None
             with self._cond:
                 held = self._held
                 if not held and (self._stopping or (self._full(size) and not self._wait_for_room(size))):
@@ -180,7 +174,7 @@ class TrajectoryWriter:
                         seq = self._spool.append(line)
                     except OSError:
                         self._spool_failures += 1  # still queued: stored unless the process dies
-                self._queue.append((record, seq))
+                self._queue.append((record, seq, encoded))
                 self._queued_chars += size
                 if len(self._queue) == self._max_batch:
                     self._cond.notify_all()
@@ -358,11 +352,11 @@ class TrajectoryWriter:
 
     # -- the worker's side -------------------------------------------------------------------------
 
-    def _take(self) -> list[tuple[TrajectoryRecord, int]]:
+    def _take(self) -> list[tuple[TrajectoryRecord, int, str | None]]:
         n = min(self._max_batch, len(self._queue))
         popleft = self._queue.popleft
         batch = [popleft() for _ in range(n)]
-        self._queued_chars -= sum(_size(r) for r, _ in batch)
+        self._queued_chars -= sum(_size(r) for r, _, _ in batch)
         if not self._queue:
             self._queued_chars = 0
         if self._spool is not None and self._spool.due():
@@ -396,13 +390,15 @@ class TrajectoryWriter:
             count = bad = 0
             try:
                 for lines in read_segment(leftover.path, chunk_lines=self._max_batch):
-                    records: list[TrajectoryRecord] = []
+                    latest: dict[str, tuple[TrajectoryRecord, str | None]] = {}
                     for line in lines:
                         try:
-                            records.append(TrajectoryRecord.from_storage_json(line))
+                            rec = TrajectoryRecord.from_storage_json(line)
                         except Exception:
                             bad += 1
-                    batch = _coalesce(records)
+                            continue
+                        latest[rec.record_id] = (rec, line.decode("utf-8").rstrip("\n"))
+                    batch = list(latest.values())
                     ok = self._write(batch) and ok
                     count += len(batch)
             except OSError:
@@ -454,37 +450,46 @@ class TrajectoryWriter:
                     self._spool.close(delete=self._keep_from is None)
                 return
 
-    def _write_batch(self, batch: list[tuple[TrajectoryRecord, int]]) -> None:
+    def _write_batch(self, batch: list[tuple[TrajectoryRecord, int, str | None]]) -> None:
         if not batch:
             return
-        records: list[TrajectoryRecord] = []
-        for rec, _ in batch:
+        latest: dict[str, tuple[TrajectoryRecord, str | None]] = {}
+        for rec, _, encoded in batch:
             if isinstance(rec, TrajectoryRecord):
-                records.append(rec)
+                latest[rec.record_id] = (rec, encoded)
             else:
                 self._report("bad-record", "trajectory writer: dropped a non-record %r", type(rec).__name__)
-        ok = self._write(_coalesce(records))
+        ok = self._write(list(latest.values()))
         if self._spool is None:
             return
         if not ok:
-            first = min((seq for _, seq in batch if seq != _NO_SEGMENT), default=None)
+            first = min((seq for _, seq, _ in batch if seq != _NO_SEGMENT), default=None)
             if first is not None and (self._keep_from is None or first < self._keep_from):
                 self._keep_from = first
         with self._cond:
             # Every record before the queue's head is now stored: older segments can go.
-            limit = next((seq for _, seq in self._queue if seq != _NO_SEGMENT), self._spool.seq)
+            limit = next((seq for _, seq, _ in self._queue if seq != _NO_SEGMENT), self._spool.seq)
             if self._keep_from is not None:
                 limit = min(limit, self._keep_from)
             self._spool.release_before(limit)
 
-    def _write(self, records: Sequence[TrajectoryRecord]) -> bool:
-        """Hand ``records`` to every sink; ``True`` when none raised."""
-        if not records:
+    def _write(self, items: Sequence[tuple[TrajectoryRecord, str | None]]) -> bool:
+        """Hand the records to every sink; ``True`` when none raised.
+
+        A sink with ``write_encoded`` also gets each record's storage JSON when the spool already made
+        it on the agent's thread, so the record is serialised once, not once per sink.
+        """
+        if not items:
             return True
+        records = [rec for rec, _ in items]
         ok = True
         for sink in self._sinks:
             try:
-                sink.write(records)
+                write_encoded = getattr(sink, "write_encoded", None)
+                if callable(write_encoded):
+                    write_encoded(items)
+                else:
+                    sink.write(records)
             except Exception:
                 ok = False
                 self._sink_failures += 1
