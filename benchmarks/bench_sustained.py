@@ -27,6 +27,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -157,7 +158,7 @@ def _build(db: Path, target_bytes: int, tracebacks: list[str], digests: list[Dig
         batch = [r.model_copy(update={"record_id": uuid.uuid4().hex}) for r in template]
         sink.write(batch)
         rows += len(batch)
-    sink.close()
+    sink.close()  # checkpoints the WAL into the file
     print(f"  built {db.stat().st_size / 1e9:.2f} GB ({rows:,} records) in {time.perf_counter() - t0:.0f} s")
     return rows
 
@@ -174,9 +175,9 @@ class TimedSink(SQLiteSink):
         super().__init__(path)
         self.batch_ms: list[float] = []
 
-    def write(self, records: object) -> None:
+    def write_encoded(self, items: Sequence[tuple[TrajectoryRecord, str | None]]) -> None:
         t = time.perf_counter()
-        super().write(records)  # type: ignore[arg-type]
+        super().write_encoded(items)
         self.batch_ms.append((time.perf_counter() - t) * 1000)
 
 

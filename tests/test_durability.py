@@ -314,8 +314,12 @@ def test_a_ten_megabyte_error_is_stored_once(tmp_path: Path) -> None:
     db = tmp_path / "t.db"
     writer = TrajectoryWriter([SQLiteSink(db)], spool_dir=tmp_path / "spool")
     writer.submit(rec)
+    assert writer.force_flush(30)
+    rec = rec.model_copy(update={"count": 2})  # a second version, written in a later batch
+    writer.submit(rec)
     writer.shutdown()
-    # One copy of the text (10.5 MB), not four; the WAL is checkpointed and truncated on close.
+    # One copy of the text (10.5 MB), not four, nor one per version; the WAL is checkpointed and
+    # truncated on close.
     size = db.stat().st_size + sum(p.stat().st_size for p in tmp_path.glob("t.db-*"))
     assert size < 1.2 * len(tb), size
     with TrajectoryStore(db) as store:
