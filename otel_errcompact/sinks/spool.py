@@ -196,6 +196,9 @@ class Spool:
                 with contextlib.suppress(OSError):
                     os.close(fd)
         self._fd = -1
+        if delete:
+            with contextlib.suppress(OSError):
+                self.directory.rmdir()  # only if empty: another writer's segments keep it
 
     def disk_bytes(self) -> int:
         """Bytes in the open and rotated-but-not-yet-stored segments of this writer."""
