@@ -359,3 +359,52 @@ def test_a_version_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
                    if not r[0].startswith("sqlite_autoindex")}
     assert indexes == {"trajectory_conversation", "trajectory_key", "trajectory_trace"}
+
+
+def test_two_live_writers_on_one_spool_never_replay_each_other(tmp_path: Path) -> None:
+    spool = tmp_path / "spool"
+    first = TrajectoryWriter([SQLiteSink(tmp_path / "a.db")], spool_dir=spool)
+    records = [_real_record(tmp_path, i) for i in range(10)]
+    for rec in records:
+        first.submit(rec)
+    assert list(spool.glob(f"*{SUFFIX}"))  # the first writer's open segment
+    second = TrajectoryWriter([SQLiteSink(tmp_path / "b.db")], spool_dir=spool)
+    assert second.force_flush(10)
+    assert second.recovered == 0  # the segment is locked by a live writer
+    second.shutdown()
+    assert first.force_flush(10)
+    first.shutdown()
+    with TrajectoryStore(tmp_path / "a.db") as store:
+        assert store.count() == 10
+    with TrajectoryStore(tmp_path / "b.db") as store:
+        assert store.count() == 0
+
+
+HOST_WITH_HANDLER = """
+import os, signal, sys, otel_errcompact
+from otel_errcompact import ToolErrorText
+seen = []
+signal.signal(signal.SIGTERM, lambda signum, frame: seen.append(signum))
+ec = otel_errcompact.init("host", sqlite_path=sys.argv[1], otlp_logs=False)
+
+@ec.tool
+def lookup(key):
+    return {}[key]
+
+assert isinstance(lookup("k"), ToolErrorText)
+os.kill(os.getpid(), signal.SIGTERM)
+assert seen == [signal.SIGTERM], seen  # the host's handler ran, and the process lives on
+ec.shutdown()
+print("host handler kept")
+"""
+
+
+def test_a_host_sigterm_handler_is_left_alone(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    done = subprocess.run([sys.executable, "-c", HOST_WITH_HANDLER, str(tmp_path / "t.db")], env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "host handler kept" in done.stdout
+    with TrajectoryStore(tmp_path / "t.db") as store:
+        assert store.count() == 1
