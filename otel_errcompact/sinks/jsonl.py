@@ -94,6 +94,9 @@ class JSONLSink:
 def read_jsonl(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
     """The records in a JSONL trajectory file, each in its latest version, in order of first appearance.
 
+    A version without a digest never replaces one with it: after a crash, the writer replays raw versions
+    from its spool that may already be in the file in their amended form.
+
     Lines that are not valid records (a truncated last line, another tool's output in the same file)
     are skipped and counted in one warning.
     """
@@ -108,6 +111,9 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
             except (ValidationError, ValueError):
                 bad += 1
                 continue
+            previous = latest.get(rec.record_id)
+            if previous is not None and previous.digest is not None and rec.digest is None:
+                continue  # a raw version replayed from the spool after a crash never hides the digest
             latest[rec.record_id] = rec
     if bad:
         _log.warning("%s: skipped %d line(s) that are not trajectory records", path, bad)

@@ -4,7 +4,9 @@ Each record becomes one log record with ``event_name = "errcompact.trajectory"``
 record's trace and span ids (so a trace UI shows the full raw error next to the failed span), the
 searchable fields as flat attributes, and the whole record as the body. When the amended version of a
 record is written, a second log record with the same ``errcompact.record_id`` is emitted; a backend
-keeps both, and the one with a digest (``errcompact.digest`` set) is the complete one.
+keeps both, and the one with a digest (``errcompact.digest`` set) is the complete one. Records replayed from
+the writer's spool after a crash are emitted again, so a backend may hold a record twice (same
+``errcompact.record_id``).
 
 Long texts are capped (``max_text_chars``, 64 Ki characters by default: the first quarter and the last
 three quarters, where a traceback keeps its final exception, around an ``[… N characters omitted …]``
