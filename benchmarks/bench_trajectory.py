@@ -159,6 +159,7 @@ def main() -> None:
     # Caller-thread cost, interleaved: the same record to a writer without and one with a spool.
     plain_us: list[float] = []
     spool_us: list[float] = []
+    encode_us: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
         plain = TrajectoryWriter([SQLiteSink(Path(tmp) / "a.db")])
         spooled = TrajectoryWriter([SQLiteSink(Path(tmp) / "b.db")], spool_dir=Path(tmp) / "spool")
@@ -169,6 +170,9 @@ def main() -> None:
             t = time.perf_counter_ns()
             spooled.submit(rec)
             spool_us.append((time.perf_counter_ns() - t) / 1000)
+            t = time.perf_counter_ns()
+            rec.to_storage_json()
+            encode_us.append((time.perf_counter_ns() - t) / 1000)
         plain.shutdown(timeout_s=600)
         spooled.shutdown(timeout_s=600)
 
@@ -201,7 +205,8 @@ def main() -> None:
     print()
     print(f"{'caller-thread cost (µs)':<36}{'median':>10}{'p99':>10}")
     for label, values in (("TrajectoryRecord(...) build", build_us), ("submit, no spool", plain_us),
-                          ("submit + spool append", spool_us)):
+                          ("submit + spool append", spool_us),
+                          ("  of which to_storage_json()", encode_us)):
         print(f"{label:<36}{statistics.median(values):>10.2f}{_pct(values, 0.99):>10.2f}")
     print()
     print(f"a {int(size) / 1e6:.1f} MB error through init(): peak RSS {int(peak_kb) / 1024:.0f} MiB "

@@ -74,10 +74,12 @@ _HOLD_S = 60.0
 """How long a held ``submit`` waits for the process to end (see :meth:`TrajectoryWriter.hold`)."""
 
 
-def _size(rec: TrajectoryRecord) -> int:
-    # The stack trace is usually the very string passed as raw_error; count shared text once.
+def _size(rec: TrajectoryRecord, encoded: str | None) -> int:
+    # The stack trace is usually the very string passed as raw_error; count shared text once. The
+    # storage JSON made for the spool is held until the sinks have it: it counts too.
     stack = rec.exception_stacktrace
-    return len(rec.raw_error) + (len(stack) if stack and stack is not rec.raw_error else 0)
+    size = len(rec.raw_error) + (len(stack) if stack and stack is not rec.raw_error else 0)
+    return size + (len(encoded) if encoded is not None else 0)
 
 
 class TrajectoryWriter:
@@ -160,8 +162,8 @@ class TrajectoryWriter:
         :attr:`dropped`); records submitted after :meth:`shutdown` are dropped too.
         """
         try:
-            size = _size(record)
             encoded = record.to_storage_json() if self._spool is not None else None
+            size = _size(record, encoded)
             line = (encoded + "\n").encode("utf-8") if encoded is not None else None
             with self._cond:
                 held = self._held
@@ -356,7 +358,7 @@ class TrajectoryWriter:
         n = min(self._max_batch, len(self._queue))
         popleft = self._queue.popleft
         batch = [popleft() for _ in range(n)]
-        self._queued_chars -= sum(_size(r) for r, _, _ in batch)
+        self._queued_chars -= sum(_size(r, e) for r, _, e in batch)
         if not self._queue:
             self._queued_chars = 0
         if self._spool is not None and self._spool.due():
