@@ -70,6 +70,8 @@ except ImportError:  # pragma: no cover - the key has been in the API since 1.0;
     _SUPPRESS_KEY = "suppress_instrumentation"
 
 _NO_SEGMENT = -1
+_BACKLOG_FACTOR = 8
+"""With a backlog of two batches or more, the worker writes up to this many batches in one ``write``."""
 _HOLD_S = 60.0
 """How long a held ``submit`` waits for the process to end (see :meth:`TrajectoryWriter.hold`)."""
 
@@ -87,8 +89,9 @@ class TrajectoryWriter:
 
     :param sinks: where records go; each gets every batch, a failing one does not stop the others.
     :param max_queue_size: records waiting at most (default 65,536).
-    :param max_batch_size: records handed to a sink per ``write`` call (default 512); also the queue
-        length that wakes the worker before ``schedule_delay_s`` has passed.
+    :param max_batch_size: records handed to a sink per ``write`` call (default 512), up to 8 times
+        that when the worker has fallen behind by two batches or more; also the queue length that
+        wakes the worker before ``schedule_delay_s`` has passed.
     :param schedule_delay_s: the longest a record waits before the worker picks it up (default 0.2 s).
     :param max_queue_chars: characters of error text waiting at most (default 128 Mi).
     :param spool_dir: folder of the spool that makes records durable before ``submit`` returns, and
@@ -355,7 +358,12 @@ class TrajectoryWriter:
     # -- the worker's side -------------------------------------------------------------------------
 
     def _take(self) -> list[tuple[TrajectoryRecord, int, str | None]]:
-        n = min(self._max_batch, len(self._queue))
+        # Behind by several batches: take them in one go. A SQLite transaction costs about the same
+        # for 512 records as for 4,096 once the store is large (each touches most index pages), so
+        # the store writes faster the further it falls behind, and catches up.
+        backlog = len(self._queue)
+        n = min(self._max_batch * _BACKLOG_FACTOR if backlog >= 2 * self._max_batch else self._max_batch,
+                backlog)
         popleft = self._queue.popleft
         batch = [popleft() for _ in range(n)]
         self._queued_chars -= sum(_size(r, e) for r, _, e in batch)
