@@ -15,8 +15,8 @@ Layout version 2, built for volume (hundreds of thousands of records, gigabytes)
   index entry is kept small: random keys (record and trace ids) scatter inserts over the whole index,
   and each page an insert touches is written again to the WAL, so on a large store the indexes, not
   the rows, are what a batch costs;
-* a batch is one transaction; WAL journal, ``synchronous=NORMAL``, a 64 MiB page cache and a WAL capped
-  at 64 MiB after checkpoints.
+* a batch is one transaction; WAL journal, ``synchronous=NORMAL``, a 64 MiB page cache, a checkpoint
+  every 64 MiB of WAL, and the WAL file cut back to 64 MiB after it.
 
 ``errcompact_schema`` records the layout version. A version-1 file (the layout of earlier releases) is
 upgraded in place, in one transaction, the first time a :class:`SQLiteSink` opens it; the read-only
@@ -217,6 +217,9 @@ class SQLiteSink:
         # The unique record_id index takes random inserts; a cache that holds it keeps a store of
         # millions of rows writing at the speed of a fresh one.
         conn.execute(f"PRAGMA cache_size = {-1024 * int(cache_mib)}")
+        # Checkpoint every 64 MiB of WAL rather than SQLite's 16 MiB: an index page that several batches
+        # touched is copied into the file once, and the checkpoint's fsyncs come four times less often.
+        conn.execute("PRAGMA wal_autocheckpoint = 4096")
         conn.execute(f"PRAGMA journal_size_limit = {64 * 1024 * 1024}")
         conn.execute(
             "CREATE TABLE IF NOT EXISTS errcompact_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
