@@ -6,7 +6,7 @@ reads ``run DIR`` lines on stdin and answers ``pid N`` when the child is running
 (the raw ``waitpid`` status) when it has died.
 
 Each child is an ordinary agent: ``init()`` with the default store and spool in ``DIR``, and a tool
-that really fails (a ``KeyError`` raised by real code) about every 3 ms. After each failed call has
+that really fails (a ``KeyError`` raised by real code) in a loop paced by 0.5 ms. After each failed call has
 *returned* to the agent, the child appends the call number to ``DIR/returned.txt`` and fsyncs it: that
 file is the list of failures the agent saw, which the store must hold after the child is killed.
 """
@@ -46,7 +46,7 @@ def agent(folder: Path) -> None:
             os.write(returned, f"{n}\n".encode())
             os.fsync(returned)
             n += 1
-            time.sleep(0.002)
+            time.sleep(0.0005)  # paced a little, like an agent between tool calls
 
 
 def main() -> None:
