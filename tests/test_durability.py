@@ -358,7 +358,7 @@ def test_a_version_1_store_is_upgraded_in_place(tmp_path: Path) -> None:
     with sqlite3.connect(db) as conn:
         indexes = {r[0] for r in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")
                    if not r[0].startswith("sqlite_autoindex")}
-    assert indexes == {"trajectory_conversation", "trajectory_key", "trajectory_trace"}
+    assert indexes == {"trajectory_conversation", "trajectory_key", "trajectory_trace", "trajectory_escalated"}
 
 
 def test_two_live_writers_on_one_spool_never_replay_each_other(tmp_path: Path) -> None:

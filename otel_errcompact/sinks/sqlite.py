@@ -11,7 +11,8 @@ Layout version 2, built for volume (hundreds of thousands of records, gigabytes)
   agent's thread, so the writer thread does not serialise the record again). ``record`` is the last
   column, so its overflow pages are only read by ``show``;
 * four indexes, the ones the CLI and a trajectory viewer use: ``record_id`` (unique: upsert and
-  ``show ID``), conversation (conversation → failures, newest first), dedup key, trace id. Every
+  ``show ID``), conversation (conversation → failures, newest first), dedup key, trace id; and a
+  partial one holding only the escalated rows (the viewer's escalations page), nearly free. Every
   index entry is kept small: random keys (record and trace ids) scatter inserts over the whole index,
   and each page an insert touches is written again to the WAL, so on a large store the indexes, not
   the rows, are what a batch costs;
@@ -85,6 +86,7 @@ CREATE TABLE IF NOT EXISTS trajectory (
 CREATE INDEX IF NOT EXISTS trajectory_conversation ON trajectory (coalesce(conversation_id, scope), id);
 CREATE INDEX IF NOT EXISTS trajectory_key ON trajectory (key, id) WHERE key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS trajectory_trace ON trajectory (trace_id) WHERE trace_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS trajectory_escalated ON trajectory (id) WHERE escalated = 1;
 """
 
 _V1_INDEXES = (
