@@ -39,7 +39,7 @@ import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -246,22 +246,31 @@ class SQLiteSink:
         if not items:
             return
         pairs: list[tuple[TrajectoryRecord, tuple[object, ...]]] = []
-        for rec, encoded in items:
-            row = self._safe_row(rec, encoded)
-            if row is not None:
-                pairs.append((rec, row))
+        pending = iter(items)
+
+        def rows() -> Iterator[tuple[object, ...]]:
+            # Built while SQLite consumes them: sqlite3 lets go of the GIL for each row it steps, so the
+            # agent's threads are not kept waiting for a whole batch's worth of Python work.
+            for rec, encoded in pending:
+                row = self._safe_row(rec, encoded)
+                if row is not None:
+                    pairs.append((rec, row))
+                    yield row
+
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"SQLiteSink({self.path}) is closed")
             try:
-                self._transaction([row for _, row in pairs])
+                self._transaction(rows())
             except sqlite3.OperationalError:
                 raise  # the database itself is unusable (locked, missing table, disk full): not a row's fault
             except (sqlite3.Error, ValueError):
+                for _ in rows():  # the rows not reached before the failure
+                    pass
                 for rec, row in pairs:  # isolate the bad row: the others of the batch are stored
                     self._one(rec, row)
 
-    def _transaction(self, rows: list[tuple[object, ...]]) -> None:
+    def _transaction(self, rows: Iterable[tuple[object, ...]]) -> None:
         self._conn.execute("BEGIN IMMEDIATE")
         try:
             self._conn.executemany(_UPSERT, rows)
