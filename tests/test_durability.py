@@ -408,3 +408,17 @@ def test_a_host_sigterm_handler_is_left_alone(tmp_path: Path) -> None:
     assert "host handler kept" in done.stdout
     with TrajectoryStore(tmp_path / "t.db") as store:
         assert store.count() == 1
+
+
+def test_a_spool_that_cannot_be_created_leaves_the_store_working(tmp_path: Path,
+                                                                 caplog: pytest.LogCaptureFixture) -> None:
+    blocker = tmp_path / "t.db-spool"
+    blocker.write_text("a file where the spool folder would go")
+    with caplog.at_level("WARNING", logger="otel_errcompact"):
+        writer = TrajectoryWriter([SQLiteSink(tmp_path / "t.db")], spool_dir=blocker)
+    assert writer.spool_dir is None and "no spool at" in caplog.text
+    writer.submit(_real_record(tmp_path, 1))
+    assert writer.force_flush(10)
+    writer.shutdown()
+    with TrajectoryStore(tmp_path / "t.db") as store:
+        assert store.count() == 1

@@ -126,8 +126,14 @@ class TrajectoryWriter:
         self._delay = schedule_delay_s
         self._max_chars = max_queue_chars
         self._max_block = max_block_s
-        # Created here, in the caller's thread, so that a bad path fails at configuration time.
-        self._spool: Spool | None = Spool(Path(spool_dir)) if spool_dir is not None else None
+        self._spool: Spool | None = None
+        if spool_dir is not None:
+            try:
+                self._spool = Spool(Path(spool_dir))
+            except OSError as exc:
+                # The sinks may still work: run without the spool's guarantee rather than not at all.
+                _log.warning("trajectory writer: no spool at %s (%s); records queued in memory only survive "
+                             "until the process dies", spool_dir, exc)
         self._leftovers: list[Leftover] = self._spool.claim_leftovers() if self._spool else []
 
         self._cond = threading.Condition(threading.Lock())
