@@ -1,4 +1,4 @@
-"""Trajectory writer throughput and the cost it puts on the agent's thread.
+"""Trajectory writer throughput, what it costs the agent's thread, and a 10 MB error end to end.
 
 Run from the repository root::
 
@@ -6,18 +6,23 @@ Run from the repository root::
 
 For N records (default 20,000) carrying a real ~2 KB Python traceback, it measures
 
-* records/second from the first ``submit`` until ``shutdown`` has returned (everything durable), through
-  SQLiteSink, JSONLSink and both together, and for the processor's real pattern: a raw record then its
-  amended version (2 submissions per failure, coalesced by the worker when they share a batch);
-* what the caller pays per failure on its own thread: building the record, ``submit`` (median, p99),
-  and the amended copy.
+* records/second from the first ``submit`` until ``shutdown`` has returned (everything stored), through
+  SQLiteSink, JSONLSink, both, SQLite with the spool (the ``init()`` default), and the raw + amended
+  pattern (2 submissions per failure); variants are interleaved round by round (3 rounds, median), so a
+  busy machine weighs on all of them alike;
+* what the caller pays per failure on its own thread: building the record, ``submit`` without and with
+  the spool (the append that makes the record survive ``kill -9``), interleaved record by record;
+* a 10 MB error through the whole ``init()`` pipeline in a fresh process: peak RSS (over the process
+  that has read the text), store size on disk, how long until it is stored, and ``shutdown()``.
 """
 
 from __future__ import annotations
 
 import os
 import platform
+import resource
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -85,10 +90,10 @@ def _pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def _throughput(label: str, make_sinks: Callable[[Path], list[TrajectorySink]],
-                records: list[TrajectoryRecord], amended: list[TrajectoryRecord] | None) -> tuple[str, float]:
+def _throughput(make_sinks: Callable[[Path], list[TrajectorySink]], records: list[TrajectoryRecord],
+                amended: list[TrajectoryRecord] | None, spool: bool = False) -> float:
     with tempfile.TemporaryDirectory() as tmp:
-        writer = TrajectoryWriter(make_sinks(Path(tmp)))
+        writer = TrajectoryWriter(make_sinks(Path(tmp)), spool_dir=Path(tmp) / "spool" if spool else None)
         t0 = time.perf_counter()
         if amended is None:
             for rec in records:
@@ -99,11 +104,46 @@ def _throughput(label: str, make_sinks: Callable[[Path], list[TrajectorySink]],
                 writer.submit(amend)
         writer.shutdown(timeout_s=600)
         elapsed = time.perf_counter() - t0
-        assert writer.dropped == 0, writer.dropped
-    return label, len(records) / elapsed
+        assert writer.lost == 0, (writer.dropped, writer.failed)
+    return len(records) / elapsed
+
+
+HUGE_APP = """
+    def load(blob):
+        raise ValueError("payload rejected: " + blob)
+
+    load("0123456789abcdef" * 655_360)
+"""
+
+
+def huge_error(path: str) -> None:
+    """Child process: one 10 MB error (read from ``path``) through init(), then shutdown."""
+    import otel_errcompact
+
+    tb = Path(path).read_text(encoding="utf-8")
+    with tempfile.TemporaryDirectory() as tmp:
+        db = Path(tmp) / "t.sqlite3"
+        ec = otel_errcompact.init("bench-huge", sqlite_path=db, otlp_logs=False)
+        assert ec.writer is not None
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        t0 = time.perf_counter()
+        ec.record_error(tb, scope="huge", tool_name="load")
+        handled = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        assert ec.writer.force_flush(600)
+        stored_s = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        ec.shutdown()
+        shutdown_s = time.perf_counter() - t2
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        on_disk = sum(p.stat().st_size for p in Path(tmp).glob("t.sqlite3*"))
+        print(f"{len(tb)} {before} {peak} {on_disk} {handled:.3f} {stored_s:.3f} {shutdown_s:.3f}")
 
 
 def main() -> None:
+    if sys.argv[1:2] == ["--huge"]:
+        huge_error(sys.argv[2])
+        return
     n = int(sys.argv[1]) if len(sys.argv) > 1 else 20_000
     with tempfile.TemporaryDirectory() as tmp:
         tb = python_error(Path(tmp), APP)
@@ -117,42 +157,70 @@ def main() -> None:
         rec = _make(tb, i, trace_id, span_id)
         build_us.append((time.perf_counter_ns() - t) / 1000)
         records.append(rec)
-    amend_us: list[float] = []
-    amended: list[TrajectoryRecord] = []
-    for i, rec in enumerate(records):
-        t = time.perf_counter_ns()
-        a = rec.model_copy(update={"digest": digest, "count": i % 7 + 1, "escalation": None})
-        amend_us.append((time.perf_counter_ns() - t) / 1000)
-        amended.append(a)
+    amended = [rec.model_copy(update={"digest": digest, "count": i % 7 + 1, "escalation": None})
+               for i, rec in enumerate(records)]
 
-    submit_us: list[float] = []
+    # Caller-thread cost, interleaved: the same record to a writer without and one with a spool.
+    plain_us: list[float] = []
+    spool_us: list[float] = []
+    encode_us: list[float] = []
     with tempfile.TemporaryDirectory() as tmp:
-        writer = TrajectoryWriter([SQLiteSink(Path(tmp) / "t.db")])
-        for rec in records:
+        plain = TrajectoryWriter([SQLiteSink(Path(tmp) / "a.db")])
+        spooled = TrajectoryWriter([SQLiteSink(Path(tmp) / "b.db")], spool_dir=Path(tmp) / "spool")
+        for rec in amended:
             t = time.perf_counter_ns()
-            writer.submit(rec)
-            submit_us.append((time.perf_counter_ns() - t) / 1000)
-        writer.shutdown(timeout_s=600)
+            plain.submit(rec)
+            plain_us.append((time.perf_counter_ns() - t) / 1000)
+            t = time.perf_counter_ns()
+            spooled.submit(rec)
+            spool_us.append((time.perf_counter_ns() - t) / 1000)
+            t = time.perf_counter_ns()
+            rec.to_storage_json()
+            encode_us.append((time.perf_counter_ns() - t) / 1000)
+        plain.shutdown(timeout_s=600)
+        spooled.shutdown(timeout_s=600)
 
-    rows = [
-        _throughput("SQLiteSink", lambda d: [SQLiteSink(d / "t.db")], records, None),
-        _throughput("JSONLSink", lambda d: [JSONLSink(d / "t.jsonl")], records, None),
-        _throughput("SQLite + JSONL", lambda d: [SQLiteSink(d / "t.db"), JSONLSink(d / "t.jsonl")],
-                    records, None),
-        _throughput("SQLite, raw + amended", lambda d: [SQLiteSink(d / "t.db")], records, amended),
+    variants: list[tuple[str, Callable[[], float]]] = [
+        ("SQLiteSink", lambda: _throughput(lambda d: [SQLiteSink(d / "t.db")], amended, None)),
+        ("SQLiteSink + spool (default)",
+         lambda: _throughput(lambda d: [SQLiteSink(d / "t.db")], amended, None, spool=True)),
+        ("JSONLSink", lambda: _throughput(lambda d: [JSONLSink(d / "t.jsonl")], amended, None)),
+        ("SQLite + JSONL + spool",
+         lambda: _throughput(lambda d: [SQLiteSink(d / "t.db"), JSONLSink(d / "t.jsonl")], amended, None,
+                             spool=True)),
+        ("SQLite + spool, raw + amended",
+         lambda: _throughput(lambda d: [SQLiteSink(d / "t.db")], records, amended, spool=True)),
     ]
+    rates: dict[str, list[float]] = {label: [] for label, _ in variants}
+    for _ in range(3):
+        for label, run in variants:
+            rates[label].append(run())
+
+    with tempfile.TemporaryDirectory() as tmp:
+        huge_tb = Path(tmp) / "huge.txt"
+        huge_tb.write_text(python_error(Path(tmp), HUGE_APP), encoding="utf-8")
+        huge = subprocess.run([sys.executable, __file__, "--huge", str(huge_tb)], capture_output=True,
+                              text=True, check=True)
+    size, before_kb, peak_kb, on_disk, handled_s, stored_s, shutdown_s = huge.stdout.split()
 
     print(f"bench_trajectory: N={n:,} records, raw traceback {len(tb):,} chars")
-    print(f"python {platform.python_version()}, nproc {os.cpu_count()}, CPU {cpu_model()}")
+    print(f"python {platform.python_version()}, nproc {os.cpu_count()}, CPU {cpu_model()}, "
+          f"load average {os.getloadavg()[0]:.1f} (a shared machine)")
     print()
-    print(f"{'pipeline (submit → shutdown done)':<36}{'failures/s':>12}")
-    for label, rate in rows:
-        print(f"{label:<36}{rate:>12,.0f}")
+    print(f"{'pipeline (submit → shutdown done)':<36}{'records/s (median of 3)':>26}{'min':>10}{'max':>10}")
+    for label, values in rates.items():
+        print(f"{label:<36}{statistics.median(values):>26,.0f}{min(values):>10,.0f}{max(values):>10,.0f}")
     print()
     print(f"{'caller-thread cost (µs)':<36}{'median':>10}{'p99':>10}")
-    for label, values in (("TrajectoryRecord(...) build", build_us), ("writer.submit(rec)", submit_us),
-                          ("rec.model_copy(update=digest...)", amend_us)):
+    for label, values in (("TrajectoryRecord(...) build", build_us), ("submit, no spool", plain_us),
+                          ("submit + spool append", spool_us),
+                          ("  of which to_storage_json()", encode_us)):
         print(f"{label:<36}{statistics.median(values):>10.2f}{_pct(values, 0.99):>10.2f}")
+    print()
+    print(f"a {int(size) / 1e6:.1f} MB error through init(): peak RSS {int(peak_kb) / 1024:.0f} MiB "
+          f"(+{(int(peak_kb) - int(before_kb)) / 1024:.0f} MiB over the process before it), store on disk "
+          f"{int(on_disk) / 1e6:.1f} MB; record_error {float(handled_s):.2f} s, then stored in "
+          f"{float(stored_s):.2f} s; shutdown() {float(shutdown_s):.2f} s")
 
 
 if __name__ == "__main__":

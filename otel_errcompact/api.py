@@ -29,6 +29,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from otel_errcompact._sigterm import install_sigterm_flush, uninstall_sigterm_flush
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.boundary import OnError, ToolBoundary, conversation
 from otel_errcompact.compactor import Compactor
@@ -198,7 +199,8 @@ class ErrCompact:
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def flush(self, timeout_s: float = 10.0) -> bool:
-        """Write every queued trajectory record and token count; True when all finished in time."""
+        """Write every queued trajectory record and token count; True when all finished in time and no
+        trajectory record has been lost (dropped at a full queue, or refused by a sink)."""
         ok = True
         if self.writer is not None:
             ok = self.writer.force_flush(timeout_s) and ok
@@ -231,6 +233,7 @@ class ErrCompact:
             self._metrics.shutdown(timeout)
         if self.writer is not None:
             self.writer.shutdown(timeout)
+        uninstall_sigterm_flush()
         for provider in self._owned_providers:
             try:
                 provider.shutdown()
@@ -290,6 +293,8 @@ def init(
         )
         _INSTANCE = handle
     atexit.register(handle.shutdown)
+    if handle.writer is not None:
+        install_sigterm_flush(handle.shutdown, config.shutdown_timeout_s, hold=handle.writer.hold)
     return handle
 
 
@@ -378,6 +383,7 @@ def _build(
             max_queue_size=config.max_queue_size,
             max_batch_size=config.max_batch_size,
             schedule_delay_s=config.schedule_delay_s,
+            spool_dir=config.spool_dir(),
         )
         if sinks
         else None
@@ -387,6 +393,8 @@ def _build(
     metrics: ErrorMetrics | None = None
     if config.enabled:
         metrics = ErrorMetrics(mp.get_meter(_SCOPE_NAME), token_counts=metrics_are_read(mp))
+        if writer is not None:
+            writer.register_metrics(mp.get_meter(_SCOPE_NAME))
         pipeline.add_failure_listener(metrics.on_failure)
         pipeline.add_success_listener(metrics.on_success)
         pipeline.add_escalation_listener(metrics.on_escalation)

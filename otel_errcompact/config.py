@@ -39,6 +39,9 @@ class Settings(BaseSettings):
     """Trajectory store (embedded default). Empty string or ``none`` disables it."""
     jsonl_path: Path | None = None
     """Also append trajectory records as JSON lines to this file."""
+    spool: bool = True
+    """Append each trajectory record to a spool beside the store (``<store>-spool/``) before the failed
+    tool call returns, so that ``kill -9`` loses nothing; the next start recovers what was left."""
     otlp_logs: bool = True
     """Emit each trajectory record as an OTLP log record (``errcompact.trajectory``) when a log pipeline
     with an exporter exists (the application's own, or one created from OTEL_EXPORTER_OTLP_*)."""
@@ -73,6 +76,13 @@ class Settings(BaseSettings):
         if isinstance(value, str) and value.strip().lower() in {"", "none", "off", "false"}:
             return None
         return value
+
+    def spool_dir(self) -> Path | None:
+        """The spool folder beside the SQLite store (else the JSONL file); ``None`` when off."""
+        if not self.spool:
+            return None
+        store = self.sqlite_path or self.jsonl_path
+        return None if store is None else store.with_name(store.name + "-spool")
 
     def thresholds(self) -> Thresholds:
         """The escalation thresholds these settings describe."""

@@ -30,14 +30,17 @@ the bounded view. What *is* normalised on the way in:
 from __future__ import annotations
 
 import itertools
+import json
 import math
 import os
+import re
 import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic_core import PydanticSerializationError
 
 from otel_errcompact.digest import Digest
 
@@ -46,6 +49,7 @@ __all__ = [
     "SCHEMA_VERSION",
     "DigestInfo",
     "TrajectoryRecord",
+    "escape_surrogates",
     "jsonable",
     "new_record_id",
     "span_id_hex",
@@ -352,14 +356,81 @@ class TrajectoryRecord(BaseModel):
         """The record as one line of JSON (no raw newlines), the form every sink stores.
 
         Values smuggled past validation by ``model_copy(update=...)`` are stringified instead of
-        raising, so one odd value cannot lose the record.
+        raising, so one odd value cannot lose the record. Text that UTF-8 cannot carry (a lone
+        surrogate, e.g. a non-UTF-8 file name from ``os.listdir`` inside an error message) is escaped
+        (see :meth:`repaired`) rather than failing the record.
         """
-        return self.model_dump_json(fallback=_fallback, warnings=False)
+        try:
+            return self.model_dump_json(fallback=_fallback, warnings=False)
+        except PydanticSerializationError:
+            return self.repaired().model_dump_json(fallback=_fallback, warnings=False)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping (datetimes as ISO strings), e.g. for an OTel log body."""
         out: dict[str, Any] = self.model_dump(mode="json", fallback=_fallback, warnings=False)
         return out
+
+    def repaired(self) -> TrajectoryRecord:
+        """The same record with every lone surrogate escaped, so that UTF-8 (JSON, SQLite) can carry it.
+
+        Python keeps undecodable bytes of file names and subprocess output as lone surrogates
+        (``surrogateescape``): ``'caf\\udce9.txt'`` for the bytes ``caf\\xe9.txt``. They become the
+        same ``\\xNN`` escapes a binary ``raw_error`` gets; any other lone surrogate becomes
+        ``\\udNNN``. Only called when serialisation failed, so well-formed records pay nothing.
+        """
+        data = _escape_deep(self.model_dump(mode="python", fallback=_fallback, warnings=False))
+        return TrajectoryRecord.model_validate(data)
+
+    def to_storage_json(self) -> str:
+        """One line of JSON in which the raw error text appears once: the spool, JSONL and SQLite form.
+
+        A failed span usually carries its traceback twice (``raw_error`` and
+        ``exception_stacktrace``), and its message and status description are pieces of it; stored
+        as they are, a 10 MB error costs 40 MB. Here each of those fields that is a slice of
+        ``raw_error`` becomes an entry ``[start, end]`` under ``"@refs"``; :meth:`from_storage_json`
+        reverses this exactly. Lone surrogates are escaped (see :meth:`repaired`), so the line is
+        always valid UTF-8.
+        """
+        raw = self.raw_error
+        if not raw.isascii() and _SURROGATE.search(raw):
+            # Escaping changes lengths, so slices are taken of the repaired text.
+            return self.repaired().to_storage_json()
+        refs: list[str] = []
+        exclude: set[str] = set()
+        for name in _TEXT_FIELDS:
+            value = getattr(self, name)
+            if not value or len(value) < _MIN_REF_CHARS:
+                continue
+            if value is raw or value == raw:
+                start = 0
+            elif len(value) < len(raw):
+                start = raw.find(value)
+                if start < 0:
+                    continue
+            else:
+                continue
+            exclude.add(name)
+            refs.append(f'"{name}":[{start},{start + len(value)}]')
+        try:
+            text = self.model_dump_json(exclude=exclude, fallback=_fallback, warnings=False)
+        except PydanticSerializationError:
+            text = self.repaired().model_dump_json(exclude=exclude, fallback=_fallback, warnings=False)
+        if refs:
+            text = f'{text[:-1]},"@refs":{{{",".join(refs)}}}}}'
+        return text
+
+    @classmethod
+    def from_storage_json(cls, text: str | bytes) -> TrajectoryRecord:
+        """The record :meth:`to_storage_json` (or :meth:`to_json`) wrote."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("a stored trajectory record must be a JSON object")
+        refs = data.pop("@refs", None) or {}
+        raw = data.get("raw_error") or ""
+        for name, span in refs.items():
+            if name in _TEXT_FIELDS and isinstance(span, list) and len(span) == 2:
+                data[name] = raw[int(span[0]):int(span[1])]
+        return cls.model_validate(data)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> TrajectoryRecord:
@@ -369,6 +440,37 @@ class TrajectoryRecord(BaseModel):
 
 def _fallback(value: Any) -> Any:
     return jsonable(value)
+
+
+_TEXT_FIELDS: Final = ("exception_stacktrace", "exception_message", "status_description")
+"""Fields that are usually the raw error or a slice of it; stored as references to it."""
+_MIN_REF_CHARS: Final = 64
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _escape_one(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    # U+DC80..U+DCFF is how surrogateescape keeps an undecodable byte: give the byte back as \xNN.
+    return f"\\x{code - 0xDC00:02x}" if 0xDC80 <= code <= 0xDCFF else f"\\u{code:04x}"
+
+
+def escape_surrogates(text: str) -> str:
+    """``text`` with every lone surrogate written as an escape (``\\xe9``, ``\\ud800``); valid UTF-8 after.
+
+    >>> escape_surrogates("caf\\udce9.txt")
+    'caf\\\\xe9.txt'
+    """
+    return _SURROGATE.sub(_escape_one, text)
+
+
+def _escape_deep(value: Any) -> Any:
+    if isinstance(value, str):
+        return escape_surrogates(value)
+    if isinstance(value, dict):
+        return {_escape_deep(k): _escape_deep(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escape_deep(v) for v in value]
+    return value
 
 
 def trajectory_json_schema() -> dict[str, Any]:

@@ -170,7 +170,8 @@ def test_a_failing_sink_does_not_stop_the_others(tmp_path: Path, tracebacks: dic
     with caplog.at_level(logging.WARNING, logger="otel_errcompact"):
         for rec in records:
             writer.submit(rec)
-        assert writer.force_flush()
+        assert not writer.force_flush()  # truthful: a sink refused the batch
+        assert writer.failed == 5
         writer.submit(_amend(records[0]))
         writer.shutdown()
     assert {r.record_id for r in read_jsonl(jl)} == {r.record_id for r in records}
@@ -389,7 +390,12 @@ def test_a_megabyte_raw_error_is_kept_byte_for_byte(tmp_path: Path) -> None:
     (from_jsonl,) = read_jsonl(jl)
     assert from_jsonl.raw_error.encode("utf-8") == tb.encode("utf-8")
     (log,) = exporter.get_finished_logs()
-    assert isinstance(log.log_record.body, dict) and log.log_record.body["raw_error"] == tb
+    body = log.log_record.body
+    assert isinstance(body, dict) and body["raw_error_chars"] == len(tb)  # OTLP gets a bounded copy
+    assert len(body["raw_error"]) < 66_000 and "characters omitted" in body["raw_error"]
+    assert body["raw_error"].startswith(tb[:1000]) and body["raw_error"].endswith(tb[-1000:])
+    assert log.log_record.attributes is not None
+    assert len(str(log.log_record.attributes["exception.stacktrace"])) < 66_000
 
 
 class _GateSink:
@@ -415,7 +421,7 @@ def test_overflow_drops_new_records_counts_and_warns(tmp_path: Path, tracebacks:
     assert isinstance(gate, TrajectorySink)
     db = tmp_path / "t.db"
     writer = TrajectoryWriter([gate, SQLiteSink(db)], max_queue_size=10, max_batch_size=4,
-                              schedule_delay_s=0.01)
+                              schedule_delay_s=0.01, max_block_s=0.05)
     first = _raw(tracebacks["sql"])
     writer.submit(first)
     assert gate.entered.wait(10)  # the worker is now busy with the first batch
@@ -443,6 +449,6 @@ def test_submit_never_raises_and_shutdown_is_idempotent(tmp_path: Path,
     writer.shutdown()
     writer.submit(_raw(tracebacks["sql"]))  # after shutdown: dropped, not raised
     assert writer.dropped == 2
-    assert writer.force_flush(timeout_s=0.5)
+    assert not writer.force_flush(timeout_s=0.5)  # truthful: two records were dropped
     with TrajectoryStore(db) as store:
         assert store.count() == 1

@@ -48,7 +48,7 @@ def _link(template: str, column: str) -> str:
 def metadata(base_url: str, trace_url: str = DEFAULT_TRACE_URL) -> dict[str, Any]:
     """Datasette metadata for a store served at ``base_url`` (e.g. ``http://127.0.0.1:8001``)."""
     base = base_url.rstrip("/")
-    record_link = f"{_sql_string(f'{base}/{DATABASE}/trajectory/')} || record_id"
+    record_link = f"{_sql_string(f'{base}/{DATABASE}/trajectory/')} || id"  # Datasette's row URL: the key
     failures_link = (
         f"{_sql_string(f'{base}/{DATABASE}/failures?conversation=')} || coalesce(conversation_id, scope)"
     )
@@ -61,7 +61,7 @@ def metadata(base_url: str, trace_url: str = DEFAULT_TRACE_URL) -> dict[str, Any
             DATABASE: {
                 "tables": {
                     "trajectory": {
-                        "sort_desc": "recorded_at",
+                        "sort_desc": "id",  # insertion order, i.e. time; the key, so no sort of the table
                         "facets": ["tool_name", "error_type", "escalated", "scope"],
                         "label_column": "digest_line",
                         "description": "One row per failure; the record column holds the whole record, "

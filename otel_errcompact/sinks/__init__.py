@@ -2,9 +2,10 @@
 
 ::
 
-    TrajectoryWriter      bounded queue + worker thread; submit() is O(1) and never raises
+    TrajectoryWriter      bounded queue + worker thread; submit() never raises, waits only when the queue is full
+    Spool                 the append-only log submit() writes first: records survive kill -9, replayed on start
     TrajectorySink        the protocol: write(records) with upsert-by-record_id semantics, close()
-    ├── SQLiteSink        the default: one WAL-mode file, indexed, upserts (TrajectoryStore reads it)
+    ├── SQLiteSink        the default: one WAL-mode file, raw text once, four indexes (TrajectoryStore reads it)
     ├── JSONLSink         append-only JSON Lines; a later line with the same record_id supersedes
     └── OTLPLogSink       one OTel log event "errcompact.trajectory" per record, correlated with the span
 """
@@ -12,6 +13,7 @@
 from otel_errcompact.sinks._base import FlushableSink, TrajectorySink
 from otel_errcompact.sinks.jsonl import JSONLSink, read_jsonl
 from otel_errcompact.sinks.otlp import OTLPLogSink
+from otel_errcompact.sinks.spool import Spool
 from otel_errcompact.sinks.sqlite import (
     AmbiguousRecordId,
     SQLiteSink,
@@ -26,6 +28,7 @@ __all__ = [
     "JSONLSink",
     "OTLPLogSink",
     "SQLiteSink",
+    "Spool",
     "TrajectorySink",
     "TrajectoryStore",
     "TrajectorySummary",

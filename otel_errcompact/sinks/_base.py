@@ -26,7 +26,11 @@ class TrajectorySink(Protocol):
     the failure and carries on with the other sinks. ``close`` is called once, after the last ``write``.
 
     A sink that buffers may also define ``flush() -> None`` (see :class:`FlushableSink`); the writer
-    calls it on ``force_flush`` and before ``close``.
+    calls it on ``force_flush`` and before ``close``. A sink that stores
+    :meth:`TrajectoryRecord.to_storage_json` lines may define
+    ``write_encoded(items: Sequence[tuple[TrajectoryRecord, str | None]])``: the writer then calls it
+    instead of ``write``, with each record's line when its spool already made it (``None`` otherwise),
+    so the record is not serialised a second time on the writer thread.
     """
 
     def write(self, records: Sequence[TrajectoryRecord]) -> None:

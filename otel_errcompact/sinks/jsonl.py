@@ -1,6 +1,8 @@
 """JSON Lines: an append-only trajectory file that any tool (``jq``, pandas, a log shipper) can read.
 
-One record per line, as :meth:`TrajectoryRecord.to_json` writes it. A file cannot be updated in place,
+One record per line, as :meth:`TrajectoryRecord.to_storage_json` writes it: the raw error text appears
+once, and the stack trace, message and status description, when they are slices of it, appear as
+``[start, end]`` offsets under ``"@refs"`` (:func:`read_jsonl` restores them). A file cannot be updated in place,
 so the amended version of a record is appended as a new line with the same ``record_id``:
 
     **a later line with the same record_id supersedes every earlier one.**
@@ -39,12 +41,27 @@ class JSONLSink:
         self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the sink
         self._lock = threading.Lock()
         self._closed = False
+        self.quarantined = 0
+        """Records left out because they could not be serialised even after repair."""
 
     def write(self, records: Sequence[TrajectoryRecord]) -> None:
         """Append one line per record and hand them to the OS (no fsync: see :meth:`flush`)."""
-        if not records:
+        self.write_encoded([(rec, None) for rec in records])
+
+    def write_encoded(self, items: Sequence[tuple[TrajectoryRecord, str | None]]) -> None:
+        """:meth:`write`, given each record's storage JSON when known (the writer's spool made it)."""
+        if not items:
             return
-        data = "".join(r.to_json() + "\n" for r in records).encode("utf-8", errors="surrogatepass")
+        lines: list[bytes] = []
+        for rec, encoded in items:
+            try:  # one record that cannot be serialised is left out alone, never its batch
+                lines.append((encoded if encoded is not None else rec.to_storage_json()).encode("utf-8")
+                             + b"\n")
+            except Exception:
+                self.quarantined += 1
+                _log.warning("JSONLSink(%s): record %s could not be serialised; left out", self.path,
+                             getattr(rec, "record_id", "?"), exc_info=True)
+        data = b"".join(lines)
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"JSONLSink({self.path}) is closed")
@@ -77,6 +94,9 @@ class JSONLSink:
 def read_jsonl(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
     """The records in a JSONL trajectory file, each in its latest version, in order of first appearance.
 
+    A version without a digest never replaces one with it: after a crash, the writer replays raw versions
+    from its spool that may already be in the file in their amended form.
+
     Lines that are not valid records (a truncated last line, another tool's output in the same file)
     are skipped and counted in one warning.
     """
@@ -87,10 +107,13 @@ def read_jsonl(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
             if not line.strip():
                 continue
             try:
-                rec = TrajectoryRecord.from_json(line)
+                rec = TrajectoryRecord.from_storage_json(line)
             except (ValidationError, ValueError):
                 bad += 1
                 continue
+            previous = latest.get(rec.record_id)
+            if previous is not None and previous.digest is not None and rec.digest is None:
+                continue  # a raw version replayed from the spool after a crash never hides the digest
             latest[rec.record_id] = rec
     if bad:
         _log.warning("%s: skipped %d line(s) that are not trajectory records", path, bad)

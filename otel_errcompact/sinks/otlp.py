@@ -4,10 +4,16 @@ Each record becomes one log record with ``event_name = "errcompact.trajectory"``
 record's trace and span ids (so a trace UI shows the full raw error next to the failed span), the
 searchable fields as flat attributes, and the whole record as the body. When the amended version of a
 record is written, a second log record with the same ``errcompact.record_id`` is emitted; a backend
-keeps both, and the one with a digest (``errcompact.digest`` set) is the complete one.
+keeps both, and the one with a digest (``errcompact.digest`` set) is the complete one. Records replayed from
+the writer's spool after a crash are emitted again, so a backend may hold a record twice (same
+``errcompact.record_id``).
 
-Attribute length limits (``OTEL_LOGRECORD_ATTRIBUTE_VALUE_LENGTH_LIMIT``) may cut the long attributes
-such as ``exception.stacktrace``; the body is not subject to them and always carries the full text.
+Long texts are capped (``max_text_chars``, 64 Ki characters by default: the first quarter and the last
+three quarters, where a traceback keeps its final exception, around an ``[… N characters omitted …]``
+marker): an exporter sends a batch of log records in one request, and a 10 MB error must not make that
+request fail or hold the export pipeline. The body then carries ``raw_error_chars``, the original length;
+the full text is in the SQLite store and the JSONL file. Lone surrogates are escaped, since the OTLP
+encoding is UTF-8.
 
 A processor that turns exception log records into trajectory records must skip log records whose
 ``event_name`` is ``errcompact.trajectory``; they carry ``exception.*`` attributes and would otherwise
@@ -16,6 +22,7 @@ be recorded again, endlessly.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from typing import Any
 
@@ -24,14 +31,47 @@ from opentelemetry._logs import LoggerProvider, SeverityNumber
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanContext, TraceFlags
 
-from otel_errcompact.trajectory import SCHEMA_NAME, TrajectoryRecord
+from otel_errcompact.trajectory import SCHEMA_NAME, TrajectoryRecord, escape_surrogates
 
 __all__ = ["OTLPLogSink"]
 
 _LOGGER_NAME = "otel_errcompact.trajectory"
+_CAPPED = ("raw_error", "exception_stacktrace", "exception_message", "status_description")
 
 
-def _attributes(rec: TrajectoryRecord) -> dict[str, Any]:
+def cap_text(text: str, limit: int) -> str:
+    """``text`` if it has at most ``limit`` characters, else its head and tail around a marker."""
+    if len(text) <= limit:
+        return text
+    head = limit // 4
+    tail = limit - head
+    return f"{text[:head]}\n[… {len(text) - limit} characters omitted …]\n{text[-tail:]}"
+
+
+def _body(rec: TrajectoryRecord, limit: int) -> dict[str, Any]:
+    long_fields = {n for n in _CAPPED if len(getattr(rec, n) or "") > limit}
+    body = rec.to_dict() if not long_fields else rec.model_copy(
+        update={n: cap_text(getattr(rec, n), limit) for n in long_fields}).to_dict()
+    if "raw_error" in long_fields:
+        body["raw_error_chars"] = len(rec.raw_error)
+    try:
+        json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except UnicodeEncodeError:
+        body = _escaped(body)
+    return body
+
+
+def _escaped(value: Any) -> Any:
+    if isinstance(value, str):
+        return escape_surrogates(value)
+    if isinstance(value, dict):
+        return {escape_surrogates(str(k)): _escaped(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_escaped(v) for v in value]
+    return value
+
+
+def _attributes(rec: TrajectoryRecord, limit: int) -> dict[str, Any]:
     d = rec.digest
     pairs: dict[str, Any] = {
         "errcompact.record_id": rec.record_id,
@@ -50,7 +90,8 @@ def _attributes(rec: TrajectoryRecord) -> dict[str, Any]:
         "exception.message": rec.exception_message,
         "exception.stacktrace": rec.exception_stacktrace,
     }
-    return {k: v for k, v in pairs.items() if v is not None}
+    return {k: (_escaped(cap_text(v, limit)) if isinstance(v, str) else v)
+            for k, v in pairs.items() if v is not None}
 
 
 def _context(rec: TrajectoryRecord) -> Context:
@@ -79,7 +120,10 @@ class OTLPLogSink:
     because other code may still be logging through it.
     """
 
-    def __init__(self, logger_provider: LoggerProvider) -> None:
+    def __init__(self, logger_provider: LoggerProvider, *, max_text_chars: int = 65_536) -> None:
+        if max_text_chars < 64:
+            raise ValueError("max_text_chars must be at least 64")
+        self._max_text = max_text_chars
         self._provider = logger_provider
         self._logger = logger_provider.get_logger(_LOGGER_NAME)
 
@@ -91,8 +135,8 @@ class OTLPLogSink:
                 context=_context(rec),
                 severity_number=SeverityNumber.ERROR,
                 severity_text="ERROR",
-                body=rec.to_dict(),
-                attributes=_attributes(rec),
+                body=_body(rec, self._max_text),
+                attributes=_attributes(rec, self._max_text),
                 event_name=SCHEMA_NAME,
             )
 

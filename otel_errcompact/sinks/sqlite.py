@@ -1,24 +1,45 @@
 """SQLite: the default trajectory store, one local file, queryable by the CLI with no server.
 
-One table, ``trajectory``, holds one row per ``record_id``: the full record as JSON in ``record``, plus
-copies of the fields people search by (trace, span, conversation, scope, tool, error type, dedup key,
-digest line, count, escalated), each indexed. A second table, ``errcompact_schema``, records the table
-layout version so that a later release can migrate, and so that this release refuses a newer layout
-instead of misreading it.
+Layout version 2, built for volume (hundreds of thousands of records, gigabytes):
 
-The database runs in WAL mode: the CLI can read while an agent writes, and a batch commit costs one
-append to the log rather than a rewrite of pages. ``synchronous=NORMAL`` keeps every committed batch
+* one table, ``trajectory``, one row per ``record_id``. Its primary key ``id`` is SQLite's rowid, given
+  in insertion order, so rows are appended at the right edge of the B-tree instead of landing on random
+  pages, and "newest first" is a walk of the table backwards with no index at all;
+* the raw error text is stored once: ``record`` holds the record as JSON with the stack trace, message
+  and status description stored as slices of the raw text when that is what they are
+  (:meth:`TrajectoryRecord.to_storage_json`, the very line the writer already wrote to its spool on the
+  agent's thread, so the writer thread does not serialise the record again). ``record`` is the last
+  column, so its overflow pages are only read by ``show``;
+* four indexes, the ones the CLI and a trajectory viewer use: ``record_id`` (unique: upsert and
+  ``show ID``), conversation (conversation → failures, newest first), dedup key, trace id; and a
+  partial one holding only the escalated rows (the viewer's escalations page), nearly free. Every
+  index entry is kept small: random keys (record and trace ids) scatter inserts over the whole index,
+  and each page an insert touches is written again to the WAL, so on a large store the indexes, not
+  the rows, are what a batch costs;
+* a batch is one transaction; WAL journal, ``synchronous=NORMAL``, a 64 MiB page cache, a checkpoint
+  every 64 MiB of WAL, and the WAL file cut back to 64 MiB after it.
+
+``errcompact_schema`` records the layout version. A version-1 file (the layout of earlier releases) is
+upgraded in place, in one transaction, the first time a :class:`SQLiteSink` opens it; the read-only
+:class:`TrajectoryStore` refuses it with a message saying so, and refuses a layout newer than it knows.
+
+WAL mode lets the CLI read while an agent writes. ``synchronous=NORMAL`` keeps every committed batch
 through a crash of the process; after a power loss the last batches may be missing (``FULL`` would fsync
-on every commit, roughly halving throughput on this kind of disk).
+on every commit). What the process had not yet committed is in the writer's spool.
+
+One bad record never takes its batch with it: if the batch fails, it is retried row by row, a row that
+still fails is retried with its text repaired (:meth:`TrajectoryRecord.repaired`), and only a record
+that cannot be stored even then is quarantined: left out, logged and counted in :attr:`SQLiteSink.quarantined`.
 """
 
 from __future__ import annotations
 
 import builtins
+import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -34,7 +55,9 @@ __all__ = [
     "TrajectorySummary",
 ]
 
-TABLE_VERSION = 1
+_log = logging.getLogger("otel_errcompact")
+
+TABLE_VERSION = 2
 """Version of the table layout below (independent of the record's ``schema_version``)."""
 
 _COLUMNS = (
@@ -43,12 +66,9 @@ _COLUMNS = (
 )
 
 _DDL = """
-CREATE TABLE IF NOT EXISTS errcompact_schema (
-    component TEXT PRIMARY KEY,
-    version   INTEGER NOT NULL
-);
 CREATE TABLE IF NOT EXISTS trajectory (
-    record_id       TEXT PRIMARY KEY,
+    id              INTEGER PRIMARY KEY,
+    record_id       TEXT NOT NULL UNIQUE,
     recorded_at     TEXT NOT NULL,
     source          TEXT NOT NULL,
     trace_id        TEXT,
@@ -63,20 +83,24 @@ CREATE TABLE IF NOT EXISTS trajectory (
     escalated       INTEGER NOT NULL DEFAULT 0,
     record          TEXT NOT NULL
 );
-CREATE INDEX IF NOT EXISTS trajectory_recorded_at ON trajectory (recorded_at);
-CREATE INDEX IF NOT EXISTS trajectory_trace ON trajectory (trace_id, span_id);
-CREATE INDEX IF NOT EXISTS trajectory_conversation ON trajectory (conversation_id, recorded_at);
-CREATE INDEX IF NOT EXISTS trajectory_scope ON trajectory (scope, recorded_at);
-CREATE INDEX IF NOT EXISTS trajectory_tool ON trajectory (tool_name);
-CREATE INDEX IF NOT EXISTS trajectory_error_type ON trajectory (error_type);
-CREATE INDEX IF NOT EXISTS trajectory_key ON trajectory (key, recorded_at);
-CREATE INDEX IF NOT EXISTS trajectory_escalated ON trajectory (escalated) WHERE escalated = 1;
+CREATE INDEX IF NOT EXISTS trajectory_conversation ON trajectory (coalesce(conversation_id, scope), id);
+CREATE INDEX IF NOT EXISTS trajectory_key ON trajectory (key, id) WHERE key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS trajectory_trace ON trajectory (trace_id) WHERE trace_id IS NOT NULL;
+CREATE INDEX IF NOT EXISTS trajectory_escalated ON trajectory (id) WHERE escalated = 1;
 """
 
+_V1_INDEXES = (
+    "trajectory_recorded_at", "trajectory_trace", "trajectory_conversation", "trajectory_scope",
+    "trajectory_tool", "trajectory_error_type", "trajectory_key", "trajectory_escalated",
+)
+
+# A later version of a record replaces an earlier one, except that a version without a digest (the raw
+# one, replayed from the spool after a crash) never replaces one that has it.
 _UPSERT = (
     f"INSERT INTO trajectory ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
     "ON CONFLICT(record_id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c != "record_id")
+    + " WHERE excluded.key IS NOT NULL OR trajectory.key IS NULL"
 )
 
 # Sorts after any real continuation of a prefix, so "id >= p AND id < p || _TOP" is an indexable
@@ -84,7 +108,7 @@ _UPSERT = (
 _TOP = "\U0010ffff"
 
 
-def _row(rec: TrajectoryRecord) -> tuple[object, ...]:
+def _row(rec: TrajectoryRecord, encoded: str | None = None) -> tuple[object, ...]:
     d = rec.digest
     error_type = d.type if d is not None else (rec.exception_type or rec.error_type)
     return (
@@ -101,75 +125,196 @@ def _row(rec: TrajectoryRecord) -> tuple[object, ...]:
         d.line if d is not None else None,
         rec.count,
         1 if rec.escalation else 0,
-        rec.to_json(),
+        encoded if encoded is not None else rec.to_storage_json(),
     )
 
 
+def _create(conn: sqlite3.Connection) -> None:
+    # Statement by statement: executescript() would commit the surrounding transaction first.
+    for statement in _DDL.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _version(conn: sqlite3.Connection) -> int | None:
+    try:
+        row = conn.execute("SELECT version FROM errcompact_schema WHERE component = 'trajectory'").fetchone()
+    except sqlite3.OperationalError:
+        return None  # no errcompact_schema table: a new file
+    return None if row is None else int(row[0])
+
+
 def _check_version(conn: sqlite3.Connection, path: Path) -> None:
-    row = conn.execute("SELECT version FROM errcompact_schema WHERE component = 'trajectory'").fetchone()
-    if row is not None and int(row[0]) > TABLE_VERSION:
+    version = _version(conn)
+    if version is not None and version > TABLE_VERSION:
         raise RuntimeError(
-            f"{path}: trajectory table version {row[0]} is newer than this release understands "
+            f"{path}: trajectory table version {version} is newer than this release understands "
             f"({TABLE_VERSION}); use a newer otel-errcompact or another file"
         )
+    if version is not None and version < TABLE_VERSION:
+        raise RuntimeError(
+            f"{path}: trajectory table version {version} was written by an older otel-errcompact; it is "
+            f"upgraded to version {TABLE_VERSION} the next time an agent opens it for writing "
+            "(or run: python -c \"from otel_errcompact.sinks import SQLiteSink; "
+            f"SQLiteSink({str(path)!r}).close()\")"
+        )
+
+
+def _migrate_v1(conn: sqlite3.Connection, path: Path) -> None:
+    """Rewrite a version-1 table into the version-2 layout, oldest record first, in one transaction."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        if _version(conn) != 1:  # another process upgraded it meanwhile
+            conn.execute("ROLLBACK")
+            return
+        for name in _V1_INDEXES:
+            conn.execute(f"DROP INDEX IF EXISTS {name}")
+        conn.execute("ALTER TABLE trajectory RENAME TO trajectory_v1")
+        _create(conn)
+        cursor = conn.execute("SELECT record FROM trajectory_v1 ORDER BY recorded_at, rowid")
+        moved = 0
+        while rows := cursor.fetchmany(512):
+            conn.executemany(_UPSERT, [_row(TrajectoryRecord.from_json(r[0])) for r in rows])
+            moved += len(rows)
+        conn.execute("DROP TABLE trajectory_v1")
+        conn.execute("UPDATE errcompact_schema SET version = ? WHERE component = 'trajectory'",
+                     (TABLE_VERSION,))
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+    _log.warning("%s: upgraded the trajectory table from layout 1 to %d (%d records)", path,
+                 TABLE_VERSION, moved)
 
 
 class SQLiteSink:
     """Writes records to a SQLite file, one transaction per batch, upserting by ``record_id``.
 
     The file and its parent folders are created on construction, so a bad path fails at
-    configuration time, in the caller's thread, rather than silently in the worker.
+    configuration time, in the caller's thread, rather than silently in the worker. A version-1 file
+    is upgraded here (see the module docstring).
 
     >>> sink = SQLiteSink("errors.db")          # doctest: +SKIP
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, busy_timeout_ms: int = 5000,
+                 cache_mib: int = 64) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.quarantined = 0
+        """Records left out because even their repaired form could not be stored."""
         # Built in the caller's thread, used on the writer's: the lock makes that hand-over safe.
         self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
         self._lock = threading.Lock()
         self._closed = False
-        self._conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        # Only takes effect on a new file. A row carries the traceback twice (raw_error and the stack
-        # trace inside the JSON); with 16 KiB pages a few-KB traceback stays on one page instead of
-        # spilling to overflow pages, which halves insert time for typical records.
-        self._conn.execute("PRAGMA page_size = 16384")
-        self._conn.execute("PRAGMA journal_mode = WAL")
-        self._conn.execute("PRAGMA synchronous = NORMAL")
-        self._conn.executescript(_DDL)
-        _check_version(self._conn, self.path)
-        self._conn.execute(
-            "INSERT OR IGNORE INTO errcompact_schema (component, version) VALUES ('trajectory', ?)",
-            (TABLE_VERSION,),
+        conn = self._conn
+        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        # Only takes effect on a new file: a typical record (a few KB) fits on one 16 KiB page.
+        conn.execute("PRAGMA page_size = 16384")
+        # Also new files only: lets close() give the pages of replaced versions back to the file system
+        # (the amended version of a 10 MB error would otherwise leave 10 MB of free pages behind).
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        # The unique record_id index takes random inserts; a cache that holds it keeps a store of
+        # millions of rows writing at the speed of a fresh one.
+        conn.execute(f"PRAGMA cache_size = {-1024 * int(cache_mib)}")
+        # Checkpoint every 64 MiB of WAL rather than SQLite's 16 MiB: an index page that several batches
+        # touched is copied into the file once, and the checkpoint's fsyncs come four times less often.
+        conn.execute("PRAGMA wal_autocheckpoint = 4096")
+        conn.execute(f"PRAGMA journal_size_limit = {64 * 1024 * 1024}")
+        conn.execute(
+            "CREATE TABLE IF NOT EXISTS errcompact_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )
+        version = _version(conn)
+        if version == 1:
+            _migrate_v1(conn, self.path)
+        else:
+            _check_version(conn, self.path)
+            _create(conn)
+            conn.execute(
+                "INSERT OR IGNORE INTO errcompact_schema (component, version) VALUES ('trajectory', ?)",
+                (TABLE_VERSION,),
+            )
 
     def write(self, records: Sequence[TrajectoryRecord]) -> None:
-        """Upsert ``records`` in one transaction (all or none of the batch is stored)."""
-        if not records:
+        """Upsert ``records`` in one transaction; a batch that fails is retried row by row."""
+        self.write_encoded([(rec, None) for rec in records])
+
+    def write_encoded(self, items: Sequence[tuple[TrajectoryRecord, str | None]]) -> None:
+        """:meth:`write`, given each record's :meth:`~TrajectoryRecord.to_storage_json` line when known."""
+        if not items:
             return
-        rows = [_row(r) for r in records]
+        pairs: list[tuple[TrajectoryRecord, tuple[object, ...]]] = []
+        pending = iter(items)
+
+        def rows() -> Iterator[tuple[object, ...]]:
+            # Built while SQLite consumes them: sqlite3 lets go of the GIL for each row it steps, so the
+            # agent's threads are not kept waiting for a whole batch's worth of Python work.
+            for rec, encoded in pending:
+                row = self._safe_row(rec, encoded)
+                if row is not None:
+                    pairs.append((rec, row))
+                    yield row
+
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"SQLiteSink({self.path}) is closed")
-            self._conn.execute("BEGIN IMMEDIATE")
             try:
-                self._conn.executemany(_UPSERT, rows)
-            except BaseException:
-                self._conn.execute("ROLLBACK")
-                raise
-            self._conn.execute("COMMIT")
+                self._transaction(rows())
+            except sqlite3.OperationalError:
+                raise  # the database itself is unusable (locked, missing table, disk full): not a row's fault
+            except (sqlite3.Error, ValueError):
+                for _ in rows():  # the rows not reached before the failure
+                    pass
+                for rec, row in pairs:  # isolate the bad row: the others of the batch are stored
+                    self._one(rec, row)
+
+    def _transaction(self, rows: Iterable[tuple[object, ...]]) -> None:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            self._conn.executemany(_UPSERT, rows)
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+
+    def _one(self, rec: TrajectoryRecord, row: tuple[object, ...]) -> None:
+        try:
+            self._transaction([row])
+            return
+        except (sqlite3.Error, ValueError):
+            pass
+        try:  # e.g. a lone surrogate in an indexed column such as the tool name
+            self._transaction([_row(rec.repaired())])
+        except Exception:
+            self.quarantined += 1
+            _log.warning("SQLiteSink(%s): record %s could not be stored; left out", self.path, row[0],
+                         exc_info=True)
+
+    def _safe_row(self, rec: TrajectoryRecord, encoded: str | None) -> tuple[object, ...] | None:
+        try:
+            return _row(rec, encoded)
+        except Exception:
+            try:
+                return _row(rec.repaired())
+            except Exception:
+                self.quarantined += 1
+                _log.warning("SQLiteSink(%s): record %s could not be serialised; left out", self.path,
+                             getattr(rec, "record_id", "?"), exc_info=True)
+                return None
 
     def flush(self) -> None:
         """Nothing to do: every batch is committed by :meth:`write`."""
 
     def close(self) -> None:
-        """Checkpoint the WAL into the main file and close; idempotent."""
+        """Free the pages of replaced versions, checkpoint the WAL into the main file, close; idempotent."""
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             try:
+                self._conn.executescript("PRAGMA incremental_vacuum;")  # runs it to the end (execute: 1 page)
                 self._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
             finally:
                 self._conn.close()
@@ -229,8 +374,8 @@ class TrajectoryStore:
         where: list[str] = []
         args: list[object] = []
         if conversation is not None:
-            where.append("(conversation_id = ? OR scope = ?)")
-            args += [conversation, conversation]
+            where.append("coalesce(conversation_id, scope) = ?")
+            args.append(conversation)
         if key:
             where.append("(key >= ? AND key < ?)")
             args += [key, key + _TOP]
@@ -238,7 +383,7 @@ class TrajectoryStore:
             "SELECT record_id, recorded_at, source, trace_id, span_id, conversation_id, scope, tool_name,"
             " error_type, key, digest_line, count, escalated FROM trajectory"
             + (" WHERE " + " AND ".join(where) if where else "")
-            + " ORDER BY recorded_at DESC, rowid DESC LIMIT ?"
+            + " ORDER BY id DESC LIMIT ?"
         )
         args.append(max(0, int(limit)))
         with self._lock:
@@ -266,15 +411,35 @@ class TrajectoryStore:
                 "SELECT record FROM trajectory WHERE record_id = ?", (record_id,)
             ).fetchone()
             if row is None:
-                rows = self._conn.execute(
-                    "SELECT record_id, record FROM trajectory WHERE record_id >= ? AND record_id < ?"
+                ids = self._conn.execute(
+                    "SELECT record_id FROM trajectory WHERE record_id >= ? AND record_id < ?"
                     " ORDER BY record_id LIMIT 6",
                     (record_id, record_id + _TOP),
                 ).fetchall()
-                if len(rows) > 1:
-                    raise AmbiguousRecordId(record_id, [r[0] for r in rows[:5]])
-                row = (rows[0][1],) if rows else None
-        return None if row is None else TrajectoryRecord.from_json(row[0])
+                if len(ids) > 1:
+                    raise AmbiguousRecordId(record_id, [r[0] for r in ids[:5]])
+                if ids:
+                    row = self._conn.execute(
+                        "SELECT record FROM trajectory WHERE record_id = ?", (ids[0][0],)
+                    ).fetchone()
+        return None if row is None else TrajectoryRecord.from_storage_json(row[0])
+
+    def records(self, conversation: str | None = None) -> Iterator[TrajectoryRecord]:
+        """Every record (of one conversation or scope), oldest first, read in pages to bound memory."""
+        where, args = ("WHERE coalesce(conversation_id, scope) = ?", [conversation]) if conversation else ("", [])
+        last = 0
+        while True:
+            with self._lock:
+                page = self._conn.execute(
+                    f"SELECT id, record FROM trajectory {where}"
+                    f"{' AND' if where else ' WHERE'} id > ? ORDER BY id LIMIT 256",
+                    [*args, last],
+                ).fetchall()
+            if not page:
+                return
+            for row_id, text in page:
+                last = row_id
+                yield TrajectoryRecord.from_storage_json(text)
 
     def close(self) -> None:
         """Close the read connection."""

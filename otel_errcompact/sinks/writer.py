@@ -1,35 +1,39 @@
-"""The trajectory writer: a bounded queue and one worker thread between the agent and the sinks.
+"""The trajectory writer: a bounded queue, a spool and one worker thread between the agent and the sinks.
 
-A span processor runs on the agent's thread, inside ``span.end()``; a disk write or an OTLP export
+A span processor runs on the agent's thread, inside ``span.end()``; a database write or an OTLP export
 there would put I/O latency into every failed tool call. So :meth:`TrajectoryWriter.submit` only
-appends to an in-memory queue (a ``deque`` under a lock: O(1), a microsecond or so, never raises) and a
-daemon worker thread, like the SDK's ``BatchSpanProcessor``, drains it in batches into every sink.
+serialises the record, appends it to the spool (one ``write()``, no ``fsync``) and to an in-memory queue,
+and a daemon worker thread, like the SDK's ``BatchSpanProcessor``, drains the queue in batches into every
+sink.
+
+Durability. With a spool (``spool_dir``; ``init()`` puts it beside the store), a record has reached the
+operating system before ``submit`` returns, so before the failed tool call returns to the agent: a
+``kill -9`` of the process loses nothing the agent saw fail. The next writer opened on the same spool
+replays what the dead one had not stored (see :mod:`otel_errcompact.sinks.spool`). Without a spool a
+record is in memory until its batch is written.
 
 Batching. The worker wakes when ``max_batch_size`` records are waiting, when ``schedule_delay_s`` has
 passed since its last round, on :meth:`~TrajectoryWriter.force_flush` and on
 :meth:`~TrajectoryWriter.shutdown`. Within one batch, versions of a record are coalesced by
-``record_id``: the last submitted version wins, so a raw record and its amendment that arrive together
-cost one write. If the raw version was already written in an earlier batch, the amendment is written
-again: SQLite upserts the row, JSONL appends a superseding line, OTLP emits a second log record.
+``record_id``: the last submitted version wins. A later version arriving in a later batch is written
+again (SQLite upserts the row, JSONL appends a superseding line, OTLP emits a second log record).
 
 Overflow. The queue holds at most ``max_queue_size`` records and ``max_queue_chars`` characters of
-error text. When either is full, the *new* record is dropped (not the oldest), counted in
-:attr:`~TrajectoryWriter.dropped`, and the worker logs one warning per minute with the number dropped.
-A full queue means the sinks are down or far too slow; the first failures of an incident are the ones
-that explain it, and the failures that follow are mostly its echoes, so the earliest evidence is what
-to keep. (The OTel SDK's batch processors make the same choice.)
+error text. When it is full, ``submit`` waits up to ``max_block_s`` for the worker to make room
+(backpressure: an agent failing faster than the store can write is slowed down rather than losing
+evidence); if there is still no room, the *new* record is dropped (not the oldest), counted in
+:attr:`~TrajectoryWriter.dropped` (also the ``errcompact.trajectory.dropped`` metric), and logged once
+a minute. A record is accepted whatever its size when the queue is empty, so a single huge error is
+never refused.
 
-Sizes. 65,536 records is several minutes of a pathological agent failing in a tight loop; with 2 KB
-tracebacks that is the same order as the character cap (128 Mi characters of ``raw_error`` plus a
-distinct stack trace, about 128 MB of ASCII), which is what actually bounds memory when records carry
-megabyte-sized raw errors. The cap counts each queued version, so it over-estimates when the raw and
-amended versions of a failure share their strings (as ``model_copy`` does). A record is accepted
-whatever its size when the queue is empty, so a single huge error is never refused.
+Truth. :meth:`~TrajectoryWriter.force_flush` returns ``False`` once any record has been dropped or could
+not be stored by a sink, not only when it timed out: "flushed" means every submitted record is stored.
 
 Shutdown. :meth:`~TrajectoryWriter.shutdown` stops accepting records, lets the worker drain the queue
 completely, flushes and closes every sink on the worker thread (sinks are only ever touched by that one
-thread), and waits up to ``timeout_s`` for it. It registers nothing at exit; the owner of the writer
-calls ``shutdown`` (``otel_errcompact.init`` does it from ``atexit``).
+thread), deletes the spool's segments once everything in them is stored, and waits up to ``timeout_s``.
+It registers nothing at exit; the owner of the writer calls ``shutdown`` (``otel_errcompact.init`` does
+it from ``atexit`` and, when the host has no handler of its own, on ``SIGTERM``).
 
 Fork. The worker thread does not survive ``fork()``; create the writer in the process that uses it.
 """
@@ -37,14 +41,18 @@ Fork. The worker thread does not survive ``fork()``; create the writer in the pr
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
 
 from opentelemetry import context as otel_context
 
 from otel_errcompact.sinks._base import TrajectorySink
+from otel_errcompact.sinks.spool import Leftover, Spool, read_segment
 from otel_errcompact.trajectory import TrajectoryRecord
 
 __all__ = ["TrajectoryWriter"]
@@ -61,24 +69,36 @@ try:
 except ImportError:  # pragma: no cover - the key has been in the API since 1.0; kept for safety
     _SUPPRESS_KEY = "suppress_instrumentation"
 
+_NO_SEGMENT = -1
+_BACKLOG_FACTOR = 8
+"""With a backlog of two batches or more, the worker writes up to this many batches in one ``write``."""
+_HOLD_S = 60.0
+"""How long a held ``submit`` waits for the process to end (see :meth:`TrajectoryWriter.hold`)."""
 
-def _size(rec: TrajectoryRecord) -> int:
-    # The stack trace is usually the very string passed as raw_error; count shared text once.
+
+def _size(rec: TrajectoryRecord, encoded: str | None) -> int:
+    # The stack trace is usually the very string passed as raw_error; count shared text once. The
+    # storage JSON made for the spool is held until the sinks have it: it counts too.
     stack = rec.exception_stacktrace
-    return len(rec.raw_error) + (len(stack) if stack and stack is not rec.raw_error else 0)
+    size = len(rec.raw_error) + (len(stack) if stack and stack is not rec.raw_error else 0)
+    return size + (len(encoded) if encoded is not None else 0)
 
 
 class TrajectoryWriter:
-    """Batches trajectory records to sinks on a background thread; ``submit`` never blocks or raises.
+    """Batches trajectory records to sinks on a background thread; ``submit`` never raises.
 
     :param sinks: where records go; each gets every batch, a failing one does not stop the others.
-    :param max_queue_size: records waiting at most (default 65,536); beyond it new records are dropped.
-    :param max_batch_size: records handed to a sink per ``write`` call (default 512); also the queue
-        length that wakes the worker before ``schedule_delay_s`` has passed.
+    :param max_queue_size: records waiting at most (default 65,536).
+    :param max_batch_size: records handed to a sink per ``write`` call (default 512), up to 8 times
+        that when the worker has fallen behind by two batches or more; also the queue length that
+        wakes the worker before ``schedule_delay_s`` has passed.
     :param schedule_delay_s: the longest a record waits before the worker picks it up (default 0.2 s).
     :param max_queue_chars: characters of error text waiting at most (default 128 Mi).
+    :param spool_dir: folder of the spool that makes records durable before ``submit`` returns, and
+        from which records a killed process left behind are recovered (default: no spool).
+    :param max_block_s: how long ``submit`` waits for room in a full queue before dropping (0.5 s).
 
-    >>> writer = TrajectoryWriter([SQLiteSink("errors.db")])     # doctest: +SKIP
+    >>> writer = TrajectoryWriter([SQLiteSink("errors.db")], spool_dir="errors.db-spool")  # doctest: +SKIP
     >>> writer.submit(TrajectoryRecord(source="tool", raw_error=tb))   # doctest: +SKIP
     >>> writer.shutdown()                                        # doctest: +SKIP
     """
@@ -91,28 +111,49 @@ class TrajectoryWriter:
         max_batch_size: int = 512,
         schedule_delay_s: float = 0.2,
         max_queue_chars: int = 128 * 1024 * 1024,
+        spool_dir: str | os.PathLike[str] | None = None,
+        max_block_s: float = 0.5,
     ) -> None:
         if max_queue_size < 1 or max_batch_size < 1:
             raise ValueError("max_queue_size and max_batch_size must be at least 1")
         if schedule_delay_s <= 0:
             raise ValueError("schedule_delay_s must be positive")
+        if max_block_s < 0:
+            raise ValueError("max_block_s must not be negative")
         self._sinks: tuple[TrajectorySink, ...] = tuple(sinks)
         self._max_queue = max_queue_size
         self._max_batch = min(max_batch_size, max_queue_size)
         self._delay = schedule_delay_s
         self._max_chars = max_queue_chars
+        self._max_block = max_block_s
+        self._spool: Spool | None = None
+        if spool_dir is not None:
+            try:
+                self._spool = Spool(Path(spool_dir))
+            except OSError as exc:
+                # The sinks may still work: run without the spool's guarantee rather than not at all.
+                _log.warning("trajectory writer: no spool at %s (%s); records queued in memory only survive "
+                             "until the process dies", spool_dir, exc)
+        self._leftovers: list[Leftover] = self._spool.claim_leftovers() if self._spool else []
 
         self._cond = threading.Condition(threading.Lock())
-        self._queue: deque[TrajectoryRecord] = deque()
+        # (record, spool segment, the record's storage JSON when the spool made it, else None)
+        self._queue: deque[tuple[TrajectoryRecord, int, str | None]] = deque()
         self._queued_chars = 0
+        self._blocked = 0
         self._dropped = 0
         self._dropped_reported = 0
         self._flush_requested = 0
         self._flush_done = 0
         self._stopping = False
+        self._held = False
         self._stopped = threading.Event()
+        self._keep_from: int | None = None  # first spool segment holding a record a sink failed on
 
         self._written = 0
+        self._failed = 0
+        self._recovered = 0
+        self._spool_failures = 0
         self._sink_failures = 0
         self._last_report: dict[str, float] = {}
 
@@ -123,23 +164,33 @@ class TrajectoryWriter:
     # -- the caller's side -------------------------------------------------------------------------
 
     def submit(self, record: TrajectoryRecord) -> None:
-        """Queue ``record`` for every sink. O(1); never blocks on I/O, never raises.
+        """Spool and queue ``record`` for every sink; never raises.
 
-        Dropped (and counted in :attr:`dropped`) when the queue is full or after :meth:`shutdown`.
+        Returns once the record is in the spool (when there is one), so it survives the death of the
+        process. Waits up to ``max_block_s`` when the queue is full, then drops the record (counted in
+        :attr:`dropped`); records submitted after :meth:`shutdown` are dropped too.
         """
         try:
-            size = _size(record)
+            encoded = record.to_storage_json() if self._spool is not None else None
+            size = _size(record, encoded)
+            line = (encoded + "\n").encode("utf-8") if encoded is not None else None
             with self._cond:
-                if self._stopping or (
-                    self._queue
-                    and (len(self._queue) >= self._max_queue or self._queued_chars + size > self._max_chars)
-                ):
+                held = self._held
+                if not held and (self._stopping or (self._full(size) and not self._wait_for_room(size))):
                     self._dropped += 1
                     return
-                self._queue.append(record)
+                seq = _NO_SEGMENT
+                if line is not None and self._spool is not None:
+                    try:
+                        seq = self._spool.append(line)
+                    except OSError:
+                        self._spool_failures += 1  # still queued: stored unless the process dies
+                self._queue.append((record, seq, encoded))
                 self._queued_chars += size
                 if len(self._queue) == self._max_batch:
                     self._cond.notify_all()
+            if held:
+                self._wait_for_the_end()
         except Exception:
             # A non-record passed by mistake must not break the agent; the worker's log says why.
             try:
@@ -148,14 +199,54 @@ class TrajectoryWriter:
             except Exception:
                 pass
 
+    def _full(self, size: int) -> bool:
+        return bool(self._queue) and (
+            len(self._queue) >= self._max_queue or self._queued_chars + size > self._max_chars
+        )
+
+    def _wait_for_room(self, size: int) -> bool:
+        """Backpressure: wait (lock released) until the worker makes room, at most ``max_block_s``."""
+        if self._max_block <= 0 or threading.current_thread() is self._worker:
+            return False
+        deadline = time.monotonic() + self._max_block
+        self._blocked += 1
+        try:
+            while self._full(size) and not self._stopping:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._worker.is_alive():
+                    return False
+                self._cond.notify_all()  # the worker may be sleeping out its schedule delay
+                self._cond.wait(remaining)
+        finally:
+            self._blocked -= 1
+        return not self._stopping
+
+    def hold(self) -> None:
+        """The process is ending (SIGTERM): from now on ``submit`` does not return.
+
+        It spools and queues the record as usual (the drain may still store it), then waits for the
+        process to end, so a tool that fails during the shutdown never reports a failure whose record
+        is not stored. The wait is bounded (60 s) in case the process does not end after all.
+        """
+        with self._cond:
+            self._held = True
+
+    def _wait_for_the_end(self) -> None:
+        if threading.current_thread() is not self._worker:
+            time.sleep(_HOLD_S)
+
     def force_flush(self, timeout_s: float = 5.0) -> bool:
-        """Write everything submitted so far and flush the sinks; ``True`` if done within ``timeout_s``."""
+        """Write everything submitted so far and flush the sinks.
+
+        ``True`` only if that finished within ``timeout_s`` *and* no record has been lost so far
+        (dropped at a full queue or after shutdown, or refused by a sink): see :attr:`lost`.
+        """
         if threading.current_thread() is self._worker:
             return False  # called from inside a sink: waiting for ourselves would only time out
         deadline = time.monotonic() + timeout_s
         with self._cond:
             if self._stopping and not self._worker.is_alive():
-                return not self._queue
+                return not self._queue and self.lost == 0
             self._flush_requested += 1
             ticket = self._flush_requested
             self._cond.notify_all()
@@ -164,13 +255,13 @@ class TrajectoryWriter:
                 if remaining <= 0 or not self._worker.is_alive():
                     return False
                 self._cond.wait(remaining)
-        return True
+        return self.lost == 0
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
         """Stop accepting records, write every queued one, flush and close the sinks. Idempotent.
 
         Returns after ``timeout_s`` even if a sink hangs; the records still queued are then logged as
-        lost.
+        not written (with a spool they are recovered by the next writer on it).
         """
         with self._cond:
             first = not self._stopping
@@ -185,18 +276,38 @@ class TrajectoryWriter:
         if self._worker.is_alive():
             with self._cond:
                 left = len(self._queue)
-            _log.warning("trajectory writer: shutdown timed out after %.1fs; %d record(s) not written",
-                         timeout_s, left)
+            _log.warning("trajectory writer: shutdown timed out after %.1fs; %d record(s) not written%s",
+                         timeout_s, left, " (kept in the spool)" if self._spool is not None else "")
 
     @property
     def dropped(self) -> int:
-        """Records refused because the queue was full, or submitted after shutdown."""
+        """Records refused because the queue stayed full, or submitted after shutdown."""
         return self._dropped
 
     @property
+    def failed(self) -> int:
+        """Records a sink could not store (its ``write`` raised, or it quarantined them)."""
+        return self._failed + sum(int(getattr(s, "quarantined", 0) or 0) for s in self._sinks)
+
+    @property
+    def lost(self) -> int:
+        """:attr:`dropped` + :attr:`failed`: what makes :meth:`force_flush` return ``False``."""
+        return self._dropped + self.failed
+
+    @property
     def written(self) -> int:
-        """Record versions handed to the sinks (after coalescing); failures included."""
+        """Record versions handed to the sinks (after coalescing), recovered ones included."""
         return self._written
+
+    @property
+    def recovered(self) -> int:
+        """Records replayed from spool segments a dead process left behind."""
+        return self._recovered
+
+    @property
+    def spool_failures(self) -> int:
+        """Appends to the spool that failed (disk full...): those records were only queued in memory."""
+        return self._spool_failures
 
     @property
     def sink_failures(self) -> int:
@@ -209,24 +320,74 @@ class TrajectoryWriter:
         return len(self._queue)
 
     @property
+    def spool_dir(self) -> Path | None:
+        """The spool's folder, when there is one."""
+        return self._spool.directory if self._spool is not None else None
+
+    @property
     def sinks(self) -> tuple[TrajectorySink, ...]:
         """The sinks, in the order they are written."""
         return self._sinks
 
+    def register_metrics(self, meter: Any) -> None:
+        """Expose the writer's counters as observable OTel instruments on ``meter``.
+
+        ``errcompact.trajectory.dropped`` (records lost at a full queue or after shutdown),
+        ``errcompact.trajectory.failed`` (refused by a sink), ``errcompact.trajectory.written`` and
+        ``errcompact.trajectory.queued`` (waiting now). Read when the meter's reader collects, so the
+        agent's thread pays nothing.
+        """
+        from opentelemetry.metrics import CallbackOptions, Observation
+
+        def counter(value: Any) -> Any:
+            def observe(_options: CallbackOptions) -> Iterable[Observation]:
+                return [Observation(value())]
+            return observe
+
+        meter.create_observable_counter(
+            "errcompact.trajectory.dropped", [counter(lambda: self.dropped)], unit="{record}",
+            description="Trajectory records dropped: queue full past the backpressure wait, or after shutdown",
+        )
+        meter.create_observable_counter(
+            "errcompact.trajectory.failed", [counter(lambda: self.failed)], unit="{record}",
+            description="Trajectory records a sink could not store",
+        )
+        meter.create_observable_counter(
+            "errcompact.trajectory.written", [counter(lambda: self.written)], unit="{record}",
+            description="Trajectory record versions written to the sinks",
+        )
+        meter.create_observable_gauge(
+            "errcompact.trajectory.queued", [counter(lambda: self.queue_size)], unit="{record}",
+            description="Trajectory records waiting for the writer thread",
+        )
+
     # -- the worker's side -------------------------------------------------------------------------
 
-    def _take(self) -> list[TrajectoryRecord]:
-        n = min(self._max_batch, len(self._queue))
+    def _take(self) -> list[tuple[TrajectoryRecord, int, str | None]]:
+        # Behind by several batches: take them in one go. A SQLite transaction costs about the same
+        # for 512 records as for 4,096 once the store is large (each touches most index pages), so
+        # the store writes faster the further it falls behind, and catches up.
+        backlog = len(self._queue)
+        n = min(self._max_batch * _BACKLOG_FACTOR if backlog >= 2 * self._max_batch else self._max_batch,
+                backlog)
         popleft = self._queue.popleft
         batch = [popleft() for _ in range(n)]
-        self._queued_chars -= sum(_size(r) for r in batch)
+        self._queued_chars -= sum(_size(r, e) for r, _, e in batch)
         if not self._queue:
             self._queued_chars = 0
+        if self._spool is not None and self._spool.due():
+            try:
+                self._spool.rotate()
+            except OSError:
+                self._report("rotate", "trajectory writer: could not rotate the spool", exc=True)
+        if self._blocked and batch:
+            self._cond.notify_all()  # room for submitters waiting on a full queue
         return batch
 
     def _run(self) -> None:
         token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
         try:
+            self._recover()
             self._loop()
         except BaseException:  # pragma: no cover - the loop itself catches sink errors
             _log.exception("trajectory writer: worker thread died")
@@ -236,6 +397,37 @@ class TrajectoryWriter:
             self._stopped.set()
             with self._cond:
                 self._cond.notify_all()
+
+    def _recover(self) -> None:
+        """Replay the segments a dead writer left in the spool, then delete them."""
+        leftovers, self._leftovers = self._leftovers, []
+        for leftover in leftovers:
+            ok = True
+            count = bad = 0
+            try:
+                for lines in read_segment(leftover.path, chunk_lines=self._max_batch):
+                    latest: dict[str, tuple[TrajectoryRecord, str | None]] = {}
+                    for line in lines:
+                        try:
+                            rec = TrajectoryRecord.from_storage_json(line)
+                        except Exception:
+                            bad += 1
+                            continue
+                        latest[rec.record_id] = (rec, line.decode("utf-8").rstrip("\n"))
+                    batch = list(latest.values())
+                    ok = self._write(batch) and ok
+                    count += len(batch)
+            except OSError:
+                ok = False
+                _log.warning("trajectory writer: could not read spool segment %s", leftover.path,
+                             exc_info=True)
+            self._recovered += count
+            if ok:
+                leftover.done()
+            else:
+                leftover.release()
+            _log.info("trajectory writer: recovered %d record(s) from %s%s", count, leftover.path.name,
+                      f" ({bad} unreadable line(s) skipped)" if bad else "")
 
     def _loop(self) -> None:
         while True:
@@ -249,7 +441,7 @@ class TrajectoryWriter:
                 flush_ticket = self._flush_requested
                 stopping = self._stopping
                 batch = self._take()
-            self._write(batch)
+            self._write_batch(batch)
             self._report_drops()
             # A flush or shutdown drains everything, then makes the sinks durable.
             if flush_ticket != self._flush_done or stopping:
@@ -258,7 +450,7 @@ class TrajectoryWriter:
                         batch = self._take()
                     if not batch:
                         break
-                    self._write(batch)
+                    self._write_batch(batch)
                 self._flush_sinks()
                 with self._cond:
                     self._flush_done = flush_ticket
@@ -269,26 +461,59 @@ class TrajectoryWriter:
                         continue
                 self._report_drops(force=True)
                 self._close_sinks()
+                if self._spool is not None:
+                    # Segments holding a record some sink refused stay for the next start to retry.
+                    self._spool.close(delete=self._keep_from is None)
                 return
 
-    def _write(self, batch: list[TrajectoryRecord]) -> None:
+    def _write_batch(self, batch: list[tuple[TrajectoryRecord, int, str | None]]) -> None:
         if not batch:
             return
-        latest: dict[str, TrajectoryRecord] = {}
-        for rec in batch:
-            try:
-                latest[rec.record_id] = rec
-            except Exception:
+        latest: dict[str, tuple[TrajectoryRecord, str | None]] = {}
+        for rec, _, encoded in batch:
+            if isinstance(rec, TrajectoryRecord):
+                latest[rec.record_id] = (rec, encoded)
+            else:
                 self._report("bad-record", "trajectory writer: dropped a non-record %r", type(rec).__name__)
-        records: Sequence[TrajectoryRecord] = list(latest.values())
+        ok = self._write(list(latest.values()))
+        if self._spool is None:
+            return
+        if not ok:
+            first = min((seq for _, seq, _ in batch if seq != _NO_SEGMENT), default=None)
+            if first is not None and (self._keep_from is None or first < self._keep_from):
+                self._keep_from = first
+        with self._cond:
+            # Every record before the queue's head is now stored: older segments can go.
+            limit = next((seq for _, seq, _ in self._queue if seq != _NO_SEGMENT), self._spool.seq)
+            if self._keep_from is not None:
+                limit = min(limit, self._keep_from)
+            self._spool.release_before(limit)
+
+    def _write(self, items: Sequence[tuple[TrajectoryRecord, str | None]]) -> bool:
+        """Hand the records to every sink; ``True`` when none raised.
+
+        A sink with ``write_encoded`` also gets each record's storage JSON when the spool already made
+        it on the agent's thread, so the record is serialised once, not once per sink.
+        """
+        if not items:
+            return True
+        records = [rec for rec, _ in items]
+        ok = True
         for sink in self._sinks:
             try:
-                sink.write(records)
+                write_encoded = getattr(sink, "write_encoded", None)
+                if callable(write_encoded):
+                    write_encoded(items)
+                else:
+                    sink.write(records)
             except Exception:
+                ok = False
                 self._sink_failures += 1
+                self._failed += len(records)
                 self._report(f"write:{id(sink)}", "trajectory writer: %r failed to write %d record(s)",
                              sink, len(records), exc=True)
         self._written += len(records)
+        return ok
 
     def _flush_sinks(self) -> None:
         for sink in self._sinks:
@@ -316,8 +541,8 @@ class TrajectoryWriter:
         if force or self._due("drops"):
             self._dropped_reported += new
             _log.warning(
-                "trajectory writer: dropped %d record(s) (queue full at %d records / %d chars, or shut down)",
-                new, self._max_queue, self._max_chars,
+                "trajectory writer: dropped %d record(s) (queue full at %d records / %d chars for %.2fs, "
+                "or shut down)", new, self._max_queue, self._max_chars, self._max_block,
             )
 
     def _due(self, what: str) -> bool:

@@ -104,11 +104,11 @@ def test_a_person_goes_from_conversations_to_a_failure_and_its_trace(
 ) -> None:
     base, db = viewer
     rows = sqlite3.connect(db).execute(
-        "select coalesce(conversation_id, scope), trace_id, digest_line, count, record_id from trajectory "
+        "select coalesce(conversation_id, scope), trace_id, digest_line, count, id from trajectory "
         "where escalated = 1"
     ).fetchall()
     assert rows, "the demo escalates"
-    conversation, trace_id, digest, count, record_id = rows[0]
+    conversation, trace_id, digest, count, row_id = rows[0]
 
     shot = tmp_path / "conversations.png"
     page = _render(f"{base}/trajectories/conversations", tmp_path / "profile", screenshot=shot)
@@ -126,7 +126,7 @@ def test_a_person_goes_from_conversations_to_a_failure_and_its_trace(
     trace_link = TRACE_URL.format(trace_id=trace_id)
     assert f'href="{trace_link}"' in page  # a clickable link to the trace UI
 
-    record_page = _render(f"{base}/trajectories/trajectory/{record_id}", tmp_path / "profile")
+    record_page = _render(f"{base}/trajectories/trajectory/{row_id}", tmp_path / "profile")
     record_text = _text(record_page)
     assert "Traceback (most recent call last)" in record_text  # the raw error, in full
     assert "no such table" in record_text

@@ -1,0 +1,230 @@
+"""The spool: an append-only log of trajectory records, written before the failed tool call returns.
+
+The writer's queue lives in memory, so a process killed with ``kill -9`` (or by the OOM killer, or a
+container runtime) loses whatever was queued: failures the agent had already seen. The spool closes that
+gap. :meth:`Spool.append` hands each record to the operating system with one ``write()`` on a file opened
+with ``O_APPEND``, on the agent's thread, before the tool call returns. No ``fsync``: once ``write()`` has
+returned, the data is in the kernel's page cache and survives the death of the process (not a power
+loss, which the SQLite store does not promise either with ``synchronous=NORMAL``).
+
+Segments. The spool is a folder of segment files, ``<start-ns>-<pid>-<seq>.spool``, each a run of JSON
+lines (:meth:`TrajectoryRecord.to_storage_json`). The writer thread rotates to a new segment every
+:attr:`Spool.segment_bytes` or :attr:`Spool.segment_age_s` and deletes a closed segment once every record
+in it has been written to every sink. So the folder holds the last second or so of records, not a
+second copy of the store.
+
+Recovery. A segment left behind by a killed process is replayed into the sinks by the next writer that
+opens the folder (:meth:`Spool.claim_leftovers`), then deleted. Each live writer holds an exclusive
+``flock`` on its open segments, so two processes sharing a store never replay each other's live
+segments; the kernel drops the lock when a process dies, however it dies.
+
+>>> spool = Spool("trajectories.sqlite3-spool")      # doctest: +SKIP
+>>> seq = spool.append(record.to_storage_json().encode() + b"\\n")   # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows: no flock; a spool is then used by one process only
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["Leftover", "Spool", "read_segment"]
+
+_log = logging.getLogger("otel_errcompact")
+
+SUFFIX = ".spool"
+
+
+def _lock(fd: int) -> bool:
+    if fcntl is None:  # pragma: no cover
+        return True
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False
+    return True
+
+
+@dataclass
+class Leftover:
+    """A segment of a dead writer, claimed (locked) by this process until :meth:`done` deletes it."""
+
+    path: Path
+    fd: int
+
+    def done(self) -> None:
+        """Delete the segment: every record in it has been stored."""
+        try:
+            self.path.unlink(missing_ok=True)
+        finally:
+            self.release()
+
+    def release(self) -> None:
+        """Keep the segment for a later start (its records could not all be stored) and unlock it."""
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+class Spool:
+    """An append-only, segmented record log in ``directory`` (created if missing).
+
+    Not thread-safe on its own: the :class:`~otel_errcompact.sinks.writer.TrajectoryWriter` calls
+    :meth:`append` and :meth:`rotate` under its queue lock, which is also what keeps the order of
+    lines in the spool the order of records in the queue.
+
+    :param segment_bytes: rotate once the open segment holds this much (default 1 MiB).
+    :param segment_age_s: rotate a non-empty segment this old (default 0.5 s), so a closed segment
+        can be deleted soon after its records are stored.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str], *, segment_bytes: int = 1 << 20,
+                 segment_age_s: float = 0.5) -> None:
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.segment_bytes = segment_bytes
+        self.segment_age_s = segment_age_s
+        self._prefix = f"{time.time_ns():020d}-{os.getpid()}-"
+        self._seq = 0
+        self._fd = -1
+        self._bytes = 0
+        self._opened = 0.0
+        self._closed: list[tuple[int, Path, int]] = []  # (seq, path, fd), rotated, not yet stored
+        self._pid = os.getpid()
+        self._open_segment()
+
+    @property
+    def seq(self) -> int:
+        """Sequence number of the open segment; :meth:`append` returns it."""
+        return self._seq
+
+    def _path(self, seq: int) -> Path:
+        return self.directory / f"{self._prefix}{seq:08d}{SUFFIX}"
+
+    def _open_segment(self) -> None:
+        path = self._path(self._seq)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+        _lock(fd)
+        self._fd = fd
+        self._bytes = 0
+        self._opened = time.monotonic()
+
+    def append(self, data: bytes) -> int:
+        """Write ``data`` (whole lines) to the open segment; returns its sequence number.
+
+        One ``write()`` for the usual record; a partial write (a huge record, a full disk) is
+        continued until everything is written or the OS reports an error, which is raised.
+        """
+        view = memoryview(data)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        self._bytes += len(data)
+        return self._seq
+
+    def due(self) -> bool:
+        """True when the open segment should be rotated (big enough, or old and not empty)."""
+        if self._bytes >= self.segment_bytes:
+            return True
+        return self._bytes > 0 and time.monotonic() - self._opened >= self.segment_age_s
+
+    def rotate(self) -> None:
+        """Close the open segment for appends (it stays on disk until :meth:`release_before`)."""
+        if self._bytes == 0:
+            self._opened = time.monotonic()
+            return
+        self._closed.append((self._seq, self._path(self._seq), self._fd))
+        self._seq += 1
+        self._open_segment()
+
+    def release_before(self, seq: int) -> int:
+        """Delete the rotated segments numbered below ``seq`` (all their records are stored)."""
+        deleted = 0
+        while self._closed and self._closed[0][0] < seq:
+            _, path, fd = self._closed.pop(0)
+            try:
+                path.unlink(missing_ok=True)
+                deleted += 1
+            except OSError:
+                _log.warning("trajectory spool: could not delete %s", path, exc_info=True)
+            finally:
+                os.close(fd)
+        return deleted
+
+    def claim_leftovers(self) -> list[Leftover]:
+        """Segments in the folder that no live writer holds, oldest first, each locked for this process."""
+        mine = self._prefix
+        found: list[Leftover] = []
+        try:
+            names = sorted(p for p in self.directory.iterdir() if p.name.endswith(SUFFIX))
+        except OSError:
+            return found
+        for path in names:
+            if path.name.startswith(mine):
+                continue
+            try:
+                fd = os.open(path, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
+            except OSError:
+                continue  # deleted meanwhile by its owner
+            if _lock(fd):
+                found.append(Leftover(path, fd))
+            else:
+                os.close(fd)
+        return found
+
+    def close(self, *, delete: bool) -> None:
+        """Close every segment; ``delete`` removes them too (everything they hold is stored)."""
+        if os.getpid() != self._pid:
+            return  # a forked child shares the parent's descriptors: leave the parent's files alone
+        segments = [*self._closed, (self._seq, self._path(self._seq), self._fd)]
+        self._closed = []
+        for _, path, fd in segments:
+            try:
+                if delete:
+                    path.unlink(missing_ok=True)
+            except OSError:
+                _log.warning("trajectory spool: could not delete %s", path, exc_info=True)
+            finally:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        self._fd = -1
+        if delete:
+            with contextlib.suppress(OSError):
+                self.directory.rmdir()  # only if empty: another writer's segments keep it
+
+    def disk_bytes(self) -> int:
+        """Bytes in the open and rotated-but-not-yet-stored segments of this writer."""
+        return self._bytes + sum(_size(p) for _, p, _ in self._closed)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return 0
+
+
+def read_segment(path: str | os.PathLike[str], *, chunk_lines: int = 512) -> Iterator[list[bytes]]:
+    """The complete lines of a segment, ``chunk_lines`` at a time (a cut-off last line is skipped).
+
+    Read line by line so that memory holds one chunk, not the whole segment.
+    """
+    chunk: list[bytes] = []
+    with open(path, "rb") as fh:
+        for line in fh:
+            if not line.endswith(b"\n"):
+                break  # the process died inside this write
+            chunk.append(line)
+            if len(chunk) >= chunk_lines:
+                yield chunk
+                chunk = []
+    if chunk:
+        yield chunk
