@@ -15,10 +15,11 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from otel_errcompact.config_check import describe_errors, origin_of, warn_unknown_variables
 from otel_errcompact.exceptions import ConfigurationError
 from otel_errcompact.history import Limits, Thresholds
 
-__all__ = ["Settings", "default_sqlite_path", "load_settings"]
+__all__ = ["ENV_PREFIX", "Settings", "default_sqlite_path", "load_settings", "setting_origin"]
 
 
 def default_sqlite_path() -> Path:
@@ -89,13 +90,25 @@ class Settings(BaseSettings):
         )
 
 
+ENV_PREFIX = "OTEL_ERRCOMPACT_"
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Settings from the environment with ``overrides`` on top; a bad value raises ConfigurationError."""
+    """Settings from the environment with ``overrides`` on top.
+
+    A bad value raises ConfigurationError naming the keyword or variable and the value
+    (``OTEL_ERRCOMPACT_CONSECUTIVE='banana': expected an integer ≥ 1``); an ``OTEL_ERRCOMPACT_*``
+    variable that names no setting gives a ConfigurationWarning with a "did you mean".
+    """
     clean = {k: v for k, v in overrides.items() if v is not None}
+    warn_unknown_variables(Settings.model_fields, ENV_PREFIX)
     try:
         return Settings(**clean)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
-        )
+        problems = "; ".join(describe_errors(exc, Settings.model_fields, clean, ENV_PREFIX))
         raise ConfigurationError(f"invalid otel-errcompact settings: {problems}") from None
+
+
+def setting_origin(field: str, overrides: dict[str, object] | None = None) -> str:
+    """How the user set ``field``: ``sqlite_path=``, ``OTEL_ERRCOMPACT_SQLITE_PATH`` or the default."""
+    return origin_of(field, overrides or {}, ENV_PREFIX)
