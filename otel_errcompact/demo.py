@@ -96,6 +96,15 @@ def _api_server() -> Iterator[str]:
         server.server_close()
 
 
+class CommandFailed(RuntimeError):
+    """A shell command exited non-zero. Like ``CalledProcessError`` it carries ``returncode``, which the
+    tool boundary lifts into the digest's type (``[CommandFailed exit 127]``)."""
+
+    def __init__(self, message: str, returncode: int) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
 @dataclass
 class _Step:
     tool: str
@@ -151,7 +160,8 @@ def _tools(ec: ErrCompact, workdir: Path, api: str, raw_errors: list[str]) -> di
         proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
         if proc.returncode != 0:
             telling = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise RuntimeError(f"exit status {proc.returncode}: {telling}\ncommand: {command}\n{proc.stderr}")
+            raise CommandFailed(f"exit status {proc.returncode}: {telling}\ncommand: {command}\n{proc.stderr}",
+                                proc.returncode)
         return proc.stdout
 
     return {

@@ -25,6 +25,7 @@ from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Escalation, Observation
 from otel_errcompact.sinks import TrajectoryWriter
+from otel_errcompact.statuscode import with_status
 from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord
 
 __all__ = ["ErrorPipeline", "EscalationListener", "Failure", "FailureListener", "Outcome"]
@@ -107,6 +108,7 @@ class ErrorPipeline:
         digest = self._compact(
             failure.raw_error, exit_code=failure.exit_code, command=failure.command, kind=failure.kind
         )
+        digest = with_status(digest, failure.attributes)  # an HTTP status / exit code joins the type
         observation = self.history.observe(failure.scope, digest)
         if record is not None and self.writer is not None:
             try:
