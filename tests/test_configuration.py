@@ -283,3 +283,12 @@ def test_a_usable_path_is_created_with_its_folders(tmp_path: Path) -> None:
     assert out["error"] is None and out["sqlite_path"] == str(db)
     with TrajectoryStore(db) as store:
         assert store.count() == 1
+
+
+def test_an_unusable_jsonl_path_fails_fast_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    env = _env(tmp_path, OTEL_ERRCOMPACT_SQLITE_PATH=str(tmp_path / "t.sqlite3"),
+               OTEL_ERRCOMPACT_JSONL_PATH=str(tmp_path / "logs"))
+    out = _last_json(_python(PATH_AGENT, env))
+    assert out["error"] == f"OTEL_ERRCOMPACT_JSONL_PATH={str(tmp_path / 'logs')!r}: is a directory; give the path " \
+                           "of a file inside it"
