@@ -232,12 +232,12 @@ class ErrCompact:
             # Detach from providers this handle does not own: a later init() on them must not find
             # its failures already claimed (annotated) by this handle's processor.
             self.processor.shutdown()
+        if self.writer is not None:  # the audit trail first: it gets the most of the deadline
+            self.writer.shutdown(deadline.remaining())
         if self._review_queue is not None:
             self._review_queue.shutdown(deadline.remaining())
         if self._metrics is not None:
             self._metrics.shutdown(deadline.remaining())
-        if self.writer is not None:
-            self.writer.shutdown(deadline.remaining())
         for provider in self._owned_providers:
             name = type(provider).__name__
             if not call_within(provider.shutdown, deadline.remaining(), f"otel_errcompact.shutdown.{name}"):

@@ -166,5 +166,5 @@ def warn_unknown_variables(fields: Iterable[str], prefix: str,
         message = "otel-errcompact: " + unknown_setting_message(key, known, as_keyword=False, prefix=prefix)
         message += "; it is ignored"
         messages.append(message)
-        warnings.warn(message, ConfigurationWarning, stacklevel=3)
+        warnings.warn(message, ConfigurationWarning, stacklevel=4)  # the caller of init()
     return messages
