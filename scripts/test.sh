@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 
 # --- interpreter ---
 # Everything pip installs goes into the active virtual environment when there is one (recommended: the
-# test extras, the integrations and Arize Phoenix are about 1.5 GB), else into $PYTHON or python3.
+# test extras, the integrations and Arize Phoenix are more than a gigabyte), else into $PYTHON or python3.
 if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
   PY="$VIRTUAL_ENV/bin/python"
 else
@@ -29,6 +29,7 @@ command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v rustc >/dev/null 2>&1 || need+=(rustc)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "installing toolchains: ${need[*]}"
   if [ -n "$SUDO" ] && ! command -v sudo >/dev/null 2>&1; then
