@@ -68,6 +68,10 @@ class Settings(BaseSettings):
     schedule_delay_s: float = Field(default=0.2, gt=0)
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
 
+    trace_url: str | None = None
+    """Trace link template with ``{trace_id}`` for ``otel-errcompact viewer`` (declared here so that the
+    variable is a known setting; the viewer reads it)."""
+
     @field_validator("sqlite_path", "jsonl_path", "budget", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:

@@ -292,3 +292,11 @@ def test_an_unusable_jsonl_path_fails_fast_naming_it(tmp_path: Path) -> None:
     out = _last_json(_python(PATH_AGENT, env))
     assert out["error"] == f"OTEL_ERRCOMPACT_JSONL_PATH={str(tmp_path / 'logs')!r}: is a directory; give the path " \
                            "of a file inside it"
+
+
+def test_the_viewer_trace_url_variable_is_a_known_setting(tmp_path: Path) -> None:
+    env = _env(tmp_path, OTEL_ERRCOMPACT_TRACE_URL="http://127.0.0.1:16686/trace/{trace_id}",
+               OTEL_ERRCOMPACT_SQLITE_PATH=str(tmp_path / "t.sqlite3"))
+    proc = _python(INIT_ONLY, env)
+    assert proc.returncode == 0, proc.stderr
+    assert "unknown variable" not in proc.stderr
