@@ -17,6 +17,7 @@ from otel_errcompact.events import digest_event, render_events
 from otel_errcompact.exceptions import (
     AmbiguousRecordId,
     ConfigurationError,
+    ConfigurationWarning,
     ErrCompactError,
     ErrorBudgetExceeded,
 )
@@ -33,6 +34,7 @@ __all__ = [
     "Action",
     "Compactor",
     "ConfigurationError",
+    "ConfigurationWarning",
     "DedupKey",
     "Digest",
     "ErrCompactError",

@@ -3,16 +3,24 @@
 ``init()`` attaches to the application's OpenTelemetry SDK providers when it has set them, and never
 replaces or duplicates them; otherwise it creates a tracer, logger and meter provider, exporting over
 OTLP when the standard ``OTEL_EXPORTER_OTLP_*`` variables name an endpoint. Trajectory records go to the
-embedded SQLite store by default, so nothing needs a server. It is idempotent: a second call returns the
-same handle.
+embedded SQLite store by default, so nothing needs a server.
+
+A second call returns the same handle. With the same arguments that is all; with different ones (another
+threshold, action or path) it warns with a :class:`ConfigurationWarning` naming each differing setting and
+keeps the first ones: call ``shutdown()`` first to start again with new settings. Invalid values and
+unknown keywords raise :class:`ConfigurationError` on every call. ``OTEL_ERRCOMPACT_ENABLED=false``
+(or ``enabled=False``) returns an inert handle: tools run unwrapped, ``context()`` is ``""``, and no
+provider, processor, store or thread is created.
 """
 
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Callable, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -29,17 +37,21 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from otel_errcompact._bounded import Deadline, call_within
 from otel_errcompact._sigterm import install_sigterm_flush, uninstall_sigterm_flush
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.boundary import OnError, ToolBoundary, conversation
 from otel_errcompact.compactor import Compactor
-from otel_errcompact.config import Settings, load_settings
+from otel_errcompact.config import Settings, load_settings, setting_origin
+from otel_errcompact.exceptions import ConfigurationError, ConfigurationWarning
 from otel_errcompact.history import ErrorHistory, Escalation, Limits, Thresholds
+from otel_errcompact.inert import InertToolBoundary
 from otel_errcompact.messages import MessageFormat, compact_messages
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, ExceptionLogProcessor, SpanPredicate
 from otel_errcompact.prometheus import prometheus_requested, start_prometheus
-from otel_errcompact.sinks import JSONLSink, OTLPLogSink, SQLiteSink, TrajectorySink, TrajectoryWriter
+from otel_errcompact.sinks import OTLPLogSink, TrajectorySink, TrajectoryWriter
+from otel_errcompact.storepath import open_jsonl_sink, open_sqlite_sink
 from otel_errcompact.telemetry import ErrorMetrics, EscalationLog, metrics_are_read
 
 __all__ = ["ErrCompact", "HumanReviewHook", "init", "instance"]
@@ -136,12 +148,16 @@ class ErrCompact:
         self._review_queue = review_queue
         self._shutdown_lock = threading.Lock()
         self._is_shutdown = False
+        self._init_arguments: dict[str, Any] = {}
+        self._store_path = settings.sqlite_path if settings.enabled else None
 
     # -- what an agent loop calls ------------------------------------------------------------------
 
     def context(self, conversation_id: str | None = None) -> str:
         """The ``[RECENT ERRORS]`` block for the next prompt of ``conversation_id`` (default: the current
         scope); ``""`` when nothing failed."""
+        if not self.settings.enabled:
+            return ""
         scope = conversation_id if conversation_id is not None else self.boundary.current_scope()
         return self.history.render(scope)
 
@@ -193,26 +209,30 @@ class ErrCompact:
 
     @property
     def sqlite_path(self) -> Path | None:
-        """Where trajectory records are stored, when the SQLite sink is on."""
-        return self.settings.sqlite_path
+        """Where trajectory records are stored, when the SQLite sink is on (``None`` when off, when the
+        library is disabled, or when the default path was unusable)."""
+        return self._store_path
 
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def flush(self, timeout_s: float = 10.0) -> bool:
-        """Write every queued trajectory record and token count; True when all finished in time and no
-        trajectory record has been lost (dropped at a full queue, or refused by a sink)."""
+        """Write every queued trajectory record and token count, and export what the providers this
+        handle created hold; True when all finished in time and no trajectory record has been lost
+        (dropped at a full queue, or refused by a sink). Returns within ``timeout_s`` in all, even
+        when an OTLP endpoint is dead (an export still running goes on in the background)."""
+        deadline = Deadline(timeout_s)
         ok = True
         if self.writer is not None:
-            ok = self.writer.force_flush(timeout_s) and ok
+            ok = self.writer.force_flush(deadline.remaining()) and ok
         if self._metrics is not None:
-            ok = self._metrics.flush(timeout_s) and ok
+            ok = self._metrics.flush(deadline.remaining()) and ok
         if self._review_queue is not None:
-            ok = self._review_queue.flush(timeout_s) and ok
+            ok = self._review_queue.flush(deadline.remaining()) and ok
         for provider in self._owned_providers:
-            try:
-                ok = bool(provider.force_flush()) and ok
-            except Exception:
-                ok = False
+            if not callable(getattr(provider, "force_flush", None)):
+                continue  # e.g. the Prometheus endpoint: nothing buffered, scraped on demand
+            flush = functools.partial(provider.force_flush, int(deadline.remaining() * 1000))
+            ok = call_within(flush, deadline.remaining(), f"otel_errcompact.flush.{type(provider).__name__}") and ok
         return ok
 
     def shutdown(self) -> None:
@@ -222,23 +242,26 @@ class ErrCompact:
             if self._is_shutdown:
                 return
             self._is_shutdown = True
-        timeout = self.settings.shutdown_timeout_s
+        # One deadline for everything this handle started: the SDK's provider shutdowns take no timeout
+        # and wait out their exporters' retries, so they run on helper threads (see _bounded).
+        deadline = Deadline(self.settings.shutdown_timeout_s)
         if self.processor is not None:
             # Detach from providers this handle does not own: a later init() on them must not find
             # its failures already claimed (annotated) by this handle's processor.
             self.processor.shutdown()
+        if self.writer is not None:  # the audit trail first: it gets the most of the deadline
+            self.writer.shutdown(deadline.remaining())
         if self._review_queue is not None:
-            self._review_queue.shutdown(timeout)
+            self._review_queue.shutdown(deadline.remaining())
         if self._metrics is not None:
-            self._metrics.shutdown(timeout)
-        if self.writer is not None:
-            self.writer.shutdown(timeout)
+            self._metrics.shutdown(deadline.remaining())
         uninstall_sigterm_flush()
         for provider in self._owned_providers:
-            try:
-                provider.shutdown()
-            except Exception:
-                _log.exception("otel-errcompact: provider shutdown failed")
+            name = type(provider).__name__
+            if not call_within(provider.shutdown, deadline.remaining(), f"otel_errcompact.shutdown.{name}"):
+                _log.warning("otel-errcompact: %s did not shut down within OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S="
+                             "%gs (is the OTLP endpoint reachable?); not waiting for it",
+                             name, self.settings.shutdown_timeout_s)
         with _INSTANCE_LOCK:
             if _INSTANCE is self:
                 _INSTANCE = None
@@ -270,14 +293,44 @@ def init(
     (exporting over OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or a per-signal endpoint is set).
     ``settings`` are the fields of :class:`otel_errcompact.config.Settings` (``sqlite_path=...``,
     ``jsonl_path=...``, ``consecutive=...``); ``OTEL_ERRCOMPACT_*`` variables fill the rest. ``sinks`` adds
-    trajectory sinks of your own. Idempotent: a second call returns the first handle.
+    trajectory sinks of your own.
+
+    A second call returns the first handle; when its arguments differ from the first call's, a
+    :class:`ConfigurationWarning` names each differing setting, which is ignored (``shutdown()`` first
+    to change settings). Invalid values and unknown keywords raise :class:`ConfigurationError` on every
+    call. An unusable ``sqlite_path`` / ``jsonl_path`` set explicitly raises ConfigurationError naming
+    the setting and the path; an unusable *default* SQLite path warns and runs without the store.
     """
     global _INSTANCE
+    arguments: dict[str, Any] = {
+        "service_name": service_name,
+        "tracer_provider": tracer_provider,
+        "logger_provider": logger_provider,
+        "meter_provider": meter_provider,
+        "thresholds": thresholds,
+        "limits": limits,
+        "human_review": human_review,
+        "tool_predicate": tool_predicate,
+        "compactor": compactor,
+        "sinks": tuple(sinks),
+    }
     with _INSTANCE_LOCK:
-        if _INSTANCE is not None:
-            _log.debug("otel-errcompact: init() called again; returning the existing handle")
-            return _INSTANCE
         config = load_settings(on_tool_error=on_tool_error, **settings)
+        if _INSTANCE is not None:
+            differences = _differences(_INSTANCE, config, arguments)
+            if differences:
+                warnings.warn(
+                    "otel-errcompact: init() was already called; keeping the first handle and ignoring "
+                    f"{'; '.join(differences)}. Call shutdown() first to re-initialise with new settings.",
+                    ConfigurationWarning,
+                    stacklevel=2,
+                )
+            return _INSTANCE
+        if not config.enabled:
+            handle = _build_inert(config)
+            handle._init_arguments = arguments
+            _INSTANCE = handle
+            return handle
         handle = _build(
             config,
             service_name=service_name,
@@ -290,12 +343,80 @@ def init(
             tool_predicate=tool_predicate,
             compactor=compactor,
             extra_sinks=sinks,
+            overrides=settings,
         )
+        handle._init_arguments = arguments
         _INSTANCE = handle
     atexit.register(handle.shutdown)
     if handle.writer is not None:
         install_sigterm_flush(handle.shutdown, config.shutdown_timeout_s, hold=handle.writer.hold)
     return handle
+
+
+def _differences(handle: ErrCompact, config: Settings, arguments: dict[str, Any]) -> list[str]:
+    """Each setting of a repeated ``init()`` that differs from the running handle's, as ``name: a → b``."""
+    out: list[str] = []
+    old_settings, new_settings = handle.settings.model_dump(), config.model_dump()
+    for name, new in new_settings.items():
+        if old_settings.get(name) != new:
+            out.append(f"{name}: {old_settings.get(name)!r} → {new!r}")
+    old_arguments = handle._init_arguments
+    for name in ("thresholds", "limits"):
+        new = arguments[name]
+        if new is not None and new != getattr(handle.history, name):
+            out.append(f"{name}: {getattr(handle.history, name)!r} → {new!r}")
+    for name in ("service_name", "tracer_provider", "logger_provider", "meter_provider",
+                 "human_review", "tool_predicate", "compactor"):
+        new = arguments[name]
+        if new is not None and new is not old_arguments.get(name) and new != old_arguments.get(name):
+            out.append(f"{name}: {old_arguments.get(name)!r} → {new!r}")
+    old_sinks: tuple[Any, ...] = old_arguments.get("sinks", ())
+    if arguments["sinks"] and (len(arguments["sinks"]) != len(old_sinks)
+                               or any(a is not b for a, b in zip(arguments["sinks"], old_sinks, strict=False))):
+        out.append(f"sinks: {list(old_sinks)!r} → {list(arguments['sinks'])!r}")
+    return out
+
+
+def _build_inert(config: Settings) -> ErrCompact:
+    """The handle of a disabled library: nothing attached, started or stored (see :mod:`inert`)."""
+    history = ErrorHistory(config.thresholds(), config.limits())
+    pipeline = ErrorPipeline(history, None)
+    return ErrCompact(
+        config,
+        history=history,
+        pipeline=pipeline,
+        writer=None,
+        processor=None,
+        boundary=InertToolBoundary(pipeline),
+        owned_providers=(),
+        metrics=None,
+        review_queue=None,
+    )
+
+
+def _trajectory_sinks(config: Settings, overrides: dict[str, Any]) -> tuple[list[TrajectorySink], bool]:
+    """The file sinks the settings ask for, and whether the SQLite store is among them.
+
+    An explicitly set path that cannot be used raises ConfigurationError (the user asked for that file;
+    running without it would lose the audit trail silently). The *default* SQLite path was never chosen
+    by the user, and may sit in a read-only home of a container: then a ConfigurationWarning says why
+    and the library runs without the store.
+    """
+    sinks: list[TrajectorySink] = []
+    has_store = False
+    if config.sqlite_path is not None:
+        origin = setting_origin("sqlite_path", overrides)
+        try:
+            sinks.append(open_sqlite_sink(config.sqlite_path, origin))
+            has_store = True
+        except ConfigurationError as exc:
+            if not origin.startswith("the default"):
+                raise
+            warnings.warn(f"otel-errcompact: running without the trajectory store: {exc}; set "
+                          "OTEL_ERRCOMPACT_SQLITE_PATH to a writable file", ConfigurationWarning, stacklevel=4)
+    if config.jsonl_path is not None:
+        sinks.append(open_jsonl_sink(config.jsonl_path, setting_origin("jsonl_path", overrides)))
+    return sinks, has_store
 
 
 def _build(
@@ -311,8 +432,11 @@ def _build(
     tool_predicate: SpanPredicate | None,
     compactor: Compactor | None,
     extra_sinks: Sequence[TrajectorySink],
+    overrides: dict[str, Any],
 ) -> ErrCompact:
     owned: list[Any] = []
+    # Files first: a refused path must fail init() before any provider or thread exists.
+    file_sinks, has_store = _trajectory_sinks(config, overrides)
     resource = Resource.create({"service.name": service_name} if service_name else {})
 
     # Traces: the caller's, the application's global SDK provider, or a new one.
@@ -322,7 +446,8 @@ def _build(
         if isinstance(current, TracerProvider):
             tp = current
         elif config.enabled and isinstance(current, trace_api.ProxyTracerProvider):
-            tp = TracerProvider(resource=resource)
+            # Our atexit shutdown bounds the time; the SDK's own would wait out a dead endpoint.
+            tp = TracerProvider(resource=resource, shutdown_on_exit=False)
             if _otlp_endpoint("traces"):
                 tp.add_span_processor(BatchSpanProcessor(_span_exporter()))
             trace_api.set_tracer_provider(tp)
@@ -341,7 +466,7 @@ def _build(
         if isinstance(current_lp, LoggerProvider):
             lp = current_lp
         elif config.enabled and _otlp_endpoint("logs"):
-            lp = LoggerProvider(resource=resource)
+            lp = LoggerProvider(resource=resource, shutdown_on_exit=False)
             lp.add_log_record_processor(BatchLogRecordProcessor(_log_exporter()))
             logs_api.set_logger_provider(lp)
             owned.append(lp)
@@ -359,7 +484,8 @@ def _build(
             endpoint = start_prometheus() if prometheus_requested() else None
             if endpoint is not None:
                 readers.append(endpoint.reader)
-            mp = MeterProvider(resource=resource, metric_readers=readers)
+            # Our atexit shutdown bounds the time; the SDK's own would wait out a dead endpoint.
+            mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
             metrics_api.set_meter_provider(mp)
             owned.append(mp)
             if endpoint is not None:
@@ -370,12 +496,9 @@ def _build(
     history = ErrorHistory(thresholds or config.thresholds(), limits or config.limits())
     sinks: list[TrajectorySink] = []
     if config.enabled:
-        if config.sqlite_path is not None:
-            sinks.append(SQLiteSink(config.sqlite_path))
-        if config.jsonl_path is not None:
-            sinks.append(JSONLSink(config.jsonl_path))
+        sinks.extend(file_sinks)
         if config.otlp_logs and lp is not None:
-            sinks.append(OTLPLogSink(lp))
+            sinks.append(OTLPLogSink(lp, flush_timeout_s=min(1.0, config.shutdown_timeout_s / 4)))
         sinks.extend(extra_sinks)
     writer = (
         TrajectoryWriter(
@@ -434,7 +557,7 @@ def _build(
         on_error=config.on_tool_error,
         capture_arguments=config.capture_arguments,
     )
-    return ErrCompact(
+    handle = ErrCompact(
         config,
         history=history,
         pipeline=pipeline,
@@ -445,3 +568,6 @@ def _build(
         metrics=metrics,
         review_queue=review_queue,
     )
+    if not has_store:
+        handle._store_path = None
+    return handle

@@ -28,6 +28,7 @@ from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import ErrorHistory
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor
+from otel_errcompact.statuscode import code_attributes
 
 __all__ = ["ToolBoundary", "ToolCall", "ToolErrorText", "conversation", "current_conversation"]
 
@@ -206,9 +207,12 @@ class ToolBoundary:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 span.set_attribute(semconv.ERROR_TYPE, _qualified_name(type(exc)))
+                codes = code_attributes(exc)  # HTTP status / exit code: part of the digest's type
+                if codes:
+                    span.set_attributes(codes)
                 model_text = _model_text(call, exc)
                 call.error = self._failed(
-                    span, name, call_id, raw, exc_type=type(exc).__name__, model_text=model_text
+                    span, name, call_id, raw, exc_type=type(exc).__name__, model_text=model_text, codes=codes
                 )
                 if (on_error or self._on_error) == "raise":
                     raise
@@ -273,6 +277,7 @@ class ToolBoundary:
         *,
         exc_type: str,
         model_text: str | None = None,
+        codes: Mapping[str, int] | None = None,
     ) -> ToolErrorText:
         outcome: Outcome | None = None
         if self._processor is not None and isinstance(span, SdkSpan) and span.is_recording():
@@ -290,6 +295,7 @@ class ToolBoundary:
                     trace_id=f"{span_context.trace_id:032x}" if span_context.is_valid else None,
                     span_id=f"{span_context.span_id:016x}" if span_context.is_valid else None,
                     exception_type=exc_type,
+                    attributes=dict(codes or {}),
                     model_text=model_text,
                 )
             )

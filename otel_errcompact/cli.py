@@ -5,9 +5,12 @@
     otel-errcompact demo [--db PATH]
     otel-errcompact compact [FILE] [--json] [--explain] [--exit-code N] [--command CMD] [--kind KIND]
     otel-errcompact trajectories list [--db PATH] [--conversation ID] [--key KEY] [--limit N] [--json]
-    otel-errcompact trajectories show ID [--db PATH]
+    otel-errcompact trajectories show ID [--db PATH] [--raw]
     otel-errcompact tonnage INPUT... [--json] [--plot PNG | --no-plot]
     otel-errcompact viewer [--db PATH] [--host 127.0.0.1] [--port 8001] [--trace-url TEMPLATE]
+
+A problem the user can fix (a bad ``OTEL_ERRCOMPACT_*`` value, a ``--db`` that is not a trajectory
+database) is one line on stderr naming the variable or path, and exit status 2; never a traceback.
 """
 
 from __future__ import annotations
@@ -15,12 +18,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sqlite3
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from otel_errcompact.compactor import compact_text
+from otel_errcompact.exceptions import ConfigurationError
 from otel_errcompact.parsers import PARSERS
 
 __all__ = ["main"]
@@ -55,10 +61,22 @@ def _store(args: argparse.Namespace) -> Any:
     from otel_errcompact.config import load_settings
     from otel_errcompact.sinks import TrajectoryStore
 
-    path = args.db or load_settings().sqlite_path
+    origin = "--db"
+    path = args.db
+    if path is None:
+        path, origin = load_settings().sqlite_path, "OTEL_ERRCOMPACT_SQLITE_PATH"
     if path is None:
         raise OSError("no trajectory database: pass --db or set OTEL_ERRCOMPACT_SQLITE_PATH")
-    return TrajectoryStore(path)
+    try:
+        return TrajectoryStore(path)
+    except FileNotFoundError as exc:
+        raise OSError(f"{origin} {str(path)!r}: {exc}") from None
+    except (sqlite3.Error, RuntimeError) as exc:
+        raise _StoreError(f"{origin} {str(path)!r}: not a readable trajectory database ({exc})") from None
+
+
+class _StoreError(Exception):
+    """A trajectory database that cannot be read; the message names the path."""
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -155,8 +173,15 @@ def build_parser() -> argparse.ArgumentParser:
     )
     compact.set_defaults(func=_cmd_compact)
 
-    demo = sub.add_parser("demo", help="run a scripted agent whose tools really fail (no server needed)")
-    demo.add_argument("--db", type=Path, default=None, help="trajectory SQLite file (default: settings)")
+    demo = sub.add_parser(
+        "demo",
+        help="run a scripted agent whose tools really fail (nothing to set up: a loopback HTTP server on "
+        "127.0.0.1 stands in for the model API)",
+    )
+    demo.add_argument(
+        "--db", type=Path, default=None,
+        help="trajectory SQLite file (default: OTEL_ERRCOMPACT_SQLITE_PATH if set, else a new temporary one)",
+    )
     demo.set_defaults(func=_cmd_demo)
 
     traj = sub.add_parser("trajectories", help="read the trajectory store (the full raw errors)")
@@ -198,16 +223,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                      file: Any = None, line: str | None = None) -> None:
+    # A command-line user needs the message, not the library line that issued it.
+    text = str(message)
+    print(text if text.startswith("otel-errcompact") else f"otel-errcompact: {text}", file=sys.stderr)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    warnings.showwarning = _one_line_warning
     try:
         return int(args.func(args))
     except BrokenPipeError:  # `otel-errcompact ... | head` is normal use
         return 0
-    except OSError as exc:
+    except (OSError, ConfigurationError, _StoreError) as exc:
         print(f"otel-errcompact: {exc}", file=sys.stderr)
+        return 2
+    except sqlite3.Error as exc:  # a SQLite file without the trajectory table, a corrupt page, ...
+        where = getattr(args, "db", None)
+        print(f"otel-errcompact: {'--db ' + repr(str(where)) + ': ' if where else ''}"
+              f"cannot read the trajectory database ({exc})", file=sys.stderr)
         return 2
 
 

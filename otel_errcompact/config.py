@@ -15,10 +15,11 @@ from typing import Literal
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from otel_errcompact.config_check import describe_errors, origin_of, warn_unknown_variables
 from otel_errcompact.exceptions import ConfigurationError
 from otel_errcompact.history import Limits, Thresholds
 
-__all__ = ["Settings", "default_sqlite_path", "load_settings"]
+__all__ = ["ENV_PREFIX", "Settings", "default_sqlite_path", "load_settings", "setting_origin"]
 
 
 def default_sqlite_path() -> Path:
@@ -70,6 +71,10 @@ class Settings(BaseSettings):
     schedule_delay_s: float = Field(default=0.2, gt=0)
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
 
+    trace_url: str | None = None
+    """Trace link template with ``{trace_id}`` for ``otel-errcompact viewer`` (declared here so that the
+    variable is a known setting; the viewer reads it)."""
+
     @field_validator("sqlite_path", "jsonl_path", "budget", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
@@ -99,13 +104,25 @@ class Settings(BaseSettings):
         )
 
 
+ENV_PREFIX = "OTEL_ERRCOMPACT_"
+
+
 def load_settings(**overrides: object) -> Settings:
-    """Settings from the environment with ``overrides`` on top; a bad value raises ConfigurationError."""
+    """Settings from the environment with ``overrides`` on top.
+
+    A bad value raises ConfigurationError naming the keyword or variable and the value
+    (``OTEL_ERRCOMPACT_CONSECUTIVE='banana': expected an integer ≥ 1``); an ``OTEL_ERRCOMPACT_*``
+    variable that names no setting gives a ConfigurationWarning with a "did you mean".
+    """
     clean = {k: v for k, v in overrides.items() if v is not None}
+    warn_unknown_variables(Settings.model_fields, ENV_PREFIX)
     try:
         return Settings(**clean)  # type: ignore[arg-type]
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'settings'}: {err['msg']}" for err in exc.errors()
-        )
+        problems = "; ".join(describe_errors(exc, Settings.model_fields, clean, ENV_PREFIX))
         raise ConfigurationError(f"invalid otel-errcompact settings: {problems}") from None
+
+
+def setting_origin(field: str, overrides: dict[str, object] | None = None) -> str:
+    """How the user set ``field``: ``sqlite_path=``, ``OTEL_ERRCOMPACT_SQLITE_PATH`` or the default."""
+    return origin_of(field, overrides or {}, ENV_PREFIX)

@@ -6,6 +6,10 @@ local HTTP server answering 429 and 500 with the JSON bodies model APIs send, a 
 non-zero — and each goes through the tool boundary of :func:`otel_errcompact.init`. At the end the demo
 prints the raw error text the agent would have appended next to the block it gets instead, with real
 token counts, the escalation that stopped the loop, and where the trajectories went.
+
+The demo never writes into the user's real trajectory store by accident: unless ``--db`` or
+``OTEL_ERRCOMPACT_SQLITE_PATH`` names a file, its records go to a new temporary file, which is kept after
+the run (so ``trajectories list`` can read it) and printed.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from opentelemetry import trace
 
 from otel_errcompact.api import ErrCompact, init
 from otel_errcompact.boundary import ToolErrorText
+from otel_errcompact.config import setting_origin
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.tokens import count_tokens
 
@@ -91,6 +96,15 @@ def _api_server() -> Iterator[str]:
         server.server_close()
 
 
+class CommandFailed(RuntimeError):
+    """A shell command exited non-zero. Like ``CalledProcessError`` it carries ``returncode``, which the
+    tool boundary lifts into the digest's type (``[CommandFailed exit 127]``)."""
+
+    def __init__(self, message: str, returncode: int) -> None:
+        super().__init__(message)
+        self.returncode = returncode
+
+
 @dataclass
 class _Step:
     tool: str
@@ -146,7 +160,8 @@ def _tools(ec: ErrCompact, workdir: Path, api: str, raw_errors: list[str]) -> di
         proc = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=30)
         if proc.returncode != 0:
             telling = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-            raise RuntimeError(f"exit status {proc.returncode}: {telling}\ncommand: {command}\n{proc.stderr}")
+            raise CommandFailed(f"exit status {proc.returncode}: {telling}\ncommand: {command}\n{proc.stderr}",
+                                proc.returncode)
         return proc.stdout
 
     return {
@@ -189,6 +204,9 @@ def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines:
     out = out or sys.stdout
     width = max(80, min(shutil.get_terminal_size((120, 40)).columns, 160))
     settings: dict[str, Any] = {}
+    temporary = sqlite_path is None and setting_origin("sqlite_path").startswith("the default")
+    if temporary:
+        sqlite_path = Path(tempfile.mkdtemp(prefix="otel-errcompact-demo-")) / "trajectories.sqlite3"
     if sqlite_path is not None:
         settings["sqlite_path"] = sqlite_path
     ec = init(service_name=os.environ.get("OTEL_SERVICE_NAME") or "errcompact-demo", **settings)
@@ -262,6 +280,9 @@ def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines:
     where = ec.sqlite_path
     if where is not None:
         say(f"Trajectories (full raw errors): {where}")
+        if temporary:
+            say("  (a temporary store for this demo; pass --db PATH or set OTEL_ERRCOMPACT_SQLITE_PATH to "
+                "choose the file)")
         say(f"  see them: otel-errcompact trajectories list --db {where} --conversation {conversation_id}")
     else:
         say("Trajectories: the SQLite store is off (OTEL_ERRCOMPACT_SQLITE_PATH is empty).")

@@ -9,6 +9,10 @@
     ├── ConfigurationError          invalid settings given to ``init()`` or read from OTEL_ERRCOMPACT_*
     └── AmbiguousRecordId           a trajectory record-id prefix matched several records (also a LookupError)
 
+    ConfigurationWarning            (a UserWarning) a setting that cannot take effect: an unknown
+                                    OTEL_ERRCOMPACT_* variable, a second init() with other settings, an
+                                    unusable default trajectory path
+
 The library's own machinery (parsers, processors, sinks) never raises into the host application: failures
 there are logged to the ``otel_errcompact`` logger and the agent goes on.
 """
@@ -21,7 +25,13 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from otel_errcompact.history import Escalation
 
-__all__ = ["AmbiguousRecordId", "ConfigurationError", "ErrCompactError", "ErrorBudgetExceeded"]
+__all__ = [
+    "AmbiguousRecordId",
+    "ConfigurationError",
+    "ConfigurationWarning",
+    "ErrCompactError",
+    "ErrorBudgetExceeded",
+]
 
 
 class ErrCompactError(Exception):
@@ -42,6 +52,10 @@ class ErrorBudgetExceeded(ErrCompactError):
 
 class ConfigurationError(ErrCompactError, ValueError):
     """A setting has a value the library cannot use; the message names the setting."""
+
+
+class ConfigurationWarning(UserWarning):
+    """A setting that cannot take effect as given; the library goes on with the one it has."""
 
 
 class AmbiguousRecordId(ErrCompactError, LookupError):

@@ -119,6 +119,13 @@ class Escalation:
         asks = "halt requested" if self.action == "halt" else "human review requested"
         return f"error threshold breached: {what}: {self.digest}; {asks}"
 
+    def brief(self) -> str:
+        """Why, without the digest: marks the listed line that escalated (``3 times in a row
+        (threshold 3)``), so the block does not quote that digest twice."""
+        if self.reason == "consecutive":
+            return f"{self.count} times in a row (threshold {self.threshold})"
+        return f"{self.count} failures in this run (budget {self.threshold})"
+
     def to_dict(self) -> dict[str, str | int]:
         """The escalation as a flat JSON-ready mapping (trajectory records, log bodies)."""
         return {
@@ -301,13 +308,24 @@ class ErrorHistory:
             shown = classes
             hidden_classes = len(state.classes) - len(shown) + state.folded_classes
             hidden_failures = state.total - sum(c.count for c in shown)
+            breach = state.breach
+            # The class that breached is marked on its own line; the sentence (which quotes the digest)
+            # is only for a breach whose class is not listed.
+            marked = breach is not None and any(c.digest.key == breach.key for c in shown)
             return render_block(
-                [RenderedClass(c.digest.line, c.count) for c in shown],
+                [
+                    RenderedClass(
+                        c.digest.line,
+                        c.count,
+                        breach.brief() if breach is not None and marked and c.digest.key == breach.key else None,
+                    )
+                    for c in shown
+                ],
                 total=state.total,
                 distinct=len(state.classes) + state.folded_classes,
                 hidden_classes=hidden_classes,
                 hidden_failures=hidden_failures,
-                escalation=state.breach.describe() if state.breach is not None else None,
+                escalation=breach.describe() if breach is not None and not marked else None,
                 max_chars=self.limits.max_chars,
             )
 

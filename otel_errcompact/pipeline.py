@@ -31,6 +31,7 @@ from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Escalation, Observation
 from otel_errcompact.sinks import TrajectoryWriter
+from otel_errcompact.statuscode import with_status
 from otel_errcompact.trajectory import (
     SCHEMA_NAME,
     SCHEMA_VERSION,
@@ -146,6 +147,7 @@ class ErrorPipeline:
                 exception_type=failure.exception_type if structured else None,
                 exception_message=failure.exception_message if structured else None,
             )
+            digest = with_status(digest, failure.attributes)  # an HTTP status / exit code joins the type
             observation = self.history.observe(failure.scope, digest)
         finally:
             record_id = self._audit(failure, digest, observation)

@@ -9,6 +9,11 @@ otherwise a bounded block::
     Consider: retry with different input, skip the failing step, or request human help.
     [/RECENT ERRORS]
 
+After a breach the listed line that escalated is marked, and the digest is not quoted a second time::
+
+      - [KeyError] at app.py:42 in load_user: 'user_id' (×3) ← Escalated: 3 times in a row (threshold 3)
+    Stop retrying the failing step: it breached its error threshold. Request human help or end the task.
+
 Every line is made safe here as well as in the compactor (a digest may be built by other code): control
 characters and newlines are removed, and nothing in a line can open or close the block.
 """
@@ -32,10 +37,12 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]
 
 @dataclass(frozen=True, slots=True)
 class RenderedClass:
-    """One line of the block: a digest line and how often that class occurred."""
+    """One line of the block: a digest line, how often that class occurred, and, for the class that
+    breached a threshold, why (``3 times in a row (threshold 3)``)."""
 
     line: str
     count: int
+    escalated: str | None = None
 
 
 def _safe(text: str) -> str:
@@ -69,7 +76,8 @@ def render_block(
     if escalated is not None and len(escalated) > max(80, max_chars // 4):
         # The sentence repeats a digest line that is already listed; its head says why.
         escalated = escalated[: max(80, max_chars // 4) - 1].rstrip() + "…"
-    closing = [_STOP if escalation else CONSIDER, BLOCK_CLOSE]
+    marked = any(entry.escalated for entry in classes)
+    closing = [_STOP if escalation or marked else CONSIDER, BLOCK_CLOSE]
 
     budget = max_chars - sum(len(s) + 1 for s in head + closing)
     if escalated is not None:
@@ -82,6 +90,8 @@ def render_block(
     for entry in classes:
         text = _safe(entry.line)
         suffix = f" (×{entry.count})" if entry.count > 1 else ""
+        if entry.escalated:
+            suffix += f" ← Escalated: {_safe(entry.escalated)}"
         if len(text) + len(suffix) + 4 > per_line:
             text = text[: max(10, per_line - len(suffix) - 5)].rstrip() + "…"
         line = f"  - {text}{suffix}"

@@ -6,8 +6,18 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# --- interpreter ---
+# Everything pip installs goes into the active virtual environment when there is one (recommended: the
+# test extras, the integrations and Arize Phoenix are more than a gigabyte), else into $PYTHON or python3.
+if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
+  PY="$VIRTUAL_ENV/bin/python"
+else
+  PY="$(command -v "${PYTHON:-python3}")"
+fi
+# apt-get needs root: use sudo only when not root already.
 SUDO=""
-if [ "$(id -u)" -ne 0 ] && command -v sudo >/dev/null 2>&1; then SUDO="sudo"; fi
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+# --- end interpreter ---
 
 need=()
 command -v gcc >/dev/null 2>&1 || need+=(gcc)
@@ -22,17 +32,21 @@ command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "installing toolchains: ${need[*]}"
+  if [ -n "$SUDO" ] && ! command -v sudo >/dev/null 2>&1; then
+    echo "apt-get needs root to install ${need[*]}: run as root, install sudo, or install them first" >&2
+    exit 1
+  fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
 fi
 
-python3 -m pip install -q --disable-pip-version-check -e ".[test]"
-PYTHON=python3 bash .ci/phoenix-install.sh
-PYTHON=python3 bash .ci/integrations-install.sh
+"$PY" -m pip install -q --disable-pip-version-check -e ".[test]"
+PYTHON="$PY" bash .ci/phoenix-install.sh
+PYTHON="$PY" bash .ci/integrations-install.sh
 bash .ci/tsc-install.sh
 
 set +e
-python3 -m pytest -q -p no:cacheprovider "$@"
+"$PY" -m pytest -q -p no:cacheprovider "$@"
 status=$?
 set -e
 if [ "$status" -eq 5 ]; then

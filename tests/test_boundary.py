@@ -259,17 +259,18 @@ def test_tools_keep_their_signature_metadata(otel: OTel) -> None:
     assert only_span(otel, "execute_tool search").attributes["gen_ai.tool.name"] == "search"  # type: ignore[index]
 
 
-def test_without_sdk_tracing_the_boundary_still_compacts(make_otel: Callable[..., OTel]) -> None:
-    """With the master switch off no span is processed, yet tools still return digests."""
+def test_with_the_master_switch_off_tools_raise_as_unwrapped(make_otel: Callable[..., OTel]) -> None:
+    """With the master switch off the library is inert: no span, no digest, the tool's own exception."""
     otel = make_otel(enabled=False)
 
     @otel.ec.tool
     def lookup(key: str) -> str:
         return {"a": "1"}[key]
 
-    text = assert_compact(lookup("zzz"))
-    assert "[KeyError]" in text and "in lookup" in text
+    with pytest.raises(KeyError, match="zzz"):
+        lookup("zzz")
     assert otel.ec.writer is None
+    assert otel.spans() == []
 
 
 def test_exception_text_matches_format_exception(otel: OTel) -> None:

@@ -145,7 +145,8 @@ def test_a_bad_env_value_raises_configuration_error_naming_it(
     monkeypatch.setenv(variable, value)
     with pytest.raises(ConfigurationError) as info:
         otel_errcompact.init(sqlite_path=tmp_path / "x.sqlite3")
-    assert named in str(info.value)
+    assert f"{variable}={value!r}: expected" in str(info.value)
+    assert named.upper() in str(info.value)
     assert isinstance(info.value, ValueError)
     assert otel_errcompact.instance() is None
 
@@ -160,7 +161,8 @@ def test_a_bad_argument_raises_configuration_error_naming_it(tmp_path: Path) -> 
 
 def test_init_is_idempotent(otel: OTel) -> None:
     before = _processors(otel)
-    again = otel_errcompact.init(tracer_provider=otel.tracer_provider, consecutive=9)
+    with pytest.warns(otel_errcompact.ConfigurationWarning, match=r"consecutive: 3 → 9"):
+        again = otel_errcompact.init(tracer_provider=otel.tracer_provider, consecutive=9)
     assert again is otel.ec
     assert otel_errcompact.instance() is otel.ec
     assert _processors(otel) == before
@@ -198,17 +200,21 @@ def test_shutdown_flushes_every_record_submitted_just_before(make_otel: Callable
         assert all(s.digest_line for s in store.list(limit=100))
 
 
-def test_disabled_does_nothing_but_the_boundary_works(make_otel: Callable[..., OTel]) -> None:
+def test_disabled_is_inert(make_otel: Callable[..., OTel]) -> None:
     otel = make_otel(enabled=False)
     before = _processors(otel)
     assert before == 1  # only the test's own exporter: nothing attached
 
-    @otel.ec.tool
     def lookup(key: str) -> int:
         return {"a": 1}[key]
 
-    assert isinstance(lookup("z"), ToolErrorText)
+    assert otel.ec.tool(lookup) is lookup  # unwrapped: it raises as the bare function does
+    with pytest.raises(KeyError), otel.ec.tool_call("lookup"):
+        lookup("z")
+    assert otel.ec.context("default") == ""
+    assert otel.ec.sqlite_path is None
     assert not otel.sqlite_path.exists()
+    assert otel.spans() == []
     assert otel.metric_points("errcompact.errors") == []
 
 

@@ -31,6 +31,7 @@ from opentelemetry._logs import LoggerProvider, SeverityNumber
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanContext, TraceFlags
 
+from otel_errcompact._bounded import BoundedCall
 from otel_errcompact.trajectory import SCHEMA_NAME, TrajectoryRecord, escape_surrogates
 
 __all__ = ["OTLPLogSink"]
@@ -120,12 +121,21 @@ class OTLPLogSink:
     because other code may still be logging through it.
     """
 
-    def __init__(self, logger_provider: LoggerProvider, *, max_text_chars: int = 65_536) -> None:
+    def __init__(
+        self, logger_provider: LoggerProvider, *, max_text_chars: int = 65_536, flush_timeout_s: float = 1.0
+    ) -> None:
         if max_text_chars < 64:
             raise ValueError("max_text_chars must be at least 64")
         self._max_text = max_text_chars
         self._provider = logger_provider
         self._logger = logger_provider.get_logger(_LOGGER_NAME)
+        # The SDK's force_flush exports on the calling thread (the trajectory writer's) and retries a
+        # dead endpoint for up to 10 s, which would hold back every other sink; wait a bounded time.
+        self._flush_timeout_s = flush_timeout_s
+        force_flush = getattr(logger_provider, "force_flush", None)
+        self._force_flush = (
+            BoundedCall(force_flush, "otel_errcompact.OTLPLogSink.flush") if callable(force_flush) else None
+        )
 
     def write(self, records: Sequence[TrajectoryRecord]) -> None:
         """Emit one log record per trajectory record."""
@@ -141,10 +151,10 @@ class OTLPLogSink:
             )
 
     def flush(self) -> None:
-        """Ask the provider's processors to export what they hold (SDK providers only)."""
-        force_flush = getattr(self._provider, "force_flush", None)
-        if callable(force_flush):
-            force_flush()
+        """Ask the provider's processors to export what they hold (SDK providers only), waiting at most
+        ``flush_timeout_s``; an export still running then goes on in the background."""
+        if self._force_flush is not None:
+            self._force_flush(self._flush_timeout_s)
 
     def close(self) -> None:
         """Flush; leave the provider running (see the class docstring)."""

@@ -181,7 +181,8 @@ def test_tool_error_handler_feeds_the_model_the_recent_errors_block(traced: OTel
     assert "in count_orders: no such table: orders\n" in fed_back[0]
     assert "in count_orders: no such table: orders (×2)" in fed_back[1]
     assert "in count_orders: no such table: orders (×3)" in fed_back[2]
-    assert "Escalated: error threshold breached" in fed_back[2]
+    assert "no such table: orders (×3) ← Escalated: 3 times in a row (threshold 3)" in fed_back[2]
+    assert fed_back[2].count("no such table: orders") == 1  # the escalated digest is not quoted twice
     assert ec.history.escalation(THREAD) is not None
     assert len(traced.records()) == 3
 

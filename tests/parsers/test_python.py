@@ -531,10 +531,15 @@ def test_keyboard_interrupt_and_system_exit(tmp_path: Path) -> None:
     raw, d = _compact(tmp_path / "sigint", """
         import os
         import signal
+        import time
 
         def wait_for_job():
+            # A job started in the background inherits SIGINT ignored, and Python then installs no
+            # handler of its own: install it, so the signal raises KeyboardInterrupt whatever the parent.
+            signal.signal(signal.SIGINT, signal.default_int_handler)
             os.kill(os.getpid(), signal.SIGINT)
-            while True:
+            deadline = time.monotonic() + 60  # bounded: a lost signal fails the test, it does not hang it
+            while time.monotonic() < deadline:
                 pass
 
         wait_for_job()

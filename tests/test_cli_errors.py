@@ -1,0 +1,117 @@
+"""The installed ``otel-errcompact`` command meets bad input with one line and a non-zero exit, and the
+demo keeps out of the user's real trajectory store."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from otel_errcompact.sinks import SQLiteSink, TrajectoryStore
+
+ENTRY = Path(sys.executable).with_name("otel-errcompact")
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("OTEL_")}
+    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
+    env.update(extra)
+    return env
+
+
+def _cli(args: list[str], env: dict[str, str], stdin: str | None = None) -> subprocess.CompletedProcess[str]:
+    assert ENTRY.exists(), f"the console script is not installed beside {sys.executable}"
+    return subprocess.run([str(ENTRY), *args], env=env, input=stdin, capture_output=True, text=True,
+                          timeout=300, check=False)
+
+
+def _one_line_error(proc: subprocess.CompletedProcess[str]) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout, proc.stderr)
+    assert "Traceback" not in proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("otel-errcompact: ")
+    return lines[0]
+
+
+def _not_sqlite(tmp_path: Path) -> Path:
+    path = tmp_path / "notes.md"
+    path.write_bytes(Path(__file__).read_bytes())
+    return path
+
+
+def _other_sqlite(tmp_path: Path) -> Path:
+    path = tmp_path / "shop.db"
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)")
+    return path
+
+
+@pytest.mark.parametrize("action", [["list"], ["show", "abc123"]])
+@pytest.mark.parametrize("make", [_not_sqlite, _other_sqlite], ids=["not-sqlite", "other-sqlite"])
+def test_a_db_that_is_not_a_trajectory_store_is_one_line(tmp_path: Path, action: list[str], make: object) -> None:
+    db = make(tmp_path)  # type: ignore[operator]
+    line = _one_line_error(_cli(["trajectories", action[0], *action[1:], "--db", str(db)], _env(tmp_path)))
+    assert f"--db {str(db)!r}: not a readable trajectory database" in line
+
+
+def test_the_store_named_by_the_variable_is_named_too(tmp_path: Path) -> None:
+    db = _not_sqlite(tmp_path)
+    line = _one_line_error(_cli(["trajectories", "list"], _env(tmp_path, OTEL_ERRCOMPACT_SQLITE_PATH=str(db))))
+    assert f"OTEL_ERRCOMPACT_SQLITE_PATH {str(db)!r}: not a readable trajectory database" in line
+
+
+@pytest.mark.parametrize("command", [["trajectories", "list"], ["demo"]])
+def test_a_bad_variable_is_one_line_naming_it(tmp_path: Path, command: list[str]) -> None:
+    line = _one_line_error(_cli(command, _env(tmp_path, OTEL_ERRCOMPACT_CONSECUTIVE="banana")))
+    assert line.endswith("OTEL_ERRCOMPACT_CONSECUTIVE='banana': expected an integer ≥ 1")
+
+
+def test_compact_does_not_need_the_settings(tmp_path: Path) -> None:
+    raw = subprocess.run([sys.executable, "-c", "{}['user_id']"], capture_output=True, text=True).stderr
+    proc = _cli(["compact"], _env(tmp_path, OTEL_ERRCOMPACT_CONSECUTIVE="banana"), stdin=raw)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "[KeyError] at <string>:1 in <module>: 'user_id'"
+
+
+def test_a_misspelled_variable_is_a_one_line_warning(tmp_path: Path) -> None:
+    db = tmp_path / "t.sqlite3"
+    SQLiteSink(db).close()
+    proc = _cli(["trajectories", "list"], _env(tmp_path, OTEL_ERRCOMPACT_SQLITE_PATH=str(db),
+                                               OTEL_ERRCOMPACT_SQLITE_PAHT=str(db)))
+    assert proc.returncode == 0 and "no trajectory records" in proc.stdout
+    assert proc.stderr.strip() == ("otel-errcompact: unknown variable OTEL_ERRCOMPACT_SQLITE_PAHT "
+                                   "(did you mean OTEL_ERRCOMPACT_SQLITE_PATH?); it is ignored")
+
+
+def test_the_demo_uses_a_temporary_store_and_says_where(tmp_path: Path) -> None:
+    proc = _cli(["demo"], _env(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    match = re.search(r"^Trajectories \(full raw errors\): (.+)$", proc.stdout, re.M)
+    assert match is not None, proc.stdout
+    where = Path(match.group(1))
+    try:
+        assert "a temporary store for this demo" in proc.stdout
+        assert not (tmp_path / "xdg").exists()  # the user's real store was not touched
+        with TrajectoryStore(where) as store:
+            assert store.count() == 10
+        listed = _cli(["trajectories", "list", "--db", str(where), "--limit", "3"], _env(tmp_path))
+        assert listed.returncode == 0 and "3 of 10 records" in listed.stdout
+    finally:
+        shutil.rmtree(where.parent, ignore_errors=True)
+
+
+def test_the_demo_writes_where_the_variable_says(tmp_path: Path) -> None:
+    db = tmp_path / "chosen.sqlite3"
+    proc = _cli(["demo"], _env(tmp_path, OTEL_ERRCOMPACT_SQLITE_PATH=str(db)))
+    assert proc.returncode == 0, proc.stderr
+    assert f"Trajectories (full raw errors): {db}\n" in proc.stdout
+    assert "temporary" not in proc.stdout
+    with TrajectoryStore(db) as store:
+        assert store.count() == 10

@@ -1,0 +1,302 @@
+"""Configuration as a careful user meets it: a fresh interpreter with the environment set.
+
+The master switch, a second ``init()``, bad and misspelled ``OTEL_ERRCOMPACT_*`` variables, and trajectory
+paths that cannot be used. Each test runs its agent in a subprocess, so what is checked is what a user
+sees: the exception, the warning on stderr, the files left behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from otel_errcompact.config import ENV_PREFIX, Settings
+from otel_errcompact.sinks import TrajectoryStore
+
+
+def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("OTEL_")}
+    env["XDG_DATA_HOME"] = str(tmp_path / "xdg")  # the default store, if anything writes it
+    env.update(extra)
+    return env
+
+
+def _python(source: str, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(source), *args],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )
+
+
+def _last_json(proc: subprocess.CompletedProcess[str]) -> dict[str, object]:
+    assert proc.returncode == 0, proc.stderr
+    result: dict[str, object] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result
+
+
+# -- 1. the master switch -------------------------------------------------------------------------------
+
+DISABLED_AGENT = """
+    import json, threading, traceback
+    import otel_errcompact
+    from opentelemetry import trace
+
+    def lookup(key):
+        return {"a": 1}[key]
+
+    def failure(fn):
+        try:
+            fn("zz")
+        except Exception as exc:
+            return traceback.format_exception_only(exc)
+        return None
+
+    bare = failure(lookup)
+    ec = otel_errcompact.init(service_name="switched-off")
+    wrapped = ec.tool(lookup)
+    named = ec.tool(name="lookup")(lookup)
+    with ec.conversation("conv-off"):
+        through_wrapper = failure(wrapped)
+        through_named = failure(named)
+        try:
+            with ec.tool_call("lookup"):
+                lookup("zz")
+            in_block = None
+        except KeyError as exc:
+            in_block = repr(exc)
+        ec.check()
+    print(json.dumps({
+        "bare": bare, "wrapped": through_wrapper, "named": through_named, "in_block": in_block,
+        "same_function": wrapped is lookup,
+        "context": ec.context("conv-off"), "sqlite_path": ec.sqlite_path and str(ec.sqlite_path),
+        "processor": ec.processor is not None, "writer": ec.writer is not None,
+        "threads": threading.active_count(),
+        "tracer_provider": type(trace.get_tracer_provider()).__name__,
+    }))
+    ec.shutdown()
+"""
+
+
+def test_disabled_makes_the_library_inert(tmp_path: Path) -> None:
+    proc = _python(DISABLED_AGENT, _env(tmp_path, OTEL_ERRCOMPACT_ENABLED="false"))
+    out = _last_json(proc)
+    assert out["wrapped"] == out["bare"] == out["named"] == ["KeyError: 'zz'\n"]
+    assert out["in_block"] == "KeyError('zz')"
+    assert out["same_function"] is True
+    assert out["context"] == ""
+    assert out["sqlite_path"] is None
+    assert out["processor"] is False and out["writer"] is False
+    assert out["threads"] == 1
+    assert out["tracer_provider"] == "ProxyTracerProvider"  # no provider was created or set
+    assert proc.stderr == ""  # no warnings, misleading or otherwise
+    assert not (tmp_path / "xdg").exists()  # no store
+
+
+def test_enabled_the_same_agent_gets_digests(tmp_path: Path) -> None:
+    """The contrast that makes the test above meaningful: switched on, the same code is compacted."""
+    proc = _python(DISABLED_AGENT, _env(tmp_path, OTEL_ERRCOMPACT_CONSECUTIVE="5"))
+    out = _last_json(proc)
+    assert out["wrapped"] is None and out["in_block"] is None
+    assert "[KeyError]" in str(out["context"])
+    assert out["sqlite_path"] is not None and Path(str(out["sqlite_path"])).is_file()
+
+
+# -- 2. a second init() ---------------------------------------------------------------------------------
+
+REINIT_AGENT = """
+    import json, sys, warnings
+    import otel_errcompact
+
+    db, other = sys.argv[1], sys.argv[2]
+    ec = otel_errcompact.init(sqlite_path=db, consecutive=3)
+    with warnings.catch_warnings(record=True) as same:
+        warnings.simplefilter("always")
+        again = otel_errcompact.init(sqlite_path=db, consecutive=3)
+    with warnings.catch_warnings(record=True) as different:
+        warnings.simplefilter("always")
+        changed = otel_errcompact.init(sqlite_path=other, consecutive=10, action="human")
+    errors = []
+    for kwargs in ({"consecutive": "banana"}, {"consecutve": 3}):
+        try:
+            otel_errcompact.init(sqlite_path=db, **kwargs)
+            errors.append(None)
+        except otel_errcompact.ConfigurationError as exc:
+            errors.append(str(exc))
+    print(json.dumps({
+        "same_handle": again is ec and changed is ec,
+        "same_warnings": [str(w.message) for w in same],
+        "different_warnings": [(w.category.__name__, str(w.message)) for w in different],
+        "consecutive": ec.history.thresholds.consecutive, "action": ec.history.thresholds.action,
+        "sqlite_path": str(ec.sqlite_path), "errors": errors,
+    }))
+    ec.shutdown()
+"""
+
+
+def test_a_second_init_warns_naming_each_differing_setting(tmp_path: Path) -> None:
+    db, other = tmp_path / "first.sqlite3", tmp_path / "second.sqlite3"
+    out = _last_json(_python(REINIT_AGENT, _env(tmp_path), str(db), str(other)))
+    assert out["same_handle"] is True
+    assert out["same_warnings"] == []  # same arguments: idempotent and quiet
+    ((category, message),) = out["different_warnings"]  # type: ignore[misc]
+    assert category == "ConfigurationWarning"
+    assert "consecutive: 3 → 10" in message and "action: 'halt' → 'human'" in message
+    assert "sqlite_path" in message and str(other) in message
+    assert "shutdown()" in message
+    # the first settings stay in force, and nothing was created at the ignored path
+    assert (out["consecutive"], out["action"], out["sqlite_path"]) == (3, "halt", str(db))
+    assert not other.exists()
+    bad_value, unknown = out["errors"]  # type: ignore[misc]
+    assert bad_value == "invalid otel-errcompact settings: consecutive='banana': expected an integer ≥ 1"
+    assert "unknown setting consecutve=" in unknown and "did you mean consecutive=?" in unknown
+
+
+# -- 3. environment variables ---------------------------------------------------------------------------
+
+INIT_ONLY = """
+    import otel_errcompact
+    ec = otel_errcompact.init()
+    print("sqlite_path", ec.sqlite_path, "consecutive", ec.history.thresholds.consecutive)
+    ec.shutdown()
+"""
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "expected"),
+    [
+        ("OTEL_ERRCOMPACT_CONSECUTIVE", "banana", "expected an integer ≥ 1"),
+        ("OTEL_ERRCOMPACT_CONSECUTIVE", "0", "expected an integer ≥ 1"),
+        ("OTEL_ERRCOMPACT_ACTION", "explode", "expected one of 'halt', 'human'"),
+        ("OTEL_ERRCOMPACT_ENABLED", "maybe", "expected true or false"),
+        ("OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S", "-1", "expected a number > 0"),
+        ("OTEL_ERRCOMPACT_BUDGET", "lots", "expected an integer ≥ 1, or empty / none to turn it off"),
+    ],
+)
+def test_a_bad_variable_is_named_with_its_value(tmp_path: Path, variable: str, value: str, expected: str) -> None:
+    proc = _python(INIT_ONLY, _env(tmp_path, **{variable: value}))
+    assert proc.returncode == 1
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last == (f"otel_errcompact.exceptions.ConfigurationError: invalid otel-errcompact settings: "
+                    f"{variable}={value!r}: {expected}")
+
+
+def test_a_misspelled_variable_warns_with_did_you_mean(tmp_path: Path) -> None:
+    proc = _python(INIT_ONLY, _env(tmp_path, OTEL_ERRCOMPACT_CONSECUTVE="2", OTEL_ERRCOMPACT_SQLITE_PAHT="x.db"))
+    assert proc.returncode == 0, proc.stderr
+    assert "consecutive 3" in proc.stdout  # ignored, as the warning says
+    assert ("ConfigurationWarning: otel-errcompact: unknown variable OTEL_ERRCOMPACT_CONSECUTVE "
+            "(did you mean OTEL_ERRCOMPACT_CONSECUTIVE?); it is ignored") in proc.stderr
+    assert "unknown variable OTEL_ERRCOMPACT_SQLITE_PAHT (did you mean OTEL_ERRCOMPACT_SQLITE_PATH?)" in proc.stderr
+
+
+def test_every_setting_is_a_known_variable(tmp_path: Path) -> None:
+    """The known names come from the settings model: setting each field's variable warns about none."""
+    defaults = Settings(sqlite_path=tmp_path / "all.sqlite3")
+    env = _env(tmp_path)
+    for name in Settings.model_fields:
+        value = getattr(defaults, name)
+        env[f"{ENV_PREFIX}{name.upper()}"] = "none" if value is None else str(value).lower()
+    proc = _python(INIT_ONLY, env)
+    assert proc.returncode == 0, proc.stderr
+    assert "unknown variable" not in proc.stderr and "Warning" not in proc.stderr
+
+
+# -- 4. trajectory paths that cannot be used ---------------------------------------------------------------
+
+PATH_AGENT = """
+    import json, sys
+    import otel_errcompact
+    kwargs = {"sqlite_path": sys.argv[1]} if len(sys.argv) > 1 else {}
+    try:
+        ec = otel_errcompact.init(**kwargs)
+    except otel_errcompact.ConfigurationError as exc:
+        print(json.dumps({"error": str(exc)}))
+        raise SystemExit(0)
+
+    @ec.tool
+    def lookup(key):
+        return {"a": 1}[key]
+
+    print(json.dumps({"error": None, "sqlite_path": ec.sqlite_path and str(ec.sqlite_path),
+                      "result": lookup("zz")}))
+    ec.shutdown()
+"""
+
+
+def _unusable(tmp_path: Path, kind: str) -> tuple[Path, str]:
+    if kind == "read-only system directory":
+        return Path("/proc/errcompact-trajectories.sqlite3"), "SQLite database there"
+    if kind == "parent is a file":
+        (tmp_path / "notes.txt").write_text("a file, not a folder\n")
+        return tmp_path / "notes.txt" / "trajectories.sqlite3", "parent"
+    if kind == "a directory":
+        (tmp_path / "folder").mkdir()
+        return tmp_path / "folder", "is a directory"
+    (tmp_path / "notes.py").write_bytes(Path(__file__).read_bytes())  # a real file that is not SQLite
+    return tmp_path / "notes.py", "not a SQLite database"
+
+
+KINDS = ["read-only system directory", "parent is a file", "a directory", "not SQLite"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unusable_path_in_the_environment_fails_fast_naming_it(tmp_path: Path, kind: str) -> None:
+    path, reason = _unusable(tmp_path, kind)
+    before = path.read_bytes() if path.is_file() else None
+    out = _last_json(_python(PATH_AGENT, _env(tmp_path, OTEL_ERRCOMPACT_SQLITE_PATH=str(path))))
+    error = str(out["error"])
+    assert error.startswith(f"OTEL_ERRCOMPACT_SQLITE_PATH={str(path)!r}: "), error
+    assert reason in error
+    if before is not None:
+        assert path.read_bytes() == before  # refused, not overwritten
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_an_unusable_path_argument_fails_fast_naming_it(tmp_path: Path, kind: str) -> None:
+    path, reason = _unusable(tmp_path, kind)
+    out = _last_json(_python(PATH_AGENT, _env(tmp_path), str(path)))
+    assert str(out["error"]).startswith(f"sqlite_path={str(path)!r}: ")
+    assert reason in str(out["error"])
+
+
+def test_an_unusable_default_path_warns_and_runs_without_the_store(tmp_path: Path) -> None:
+    (tmp_path / "data-file").write_text("XDG_DATA_HOME points at a file\n")
+    env = _env(tmp_path, XDG_DATA_HOME=str(tmp_path / "data-file"))
+    proc = _python(PATH_AGENT, env)
+    out = _last_json(proc)
+    assert out["error"] is None and out["sqlite_path"] is None
+    assert str(out["result"]).startswith("Error: [KeyError]")  # compaction still works
+    assert "ConfigurationWarning: otel-errcompact: running without the trajectory store: the default " \
+           "sqlite_path=" in proc.stderr
+    assert "set OTEL_ERRCOMPACT_SQLITE_PATH to a writable file" in proc.stderr
+
+
+def test_a_usable_path_is_created_with_its_folders(tmp_path: Path) -> None:
+    db = tmp_path / "new" / "deeper" / "t.sqlite3"
+    out = _last_json(_python(PATH_AGENT, _env(tmp_path, OTEL_ERRCOMPACT_SQLITE_PATH=str(db))))
+    assert out["error"] is None and out["sqlite_path"] == str(db)
+    with TrajectoryStore(db) as store:
+        assert store.count() == 1
+
+
+def test_an_unusable_jsonl_path_fails_fast_naming_it(tmp_path: Path) -> None:
+    (tmp_path / "logs").mkdir()
+    env = _env(tmp_path, OTEL_ERRCOMPACT_SQLITE_PATH=str(tmp_path / "t.sqlite3"),
+               OTEL_ERRCOMPACT_JSONL_PATH=str(tmp_path / "logs"))
+    out = _last_json(_python(PATH_AGENT, env))
+    assert out["error"] == f"OTEL_ERRCOMPACT_JSONL_PATH={str(tmp_path / 'logs')!r}: is a directory; give the path " \
+                           "of a file inside it"
+
+
+def test_the_viewer_trace_url_variable_is_a_known_setting(tmp_path: Path) -> None:
+    env = _env(tmp_path, OTEL_ERRCOMPACT_TRACE_URL="http://127.0.0.1:16686/trace/{trace_id}",
+               OTEL_ERRCOMPACT_SQLITE_PATH=str(tmp_path / "t.sqlite3"))
+    proc = _python(INIT_ONLY, env)
+    assert proc.returncode == 0, proc.stderr
+    assert "unknown variable" not in proc.stderr
