@@ -30,6 +30,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler
@@ -127,7 +128,7 @@ def _anthropic_rate() -> Route:
                  "anthropic-ratelimit-input-tokens-limit": "40000"}, _anthropic(
         "rate_limit_error",
         "This request would exceed the rate limit for your organization "
-        f"({secrets.token_hex(4)}-{secrets.token_hex(2)}) of 40,000 input tokens per minute. For details, refer "
+        f"({uuid.uuid4()}) of 40,000 input tokens per minute. For details, refer "
         "to: https://docs.claude.com/en/api/rate-limits. You can see the response headers for current usage. "
         "Please reduce the prompt length or the maximum tokens requested, or try again later.", rid)
 
@@ -160,8 +161,9 @@ CASES: list[Case] = [
     _rate_limit("gpt-4o", "RPM", 500),
     ("http/openai-429-quota", ["429", "insufficient_quota"], _quota),
     ("http/openai-401-key", ["401", "invalid_api_key"], _bad_key),
-    ("http/openai-400-context-128000", ["400", "context_length_exceeded", "128000"], _context(128000)),
-    ("http/openai-400-context-8192", ["400", "context_length_exceeded", "8192"], _context(8192)),
+    # The model's limit is a number like any other (a value): one class whatever the model's window.
+    ("http/openai-400-context", ["400", "context_length_exceeded", "128000"], _context(128000)),
+    ("http/openai-400-context", ["400", "context_length_exceeded", "8192"], _context(8192)),
     ("http/anthropic-429", ["429", "rate_limit_error", "retry after"], _anthropic_rate),
     ("http/anthropic-529", ["529", "overloaded_error"], _anthropic_overloaded),
     _anthropic_model("claude-3-opus-latest"),
@@ -299,20 +301,21 @@ def generate() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
             for rep in range(4):
                 form, extra = curl_forms[rep % len(curl_forms)]
                 text, code, cmd = _curl([*extra, f"{base}/v1/case/{index}"])
-                add(f"{label.split('/', 1)[1]}-{rep}", "http-api", text, label, tokens, f"curl -sS {form}",
+                add(f"{label.split('/', 1)[1]}-{index}-{rep}", "http-api", text, label, tokens, f"curl -sS {form}",
                     code, cmd)
 
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "index.html").write_text("<h1>ok</h1>", encoding="utf-8")
         with _http_server(folder) as base:
-            for rep, name in enumerate(["docs/v2/guide.html", "missing.txt", "api/items/17.json", "x"]):
+            for rep, name in enumerate(["missing.txt", "missing.txt?v=2", "missing.txt?v=3", "missing.txt#top"]):
                 text, code, cmd = _curl(["-i", f"{base}/{name}"])
                 add(f"httpserver-404-{rep}", "http-html", text, "http/httpserver-404", ["404", "File not found"],
                     "curl -sS -i against python -m http.server", code, cmd)
             for rep, name in enumerate(["a.tar.gz", "b/c.txt", "reports/2026-11.csv"]):
                 text, code, cmd = _curl(["-f", f"{base}/{name}"])
-                add(f"curl-f-404-{rep}", "http-curl", text, "http/curl-f-404", ["404"],
+                # curl -f prints no more than the status: as a class it is any plain "404 Not Found".
+                add(f"curl-f-404-{rep}", "http-curl", text, "http/404-not-found", ["404"],
                     "curl -sS -f against python -m http.server", code, cmd)
         for rep in range(4):
             text, code, cmd = _curl(["-i", f"http://127.0.0.1:{_free_port()}/v1/models"])
@@ -339,22 +342,23 @@ def generate() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
                         add(f"django-debug-zero-{rep}", "http-html", text, "http/django-debug-zerodivision",
                             ["500", "ZeroDivisionError"], "curl -sS -i against a Django app (DEBUG=True)", code,
                             cmd)
-                for rep, missing in enumerate(["nope", "api/v1/users/5", "static/app.js"]):
+                for rep, missing in enumerate(["api/v1/users/5", "api/v1/users/17", "api/v1/users/5?x=1"]):
                     text, code, cmd = _curl(["-i", f"{base}/{missing}"])
-                    add(f"django-{tag}-404-{rep}", "http-html", text, f"http/django-{tag}-404", ["404"],
+                    label = "http/django-debug-404" if debug else "http/404-not-found"
+                    add(f"django-{tag}-404-{rep}", "http-html", text, label, ["404"],
                         f"curl -sS -i against a Django app (DEBUG={debug})", code, cmd)
 
     pairs = [
-        ("openai-404-model-gpt-5-turbo-0", "openai-404-model-gpt-4o-mini-2024-0", "different model"),
-        ("openai-429-gpt-4o-TPM-0", "openai-429-gpt-4o-RPM-0", "different limit hit"),
-        ("openai-429-gpt-4o-TPM-1", "openai-429-quota-1", "rate limit versus quota"),
-        ("openai-400-context-128000-0", "openai-400-context-8192-0", "different context limit"),
-        ("anthropic-404-claude-3-opus-latest-0", "anthropic-404-claude-sonnet-9-0", "different model"),
-        ("anthropic-429-0", "anthropic-529-0", "different status"),
+        ("openai-404-model-gpt-5-turbo-0-0", "openai-404-model-gpt-4o-mini-2024-1-0", "different model"),
+        ("openai-429-gpt-4o-TPM-2-0", "openai-429-gpt-4o-RPM-3-0", "different limit hit"),
+        ("openai-429-gpt-4o-TPM-2-1", "openai-429-quota-4-1", "rate limit versus quota"),
+        ("openai-401-key-5-0", "openai-429-quota-4-0", "different error code"),
+        ("anthropic-404-claude-3-opus-latest-10-0", "anthropic-404-claude-sonnet-9-11-0", "different model"),
+        ("anthropic-429-8-0", "anthropic-529-9-0", "different status"),
         ("django-debug-table-invoices-0", "django-debug-table-customers-0", "different missing table"),
         ("django-debug-orders-0", "django-debug-zero-0", "different exception"),
         ("django-debug-404-0", "django-prod-404-0", "different page"),
-        ("httpserver-404-0", "django-prod-404-1", "different server"),
+        ("httpserver-404-0", "django-prod-404-1", "File not found versus Not Found"),
         ("curl-f-404-0", "curl-refused-0", "different failure"),
     ]
     return records, [{"a": f"{FAMILY}/{a}", "b": f"{FAMILY}/{b}", "why": why} for a, b, why in pairs]

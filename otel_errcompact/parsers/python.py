@@ -352,7 +352,11 @@ def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int, *, 
     shown = clip(message, _MAX_PART) if shorten else message
     if root_message and root_message in shown:
         # Only when the quoted root survives the cut: a long wrapper message (requests' "Max retries
-        # exceeded … Caused by …") quotes the root at its very end.
+        # exceeded … Caused by …") quotes the root at its very end. A wrapper whose whole message is the
+        # root's (``ToolkitError: 'name'`` around ``KeyError: 'name'``) says nothing of what failed: the
+        # root's type does.
+        if root_message == message.strip() and root.type != final.type:
+            return f"{message} ← {root.type}"
         return message
     described = clip(_describe(root), _MAX_PART) if shorten else _describe(root)
     return f"{shown or '(no message)'} ← {described}"
