@@ -4,7 +4,7 @@
 failure stays the same; an *identifier* names the cause. Values are masked, identifiers never are:
 
 - A run of digits standing on its own is a value, whatever separates it from its neighbours: ``42``,
-  ``u-2``, ``u_44239``, ``item:7``, ``#12``, ``part-00001.parquet``, ``output_3.csv`` all mask the number
+  ``u-2``, ``u_44239``, ``s.3``, ``item:7``, ``#12``, ``part-00001.parquet``, ``output_3.csv`` all mask the number
   (``u-<n>``, ``u_<n>``). Digits glued to letters are part of a name and stay: ``v2``, ``int64``,
   ``t3_orders``, ``python3``, ``utf8``; except at the end of a file name's stem (``report3.csv`` →
   ``report<n>.csv``), where a number counts files.
@@ -141,7 +141,13 @@ _RULES: tuple[tuple[re.Pattern[str], str, str, bool], ...] = (
     ),
     # A numbered file: the digits that end a file name's stem (``report3.csv``, ``chunk_0007.parquet``).
     (re.compile(r"(?<=[A-Za-z])\d+(?=\.[A-Za-z][A-Za-z0-9]{0,7}" + _NA + ")"), "<n>", _DIGITS, True),
-    (re.compile(r"(?<![A-Za-z0-9." + _SHIELD + r"])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?" + _NA), "<n>", _DIGITS, True),
+    # After a dot only when a letter precedes it (``s.3``, ``libssl.so.3``): ``1.5`` stays one number.
+    (
+        re.compile(r"(?:(?<![A-Za-z0-9." + _SHIELD + r"])|(?<=[A-Za-z]\.))[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?" + _NA),
+        "<n>",
+        _DIGITS,
+        True,
+    ),
     (re.compile(r"\s+"), " ", " \t\n", False),
 )
 _NOISE_RULES = tuple(rule for rule in _RULES if not rule[3])

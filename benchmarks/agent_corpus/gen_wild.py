@@ -47,7 +47,8 @@ PY_SCENARIOS: list[tuple[str, str, list[str], bool, list[str]]] = [
     ("missing-file", 'import os\n\ndef load_settings(name):\n    with open(os.path.join("conf", name)) as f:\n'
      "        return f.read()\n\nload_settings({v})\n", ["settings_1.json", "settings_15.json", "settings_7.json"],
      False, ["FileNotFoundError", "load_settings", "{raw}"]),
-    ("missing-file-name", 'import os\n\ndef load_settings(name):\n    with open(os.path.join("conf", name)) as f:\n'
+    ("missing-file-name", 'import os\n\ndef load_settings(name):\n'
+     '    with open(os.path.join("conf", name)) as f:\n'
      "        return f.read()\n\nload_settings({v})\n", ["secrets.yaml", "tokens.toml"], True,
      ["FileNotFoundError", "{raw}"]),
     ("no-table", 'import sqlite3\n\ndef count_rows(table):\n    db = sqlite3.connect(":memory:")\n'
@@ -61,12 +62,14 @@ PY_SCENARIOS: list[tuple[str, str, list[str], bool, list[str]]] = [
      "    except KeyError:\n        raise LookupError(f'missing setting {{name!r}}') from None\n\n"
      "get_setting({v})\n", ["timeout", "retries"], True, ["LookupError", "missing setting", "{raw}"]),
     ("wrapper", "class ToolkitError(Exception):\n    pass\n\nTOOLS = {'search': 1}\n\ndef resolve_tool(name):\n"
-     "    try:\n        return TOOLS[name]\n    except KeyError as exc:\n        raise ToolkitError(str(exc)) from exc\n"
+     "    try:\n        return TOOLS[name]\n    except KeyError as exc:\n"
+     "        raise ToolkitError(str(exc)) from exc\n"
      "\nresolve_tool({v})\n", ["weather", "calendar"], True, ["ToolkitError", "KeyError", "{raw}"]),
     ("json-decode", "import json\n\ndef load_payload(text):\n    return json.loads(text)\n\nload_payload({v})\n",
      ['{"a": 1,}', '{"items": [1, 2], "total": 33,}', '{"id": "x-9",}'], False,
      ["JSONDecodeError", "Expecting property name", "load_payload"]),
-    ("none-attr", "def order_total(order):\n    return getattr(order, {v})\n\norder_total(None)\n", ["items", "customer"], True,
+    ("none-attr", "def order_total(order):\n    return getattr(order, {v})\n\norder_total(None)\n",
+     ["items", "customer"], True,
      ["AttributeError", "{raw}", "order_total"]),
 ]
 
@@ -334,7 +337,8 @@ def jvm_records(folder: Path) -> list[dict[str, Any]]:
     built = _run(["javac", "Main.java"], src)
     assert built.returncode == 0, built.stderr
     cases = [
-        ("age", ["abc", "12x", "forty"], "wild/jvm-parseint", ["NumberFormatException", "For input string", "parseAge"]),
+        ("age", ["abc", "12x", "forty"], "wild/jvm-parseint",
+         ["NumberFormatException", "For input string", "parseAge"]),
         ("config", ["app_1.properties", "app_22.properties"], "wild/jvm-nofile-app",
          ["NoSuchFileException", "readConfig"]),
         ("config", ["secrets.properties"], "wild/jvm-nofile-secrets",

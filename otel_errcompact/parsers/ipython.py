@@ -55,9 +55,12 @@ def parse(text: str, hints: Hints) -> Parsed | None:
             frames.append(Frame(path, int(file.group("line")), file.group("func"), in_app=not is_library_path(path)))
             continue
         exc = _EXCEPTION.match(line)
-        if exc is not None and (exc.group("msg") is not None or exc.group("type") == head_type):
-            if exc.group("type").rsplit(".", 1)[-1] == head_type.rsplit(".", 1)[-1] or not exc_type:
-                exc_type, exc_msg = exc.group("type"), (exc.group("msg") or "").strip()
+        if (
+            exc is not None
+            and (exc.group("msg") is not None or exc.group("type") == head_type)
+            and (exc.group("type").rsplit(".", 1)[-1] == head_type.rsplit(".", 1)[-1] or not exc_type)
+        ):
+            exc_type, exc_msg = exc.group("type"), (exc.group("msg") or "").strip()
     if head_type:
         blocks.append((head_type, frames, exc_type, exc_msg))
     if not blocks:

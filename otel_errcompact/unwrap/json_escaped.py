@@ -24,25 +24,28 @@ _MAX_NODES = 2_000
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|[\"\\/bfnrt])")
 _SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", '"': '"', "\\": "\\", "/": "/"}
 _ERRORISH = ("Traceback", "Error", "Exception", "panic:", "error", "at ")
+_FRAME_MARKS = ("Traceback", 'File "', "\tat ", "goroutine ", "Cell In[")
 
 
 def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     """The multi-line error inside JSON-escaped ``text``; ``None`` when there is none."""
-    if "\\n" not in text or len(text) > _MAX_CHARS:
+    if len(text) > _MAX_CHARS:
         return None
-    escaped = text.count("\\n")
-    if escaped < 2 or text.count("\n") * 2 > escaped:
-        return None  # real lines outnumber the escaped ones: a Windows path, not a serialised error
     stripped = text.strip()
-    if stripped[:1] in "\"{[":
+    if stripped[:1] in "\"{[" and ("\\n" in stripped or "Traceback" in stripped):
         try:
             value: object = json.JSONDecoder().raw_decode(stripped)[0]
         except (ValueError, RecursionError):
             value = None
+        if isinstance(value, str) and "\\n" in value:
+            return value, hints  # serialised twice: the next pass takes off the second layer
         if value is not None:
             found = _best_text(value)
             if found is not None:
                 return found, hints
+    escaped = text.count("\\n")
+    if escaped < 2 or text.count("\n") * 2 > escaped:
+        return None  # real lines outnumber the escaped ones: a Windows path, not a serialised error
     decoded = _ESCAPE.sub(_decode_one, text)
     return (decoded, hints) if decoded.count("\n") >= 2 else None
 
@@ -67,7 +70,10 @@ def _best_text(value: object) -> str | None:
         if isinstance(node, str):
             candidate = node
         elif isinstance(node, list):
-            if node and all(isinstance(item, str) for item in node[:50]) and len(node) >= 3:
+            if len(node) >= 3 and all(isinstance(item, str) for item in node[:50]) and any(
+                mark in item for item in node[:50] for mark in _FRAME_MARKS
+            ):
+                # A traceback kept as a list of lines (Jupyter's ``traceback`` field).
                 candidate = "\n".join(str(item).rstrip("\n") for item in node)
             else:
                 stack.extend(reversed(node[:200]))
