@@ -54,10 +54,11 @@ _SHIELD = "\ue000"
 # so ``u-2`` and ``u_44239`` are read the same way (``\b`` would treat ``_`` as part of a word).
 _NB = r"(?<![A-Za-z0-9])"
 _NA = r"(?![A-Za-z0-9])"
-# Each rule: (pattern, placeholder, characters of which at least one must occur for the rule to apply,
-# whether it masks a *value* the caller chose rather than machine noise). The guard skips a regex pass in
-# the common case of a short message without digits.
-_RULES: tuple[tuple[re.Pattern[str], str, str, bool], ...] = (
+# Each rule: (pattern, placeholder, characters or substrings of which at least one must occur for the rule
+# to apply, whether it masks a *value* the caller chose rather than machine noise). The guard skips a regex
+# pass in the common case of a short message without digits or without the rule's words.
+_Rule = tuple[re.Pattern[str], str, "str | tuple[str, ...]", bool]
+_RULES: tuple[_Rule, ...] = (
     (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", "*", False),
     (
         re.compile(
@@ -65,7 +66,7 @@ _RULES: tuple[tuple[re.Pattern[str], str, str, bool], ...] = (
             r"(?:[ _\-](?:with|non-zero|nonzero|exit|code|status|value))*[ \t]*[:=]?[ \t]*[(\[]?)(-?\d+)"
         ),
         "\\1" + _SHIELD + "\\2",
-        _DIGITS,
+        ("xit", "XIT", "eturn", "tatus", "ignal", "ignum", "illed"),
         False,
     ),
     (
@@ -75,7 +76,7 @@ _RULES: tuple[tuple[re.Pattern[str], str, str, bool], ...] = (
             r"[ \t]*:?[ \t]*|time data[ \t]+)(?:'(?:[^'\\\n]|\\.){0,200}'|\"(?:[^\"\\\n]|\\.){0,200}\")"
         ),
         "\\1<v>",
-        "'\"",
+        ("literal", "nput string", "NPUT STRING", "convert string", "time data", "nvalid", "NVALID"),
         True,
     ),
     (
@@ -96,7 +97,7 @@ _RULES: tuple[tuple[re.Pattern[str], str, str, bool], ...] = (
         True,
     ),
     (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", "x", False),
-    (re.compile(r"(?i)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"), "\\1 <b>", "x", True),
+    (re.compile(r"(?i)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"), "\\1 <b>", ("byte", "BYTE"), True),
     (
         re.compile(
             r"(?:/private)?/var/folders/(?:[^/\s'\"]+/)+"
@@ -153,7 +154,7 @@ _RULES: tuple[tuple[re.Pattern[str], str, str, bool], ...] = (
 _NOISE_RULES = tuple(rule for rule in _RULES if not rule[3])
 
 
-def _apply(message: str, rules: tuple[tuple[re.Pattern[str], str, str, bool], ...]) -> str:
+def _apply(message: str, rules: tuple[_Rule, ...]) -> str:
     text = message[: MAX_NORMALIZED_CHARS * 4]
     for pattern, placeholder, needs, _value in rules:
         if any(ch in text for ch in needs):
