@@ -101,7 +101,8 @@ def quality() -> dict[str, dict[str, float]]:
             "records": len(group), "tokens_before": before, "tokens_after": after,
             "token_reduction": 1 - after / before, "cause_kept": kept, "precision": precision, "recall": recall,
             "f1": 2 * precision * recall / (precision + recall), "merged_pairs": merged,
-            "pairs": sum(1 for p in pairs if p["a"] in ids and p["b"] in ids), "session_reduction": 1 - session / before,
+            "pairs": sum(1 for p in pairs if p["a"] in ids and p["b"] in ids),
+            "session_reduction": 1 - session / before,
         }
     return out
 
