@@ -78,6 +78,8 @@ _MORE = re.compile(r"and (?P<n>\d{1,9}) more exceptions?$")
 _PYDANTIC = re.compile(r"\d+ validation errors? for \S+$")
 _ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Group|Iteration)$")
 _WS = re.compile(r"\s+")
+# CPython's own library on Windows (``C:\...\Python311\Lib\json\decoder.py``): no ``pythonX.Y`` folder.
+_WINDOWS_STDLIB = re.compile(r"(?i)^[a-z]:\\(?:[^\\\n]+\\)*python\d*\\lib\\")
 
 
 class _Frames:
@@ -182,7 +184,7 @@ def _units(text: str) -> list[_Unit]:
                 if not expecting:  # a header-less traceback: a compile error printed by the interpreter
                     pending, header_is_group = _Frames(), False
                 file = frame.group("file")
-                in_app = not is_library_path(file)
+                in_app = not is_library_path(file) and not (file[1:3] == ":\\" and _WINDOWS_STDLIB.match(file))
                 pending.add(Frame(file, int(frame.group("line")), frame.group("func"), in_app=in_app))
                 source, expecting, in_message = "", True, None
                 continue

@@ -21,6 +21,7 @@ __all__ = ["unwrap"]
 
 _MAX_LINES = 2_000
 _SAMPLE = 60
+_MAX_PREFIX = 160  # a log prefix is short; comparing more of each line would only cost time
 _SHARE = 0.6
 _DIGIT = str.maketrans("0123456789", "0000000000")
 # A cheap look at the first line: does it start like a log record at all?
@@ -41,7 +42,7 @@ def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     sample = [line for line in lines[:_SAMPLE * 4] if line.strip()][:_SAMPLE]
     if len(sample) < 2:
         return None
-    shapes = [line.translate(_DIGIT) for line in sample]
+    shapes = [line[:_MAX_PREFIX].translate(_DIGIT) for line in sample]
     first = shapes[0]
     lengths = sorted(_common(first, shape) for shape in shapes[1:])
     # The length most lines share (a minority of lines without the prefix must not shrink it to zero).
@@ -56,7 +57,7 @@ def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     carrying = sum(1 for s in shapes if s.startswith(shape))
     if carrying < 2 or carrying < len(shapes) * _SHARE:
         return None
-    out = [line[prefix_len:] if line.translate(_DIGIT).startswith(shape) else line for line in lines]
+    out = [line[prefix_len:] if line[:prefix_len].translate(_DIGIT) == shape else line for line in lines]
     return "\n".join(out), hints
 
 
