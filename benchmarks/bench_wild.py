@@ -7,9 +7,10 @@ Run: ``python benchmarks/bench_wild.py [--reps N] [--json]``.
    precision/recall/F1 of the keys against the labels, merged near-miss pairs, and session reduction
    (the first occurrence of a key costs its digest line, a repeat a ``(×N)`` counter of 3 tokens).
 2. The cost of one uncached ``compact`` call on a real 40-line traceback, in each form it travels in
-   (raw, JSON-escaped, a JSON report, log-prefixed lines, indentation lost), and of the unwrap pre-stage
-   alone on the raw form (what every error pays for the pre-stage). Forms are interleaved call by call
-   in one process, so load on the machine hits them alike; medians and p99 in microseconds.
+   (raw, JSON-escaped, a JSON report, log-prefixed lines, indentation lost); the raw form once more with
+   the pre-stage switched off (what every error pays for it); and the pre-stage alone. Variants are
+   interleaved call by call in one process, so load on the machine hits them alike; medians and p99 in
+   microseconds.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
+import otel_errcompact.compactor as _compactor_module  # noqa: E402
 from otel_errcompact.compactor import Compactor  # noqa: E402
 from otel_errcompact.parsers._base import Hints  # noqa: E402
 from otel_errcompact.tokens import count_tokens, exact  # noqa: E402
@@ -39,22 +41,11 @@ CORPUS = _ROOT / "benchmarks" / "agent_corpus"
 FAMILIES = ("http", "wild", "dedup")
 _COUNTER_TOKENS = 3
 
-_FORTY_LINES = """
-    import json
-
-    def parse_settings(text):
-        return json.loads(text)
-
-    def load_layer(layers, depth):
-        if depth == 0:
-            return parse_settings(layers[0])
-        return load_layer(layers, depth - 1)
-
-    def main():
-        return load_layer(['{"region": "eu",}'], 6)
-
-    main()
-"""
+# Seven distinct callers above a json.loads failure: CPython folds repeated recursive frames, distinct ones it
+# prints in full, so this is a 40-line traceback of the usual shape (user frames, then the library's).
+_FORTY_LINES = "import json\n\ndef parse_settings(text):\n    return json.loads(text)\n\n" + "".join(
+    f"def layer_{i}(text):\n    return {'parse_settings' if i == 0 else f'layer_{i - 1}'}(text)\n\n" for i in range(7)
+) + "layer_6('{\"region\": \"eu\",}')\n"
 
 
 def _percentile(values: list[float], pct: float) -> float:
@@ -113,6 +104,10 @@ def _log_each_line(text: str) -> str:
                      for line in text.rstrip("\n").split("\n")) + "\n"
 
 
+def _no_unwrap(text: str, hints: Hints) -> tuple[str, Hints]:
+    return text, hints
+
+
 def timing(reps: int) -> dict[str, Any]:
     """Microseconds per uncached compaction of each form, interleaved; and the pre-stage alone."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -126,7 +121,7 @@ def timing(reps: int) -> dict[str, Any]:
         "dedented": "\n".join(line.strip() for line in lines),
     }
     compactor = Compactor(digest_cache_size=0)
-    times: dict[str, list[float]] = {name: [] for name in [*forms, "pre-stage only (raw)"]}
+    times: dict[str, list[float]] = {name: [] for name in [*forms, "raw, no pre-stage", "pre-stage only (raw)"]}
     hints = Hints()
     for _ in range(20):
         for text in forms.values():
@@ -137,6 +132,14 @@ def timing(reps: int) -> dict[str, Any]:
             t0 = time.perf_counter_ns()
             compactor.compact(fresh)
             times[name].append((time.perf_counter_ns() - t0) / 1000)
+        fresh = (raw + " ")[:-1]
+        setattr(_compactor_module, "unwrap", _no_unwrap)  # noqa: B010 - the compactor's own global
+        try:
+            t0 = time.perf_counter_ns()
+            compactor.compact(fresh)
+            times["raw, no pre-stage"].append((time.perf_counter_ns() - t0) / 1000)
+        finally:
+            setattr(_compactor_module, "unwrap", unwrap)  # noqa: B010
         fresh = (raw + " ")[:-1]
         t0 = time.perf_counter_ns()
         unwrap(fresh, hints)
@@ -155,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--reps", type=int, default=2000, help="interleaved rounds of timed calls")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
-    result = {"exact_tokens": exact(), "quality": quality(), "timing": timing(args.reps)}
+    result: dict[str, Any] = {"exact_tokens": exact(), "quality": quality(), "timing": timing(args.reps)}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
