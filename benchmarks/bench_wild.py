@@ -41,11 +41,11 @@ CORPUS = _ROOT / "benchmarks" / "agent_corpus"
 FAMILIES = ("http", "wild", "dedup")
 _COUNTER_TOKENS = 3
 
-# Seven distinct callers above a json.loads failure: CPython folds repeated recursive frames, distinct ones it
+# Eight distinct callers above a json.loads failure: CPython folds repeated recursive frames, distinct ones it
 # prints in full, so this is a 40-line traceback of the usual shape (user frames, then the library's).
 _FORTY_LINES = "import json\n\ndef parse_settings(text):\n    return json.loads(text)\n\n" + "".join(
-    f"def layer_{i}(text):\n    return {'parse_settings' if i == 0 else f'layer_{i - 1}'}(text)\n\n" for i in range(7)
-) + "layer_6('{\"region\": \"eu\",}')\n"
+    f"def layer_{i}(text):\n    return {'parse_settings' if i == 0 else f'layer_{i - 1}'}(text)\n\n" for i in range(8)
+) + "layer_7('{\"region\": \"eu\",}')\n"
 
 
 def _percentile(values: list[float], pct: float) -> float:
