@@ -57,16 +57,22 @@ def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     carrying = sum(1 for s in shapes if s.startswith(shape))
     if carrying < 2 or carrying < len(shapes) * _SHARE:
         return None
-    out = [line[prefix_len:] if line[:prefix_len].translate(_DIGIT) == shape else line for line in lines]
+    carries = re.compile(re.escape(shape).replace("0", r"\d")).match  # the shape, any digits
+    out = [line[prefix_len:] if carries(line) else line for line in lines]
     return "\n".join(out), hints
 
 
 def _common(a: str, b: str) -> int:
-    n = min(len(a), len(b))
-    i = 0
-    while i < n and a[i] == b[i]:
-        i += 1
-    return i
+    """Length of the common start of ``a`` and ``b``: a binary search over ``startswith`` (a few C-level
+    comparisons rather than a Python loop over every character)."""
+    low, high = 0, min(len(a), len(b))
+    while low < high:
+        mid = (low + high + 1) // 2
+        if b.startswith(a[:mid]):
+            low = mid
+        else:
+            high = mid - 1
+    return low
 
 
 def _cut_at_space(line: str, length: int) -> int:
