@@ -194,10 +194,13 @@ class _Api(BaseHTTPRequestHandler):
         """Quiet."""
 
 
-def _curl(args: list[str]) -> tuple[str, int, str]:
+def _curl(args: list[str], *, stderr_first: bool = False) -> tuple[str, int, str]:
+    """What the agent sees: stdout then stderr as most harnesses join them (or stderr first, as a terminal
+    shows ``curl -v``'s trace before the body)."""
     cmd = ["curl", "-sS", *args]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=60, errors="replace")
-    return proc.stdout + proc.stderr, proc.returncode, " ".join(cmd)
+    text = proc.stderr + proc.stdout if stderr_first else proc.stdout + proc.stderr
+    return text, proc.returncode, " ".join(cmd)
 
 
 def _free_port() -> int:
@@ -295,12 +298,14 @@ def generate() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
         ("i", ["-i"]),
         ("iw", ["-i", "-w", "\\ntime_total: %{time_total}s  http_code: %{http_code}\\n"]),
         ("iv", ["-i", "-H", "Accept: application/json", "-X", "POST", "-d", '{"model": "m", "messages": []}']),
+        ("v", ["-v"]),
+        ("v-stderr-first", ["-v"]),
     )
     with loopback_server(_Api) as base:
         for index, (label, tokens, _build) in enumerate(CASES):
-            for rep in range(4):
+            for rep in range(len(curl_forms)):
                 form, extra = curl_forms[rep % len(curl_forms)]
-                text, code, cmd = _curl([*extra, f"{base}/v1/case/{index}"])
+                text, code, cmd = _curl([*extra, f"{base}/v1/case/{index}"], stderr_first=form == "v-stderr-first")
                 add(f"{label.split('/', 1)[1]}-{index}-{rep}", "http-api", text, label, tokens, f"curl -sS {form}",
                     code, cmd)
 

@@ -135,6 +135,8 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     if not (wanted or "http" in low or "status" in low or "error" in low or head.lstrip()[:1].isdigit()):
         return None
 
+    if "< HTTP/" in head:
+        text = _curl_verbose(text)
     parts = text.split("\n", _SCAN_LINES)
     first = 0
     while first < len(parts) - 1 and not parts[first].strip():
@@ -178,6 +180,20 @@ def parse(text: str, hints: Hints) -> Parsed | None:
         envelope.message = status.reason  # http.server's "Error response" page: the status line says more
     return Parsed(f"HTTP {code}", _cause(envelope, status.reason or _phrase(code), retry, code), "http",
                   status=code)
+
+
+def _curl_verbose(text: str) -> str:
+    """``curl -v`` output put back in response order: its ``< `` lines (status lines and headers) first, then
+    the body without curl's own trace (``* Connected``, ``> GET``). Harnesses often join stdout before
+    stderr, so the body can come before the status line it belongs to."""
+    response: list[str] = []
+    body: list[str] = []
+    for line in text.split("\n"):
+        if line[:2] == "< " or line == "<":
+            response.append(line)
+        elif not (line[:2] in ("* ", "> ", "{ ", "} ") or line in (">", "*")):
+            body.append(line)
+    return "\n".join(response) + "\n\n" + "\n".join(body)
 
 
 def _generic(message: str) -> bool:
@@ -278,7 +294,7 @@ def _read_headers(parts: list[str], start: int, headers: dict[str, str], raw: bo
     index = start
     while index < len(parts) - 1 or (index == len(parts) - 1 and "\n" not in parts[index]):
         line = parts[index][:_MAX_LINE]
-        if not line.strip():
+        if not line.strip() or line.strip() == "<":  # ``<`` alone: the end of the headers in curl -v
             return index + 1 if raw or headers else index
         match = _HEADER.match(line.strip())
         if match is None:

@@ -374,6 +374,17 @@ def test_curl_i_keeps_envelope_code_and_message_never_a_header() -> None:
 
 
 @needs_curl
+def test_curl_verbose_in_either_order_of_the_streams() -> None:
+    with loopback_server(_ModelApi) as base:
+        proc = subprocess.run(["curl", "-sS", "-v", "-X", "POST", f"{base}/v1/missing"], capture_output=True,
+                              text=True, timeout=60)
+    assert "< HTTP/1.0 404" in proc.stderr and "* " in proc.stderr
+    terminal, joined = compact_text(proc.stderr + proc.stdout), compact_text(proc.stdout + proc.stderr)
+    assert terminal.line.startswith("[HTTP 404]: model_not_found: The model `gpt-5-turbo` does not exist")
+    assert joined.line == terminal.line and joined.key == terminal.key
+
+
+@needs_curl
 def test_curl_i_against_http_server_404_keeps_the_reason(tmp_path: Path) -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
