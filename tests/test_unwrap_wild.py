@@ -65,3 +65,12 @@ def test_compiler_output_is_not_a_log_prefix(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert log_prefix.unwrap(result.stderr, Hints()) is None
     assert reindent.unwrap(result.stderr, Hints()) is None
+
+
+def test_a_message_quoting_escaped_newlines_stays_one_line() -> None:
+    try:
+        {}["first\nsecond\nthird"]
+    except KeyError as exc:
+        line = f"{type(exc).__name__}: {exc}"
+    assert line.count("\\n") == 2 and "\n" not in line
+    assert json_escaped.unwrap(line, Hints()) is None

@@ -24,7 +24,7 @@ _MAX_NODES = 2_000
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|[\"\\/bfnrt])")
 _SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", '"': '"', "\\": "\\", "/": "/"}
 _ERRORISH = ("Traceback", "Error", "Exception", "panic:", "error", "at ")
-_FRAME_MARKS = ("Traceback", 'File "', "\tat ", "goroutine ", "Cell In[")
+_FRAME_MARKS = ("Traceback", 'File "', "\tat ", "\n    at ", "goroutine ", "Cell In[", "Caused by:", "HTTP/")
 
 
 def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
@@ -47,7 +47,11 @@ def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     if escaped < 2 or text.count("\n") * 2 > escaped:
         return None  # real lines outnumber the escaped ones: a Windows path, not a serialised error
     decoded = _ESCAPE.sub(_decode_one, text)
-    return (decoded, hints) if decoded.count("\n") >= 2 else None
+    # Only a serialised trace is unwrapped in place: a one-line message quoting a string with ``\n`` in it
+    # (``KeyError: 'a\nb\nc'``) is the error itself and stays one line.
+    if decoded.count("\n") < 2 or not any(mark in decoded for mark in _FRAME_MARKS):
+        return None
+    return decoded, hints
 
 
 def _decode_one(match: re.Match[str]) -> str:
