@@ -62,11 +62,11 @@ _RULES: tuple[_Rule, ...] = (
     (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", "*", False),
     (
         re.compile(
-            r"(?i)\b((?:exit(?:ed)?|return(?:ed)?|status|signal|signum|killed by)"
-            r"(?:[ _\-](?:with|non-zero|nonzero|exit|code|status|value))*[ \t]*[:=]?[ \t]*[(\[]?)(-?\d+)"
+            r"(?i)\b((?:(?:exit|return|error|status)[ _\-]?)?(?:code|status|signal|signum)|exit(?:ed)?(?: with)?)"
+            r"([ \t]*[:=]?[ \t]*[(\[]?)(-?\d+)"
         ),
-        "\\1" + _SHIELD + "\\2",
-        ("xit", "XIT", "eturn", "tatus", "ignal", "ignum", "illed"),
+        "\\1\\2" + _SHIELD + "\\3",
+        ("xit", "XIT", "ode", "ODE", "tatus", "TATUS", "ignal", "ignum"),
         False,
     ),
     (

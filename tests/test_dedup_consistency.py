@@ -145,6 +145,17 @@ def test_exit_statuses_never_merge(tmp_path: Path) -> None:
     assert keys["144"] != keys["7"]
     assert _key(tmp_path, source, "7") == keys["7"]
     assert normalize_message("Exit code 144") != normalize_message("Exit code 7")
+    # A count is not a code: only the words code / status / signal / exit make a number a code.
+    unpack = """
+        import sys
+
+        def split_pair(items):
+            first, second = items
+            return first, second
+
+        split_pair(list(range(int(sys.argv[1]))))
+    """
+    assert _key(tmp_path, unpack, "3") == _key(tmp_path, unpack, "5")
 
 
 class _BadKey(BaseHTTPRequestHandler):
