@@ -344,7 +344,9 @@ def _read_body(body: str) -> _Envelope:
     payload = _json_payload(stripped)
     if payload is not None:
         envelope = _envelope(payload)
-        if envelope.message or envelope.label:
+        if "Traceback (most recent call last)" in stripped:
+            envelope.exception = _json_traceback(payload)
+        if envelope.message or envelope.label or envelope.exception is not None:
             return envelope
     if stripped[:1] in "{[":
         return _envelope_from_fragments(stripped)
@@ -591,6 +593,27 @@ def _server_traceback(body: str) -> Parsed | None:
     text = _DJANGO_EXCEPTION.sub(lambda m: f"{m.group(1)}: {m.group(2)}", html.unescape(_TAG.sub("", window)))
     parsed = _python.parse(text, Hints(kind="python"))
     return parsed if parsed is not None and parsed.frames else None
+
+
+def _json_traceback(payload: object) -> Parsed | None:
+    """A server's traceback carried in a JSON error body (a debug ``{"detail": …, "traceback": "…"}``),
+    parsed by the Python parser, so the digest keeps the exception as well as the status."""
+    stack: list[object] = [payload]
+    for _ in range(200):
+        if not stack:
+            break
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(list(node.values())[:50])
+        elif isinstance(node, list):
+            if node and all(isinstance(item, str) for item in node[:50]):
+                node = "\n".join(str(item).rstrip("\n") for item in node[:500])
+            else:
+                stack.extend(node[:50])
+        if isinstance(node, str) and "Traceback (most recent call last)" in node:
+            parsed = _python.parse(node, Hints(kind="python"))
+            return parsed if parsed is not None and parsed.frames else None
+    return None
 
 
 def _html_summary(body: str) -> str:

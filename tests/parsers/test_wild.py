@@ -454,3 +454,32 @@ def test_django_debug_page_keeps_status_and_exception(tmp_path: Path) -> None:
     assert digest.location is not None and digest.location.func == "report"
     assert Path(digest.location.file).name == "site_app.py"
     assert compact_text(pages["customers"]).key != digest.key
+
+
+@needs_curl
+def test_json_error_body_carrying_the_servers_traceback(tmp_path: Path) -> None:
+    traceback_text = python_error(tmp_path, """
+        ORDERS = {}
+
+        def get_order(order_id):
+            return ORDERS[order_id]
+
+        get_order("o_42")
+    """)
+
+    class Debug(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            data = json.dumps({"detail": "Internal Server Error", "traceback": traceback_text}).encode()
+            self.send_response(500)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            """Quiet."""
+
+    with loopback_server(Debug) as base:
+        page = _curl("-i", f"{base}/orders/o_42")
+    digest = compact_text(page)
+    assert digest.line == "[HTTP 500] at app.py:4 in get_order: KeyError: 'o_42'"
