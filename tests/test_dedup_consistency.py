@@ -309,3 +309,10 @@ def test_different_values_are_counted_up_to_a_bound(tmp_path: Path) -> None:
     for line in out:
         history.observe("conv", compact_text(json.loads(line)))
     assert "(×6, 4+ different values)" in history.render("conv")
+
+
+def test_the_values_bound_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_errcompact.config import load_settings
+
+    monkeypatch.setenv("OTEL_ERRCOMPACT_MAX_VALUES", "5")
+    assert load_settings().limits().max_values == 5
