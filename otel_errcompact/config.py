@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     idle_seconds: float = Field(default=3600.0, gt=0)
     max_lines: int = Field(default=8, ge=1)
     max_chars: int = Field(default=2000, ge=200)
+    max_values: int = Field(default=16, ge=1)
+    """Distinct data values told apart per class for ``(×N, M different values)``."""
 
     max_queue_size: int = Field(default=65_536, ge=1)
     """Trajectory records waiting for the writer thread; beyond this, new records are counted as dropped."""
@@ -101,6 +103,7 @@ class Settings(BaseSettings):
             idle_seconds=self.idle_seconds,
             max_lines=self.max_lines,
             max_chars=self.max_chars,
+            max_values=self.max_values,
         )
 
 

@@ -35,6 +35,7 @@ from typing import Literal
 
 from otel_errcompact.digest import Digest
 from otel_errcompact.exceptions import ConfigurationError, ErrorBudgetExceeded
+from otel_errcompact.normalize import value_signature
 from otel_errcompact.render import RenderedClass, render_block
 
 __all__ = ["Action", "ErrorHistory", "Escalation", "Limits", "Observation", "Reason", "Thresholds"]
@@ -77,7 +78,8 @@ class Limits:
 
     ``max_classes`` distinct classes per scope (default 32); ``max_scopes`` scopes (default 10,000);
     ``idle_seconds`` before an untouched scope is dropped (default 3,600); ``max_lines`` class lines in a
-    rendered block (default 8) and ``max_chars`` characters in it (default 2,000).
+    rendered block (default 8) and ``max_chars`` characters in it (default 2,000); ``max_values``
+    distinct data values remembered per class (default 16), for the ``(×N, M different values)`` note.
     """
 
     max_classes: int = 32
@@ -85,9 +87,10 @@ class Limits:
     idle_seconds: float = 3600.0
     max_lines: int = 8
     max_chars: int = 2000
+    max_values: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("max_classes", "max_scopes", "max_lines"):
+        for name in ("max_classes", "max_scopes", "max_lines", "max_values"):
             if getattr(self, name) < 1:
                 raise ConfigurationError(f"Limits.{name} must be >= 1, got {getattr(self, name)}")
         if self.max_chars < 200:
@@ -168,6 +171,9 @@ class _Class:
     digest: Digest
     count: int
     last_seen: int
+    # Short hashes of the data values this class was seen with, bounded by Limits.max_values.
+    values: set[int] = field(default_factory=set)
+    values_capped: bool = False
 
 
 @dataclass(slots=True)
@@ -223,6 +229,7 @@ class ErrorHistory:
                 entry = _Class(digest, 0, self._seq)
                 state.classes[key] = entry
             entry.count += 1
+            self._note_value(entry, digest)
             entry.digest = digest  # the latest line: its line number follows the agent's edits
             entry.last_seen = self._seq
             state.total += 1
@@ -317,6 +324,8 @@ class ErrorHistory:
                     RenderedClass(
                         c.digest.line,
                         c.count,
+                        len(c.values),
+                        c.values_capped,
                         breach.brief() if breach is not None and marked and c.digest.key == breach.key else None,
                     )
                     for c in shown
@@ -354,6 +363,19 @@ class ErrorHistory:
             if oldest.touched > cutoff:
                 break
             self._scopes.popitem(last=False)
+
+    def _note_value(self, entry: _Class, digest: Digest) -> None:
+        """Remember which data values the class was seen with (the cause with only noise masked), up to
+        ``Limits.max_values``; past the bound the count stops and renders as ``N+``."""
+        if entry.values_capped:
+            return
+        signature = hash(value_signature(digest.cause))
+        if signature in entry.values:
+            return
+        if len(entry.values) >= self.limits.max_values:
+            entry.values_capped = True
+            return
+        entry.values.add(signature)
 
     @staticmethod
     def _fold_least_recent(state: _Scope) -> None:

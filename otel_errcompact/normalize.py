@@ -1,43 +1,84 @@
 """Mask the variable parts of an error message so two occurrences of one failure share a dedup key.
 
-Rules, applied in this order (each replaces the match with the placeholder shown):
+**The rule: value versus identifier.** A *value* is data that changes from one call to the next while the
+failure stays the same; an *identifier* names the cause. Values are masked, identifiers never are:
+
+- A run of digits standing on its own is a value, whatever separates it from its neighbours: ``42``,
+  ``u-2``, ``u_44239``, ``s.3``, ``item:7``, ``#12``, ``part-00001.parquet``, ``output_3.csv`` all mask the number
+  (``u-<n>``, ``u_<n>``). Digits glued to letters are part of a name and stay: ``v2``, ``int64``,
+  ``t3_orders``, ``python3``, ``utf8``; except at the end of a file name's stem (``report3.csv`` →
+  ``report<n>.csv``), where a number counts files.
+- A number the message labels as a *code* names the outcome and stays: ``exit code 7``, ``exit status
+  144``, ``returned non-zero exit status 2``, ``signal 9``, ``status code 404``.
+- Quoted text is an identifier (a key, table, module, field, file) unless the message labels it as
+  input data: ``invalid literal for int() with base 10: 'abc'``, Java's ``For input string: "x1"``,
+  ``could not convert string to float: 'n/a'``, ``time data '…' does not match``. Those become ``<v>``.
+- Machine-made noise is masked wherever it appears: the rules in the table below.
 
 ==================  =========================================================  =============
 what                example                                                    becomes
 ==================  =========================================================  =============
 PEM / secrets       already ``[REDACTED]`` by :mod:`otel_errcompact.redact`    (unchanged)
+key tails           ``sk-abc1**************wxyz`` (a server echoing a key)      ``<key>``
 timestamps          ``2026-11-22T06:02:19.123Z``, ``Sun Nov 22 06:02:19 2026``  ``<ts>``
 UUIDs               ``3f2c…-…``                                                ``<uuid>``
 memory addresses    ``0x7f3a2c1b9e80``                                         ``<addr>``
+bytes               ``can't decode byte 0xff in position 3``                   ``byte <b> …``
 temp paths          ``/tmp/tmpa1b2/users.json``, ``/var/folders/…/T/x``        ``<tmp>/users.json``
 URLs                ``http://127.0.0.1:54321/v1/items/42?page=3&sig=…``        ``http://<ip>:<port>/v1/items/<n>?page=<v>&sig=<v>``
 IPv4/IPv6 + port    ``10.0.0.7:5432``                                          ``<ip>:<port>``
 request/trace ids   ``request id: req_011CX…``, ``trace_id=4bf9…``             ``request id: <id>``
 hashes, long ids    ``9f86d081884c7d65``, ``a1B2c3D4e5F6g7H8i9``                ``<hex>`` / ``<id>``
 durations           ``30.5s``, ``1500 ms``, ``2 minutes``                       ``<dur>``
-numbers             ``pid 4242``, ``line 7 column 3``, ``after 3 attempts``     ``pid <n>`` …
+numbers             ``pid 4242``, ``line 7 column 3``, ``user_42``              ``pid <n>`` …
 ==================  =========================================================  =============
 
-What is never masked: identifiers. A number glued to letters (``user_2``, ``v1``, ``t3_orders``) is part
-of a name and stays; quoted text keeps its words (``'user_id'``, ``"orders"``), so two different missing
-keys, tables, modules or fields never share a key. File names survive temp-path masking (only the
-directory is masked). HTTP status codes and exit codes are carried by the error *type*
-(``HTTP 429``, ``exit 2``), not by the message, so masking numbers never merges them.
+File names survive temp-path masking (only the directory is masked). HTTP status codes are carried by the
+error *type* (``HTTP 429``) as well as kept as codes. :func:`value_signature` masks only the noise and
+keeps the values, so a history can tell how many different values one class was seen with.
 """
 
 from __future__ import annotations
 
 import re
 
-__all__ = ["MAX_NORMALIZED_CHARS", "normalize_message"]
+__all__ = ["MAX_NORMALIZED_CHARS", "normalize_message", "value_signature"]
 
 MAX_NORMALIZED_CHARS = 240
 
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
-# Each rule: (pattern, placeholder, characters of which at least one must occur for the rule to apply).
-# The guard skips a regular-expression pass in the common case of a short message without digits.
 _DIGITS = "0123456789"
-_RULES: tuple[tuple[re.Pattern[str], str, str], ...] = (
+# A code's digits are shielded from the number rule by this private-use mark, removed at the end.
+_SHIELD = "\ue000"
+# "Not a letter or digit": the boundary of a value. ``_`` and ``-`` separate like any other punctuation,
+# so ``u-2`` and ``u_44239`` are read the same way (``\b`` would treat ``_`` as part of a word).
+_NB = r"(?<![A-Za-z0-9])"
+_NA = r"(?![A-Za-z0-9])"
+# Each rule: (pattern, placeholder, characters or substrings of which at least one must occur for the rule
+# to apply, whether it masks a *value* the caller chose rather than machine noise). The guard skips a regex
+# pass in the common case of a short message without digits or without the rule's words.
+_Rule = tuple[re.Pattern[str], str, "str | tuple[str, ...]", bool]
+_RULES: tuple[_Rule, ...] = (
+    (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", "*", False),
+    (
+        re.compile(
+            r"(?i)\b((?:(?:exit|return|error|status)[ _\-]?)?(?:code|status|signal|signum)|exit(?:ed)?(?: with)?)"
+            r"([ \t]*[:=]?[ \t]*[(\[]?)(-?\d+)"
+        ),
+        "\\1\\2" + _SHIELD + "\\3",
+        ("xit", "XIT", "ode", "ODE", "tatus", "TATUS", "ignal", "ignum"),
+        False,
+    ),
+    (
+        re.compile(
+            r"(?i)((?:invalid literal for [\w.]+\(\)(?: with base \d+)?|for input string|could not convert "
+            r"string to [\w.]+|invalid (?:value|input|number|integer|float)(?: for [\w.\- ]{1,40})?)"
+            r"[ \t]*:?[ \t]*|time data[ \t]+)(?:'(?:[^'\\\n]|\\.){0,200}'|\"(?:[^\"\\\n]|\\.){0,200}\")"
+        ),
+        "\\1<v>",
+        ("literal", "nput string", "NPUT STRING", "convert string", "time data", "nvalid", "NVALID"),
+        True,
+    ),
     (
         re.compile(
             r"\b\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(?::\d{2}(?:[.,]\d+)?)?(?:Z|[+-]\d{2}:?\d{2}|\s?UTC)?\b"
@@ -47,9 +88,16 @@ _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = (
         ),
         "<ts>",
         _DIGITS,
+        False,
     ),
-    (re.compile(r"\b[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\b"), "<uuid>", _DIGITS),
-    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", "x"),
+    (
+        re.compile(_NB + r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" + _NA),
+        "<uuid>",
+        _DIGITS,
+        True,
+    ),
+    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", "x", False),
+    (re.compile(r"(?i)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"), "\\1 <b>", ("byte", "BYTE"), True),
     (
         re.compile(
             r"(?:/private)?/var/folders/(?:[^/\s'\"]+/)+"
@@ -58,8 +106,9 @@ _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = (
         ),
         "<tmp>/",
         "/\\",
+        False,
     ),
-    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>", "?&;"),
+    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>", "?&;", True),
     (
         re.compile(
             r"\b(?:\d{1,3}\.){3}\d{1,3}\b"
@@ -68,8 +117,9 @@ _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = (
         ),
         "<ip>",
         _DIGITS + ":",
+        False,
     ),
-    (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>", ":"),
+    (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>", ":", False),
     (
         re.compile(
             r"(?i)\b((?:x-)?(?:request|req|trace|span|correlation|transaction|message|job|run|task|session)"
@@ -77,35 +127,41 @@ _RULES: tuple[tuple[re.Pattern[str], str, str], ...] = (
         ),
         r"\1\2<id>",
         "dD",
+        False,
     ),
-    (re.compile(r"\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"), "<id>", "_"),
-    (re.compile(r"\b(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}\b"), "<hex>", _DIGITS),
-    (re.compile(r"\b(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}\b"), "<id>", _DIGITS),
+    (re.compile(r"\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"), "<id>", "_", False),
+    (re.compile(_NB + r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}" + _NA), "<hex>", _DIGITS, True),
+    (re.compile(_NB + r"(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}" + _NA), "<id>", _DIGITS, False),
     (
         re.compile(
             r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|m|mins?|minutes?|h|hrs?|hours?)\b"
         ),
         "<dur>",
         _DIGITS,
+        False,
     ),
-    (re.compile(r"(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?(?![\w])"), "<n>", _DIGITS),
-    (re.compile(r"\s+"), " ", " \t\n"),
+    # A numbered file: the digits that end a file name's stem (``report3.csv``, ``chunk_0007.parquet``).
+    (re.compile(r"(?<=[A-Za-z])\d+(?=\.[A-Za-z][A-Za-z0-9]{0,7}" + _NA + ")"), "<n>", _DIGITS, True),
+    # After a dot only when a letter precedes it (``s.3``, ``libssl.so.3``): ``1.5`` stays one number.
+    (
+        re.compile(r"(?:(?<![A-Za-z0-9." + _SHIELD + r"])|(?<=[A-Za-z]\.))[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?" + _NA),
+        "<n>",
+        _DIGITS,
+        True,
+    ),
+    (re.compile(r"\s+"), " ", " \t\n", False),
 )
+_NOISE_RULES = tuple(rule for rule in _RULES if not rule[3])
 
-# A second guard for the costliest digit-guarded rules: characters every match of the rule contains
-# (each alternative of the timestamp rule has a ``:``, a UUID has ``-``, an address ``.`` or ``:``, every
-# duration unit an ``s``, ``m`` or ``h``). Skipping a rule whose match is impossible changes no result.
-_ALSO: dict[str, frozenset[str]] = {
-    "<ts>": frozenset(":"),
-    "<uuid>": frozenset("-"),
-    "<ip>": frozenset(".:"),
-    "<dur>": frozenset("smh"),
-}
-_GUARDED = tuple(
-    (pattern, placeholder, frozenset(needs), _ALSO.get(placeholder, frozenset(needs)))
-    for pattern, placeholder, needs in _RULES
-)
 
+def _apply(message: str, rules: tuple[_Rule, ...]) -> str:
+    text = message[: MAX_NORMALIZED_CHARS * 4]
+    for pattern, placeholder, needs, _value in rules:
+        if any(ch in text for ch in needs):
+            text = pattern.sub(placeholder, text)
+    if _SHIELD in text:
+        text = text.replace(_SHIELD, "")
+    return text.strip()[:MAX_NORMALIZED_CHARS]
 
 def normalize_message(message: str) -> str:
     """Mask variable data in ``message`` (see the module docstring for the rules).
@@ -114,11 +170,20 @@ def normalize_message(message: str) -> str:
     'connect to <ip>:<port> failed after <dur> (pid <n>)'
     >>> normalize_message("KeyError: 'user_id'")
     "KeyError: 'user_id'"
+    >>> normalize_message("KeyError: 'u-2'") == normalize_message("KeyError: 'u_44239'").replace("_", "-")
+    True
+    >>> normalize_message("Exit code 144") != normalize_message("Exit code 7")
+    True
     """
-    text = message[: MAX_NORMALIZED_CHARS * 4]
-    chars = set(text)  # one pass; each guard is then a small set intersection, not a scan per character
-    for pattern, placeholder, needs, also in _GUARDED:
-        if not needs.isdisjoint(chars) and not also.isdisjoint(chars):
-            text = pattern.sub(placeholder, text)
-            chars = set(text)
-    return text.strip()[:MAX_NORMALIZED_CHARS]
+    return _apply(message, _RULES)
+
+
+def value_signature(message: str) -> str:
+    """``message`` with machine noise masked (timestamps, addresses, ports, request ids, durations, temp
+    folders) but the values a caller chose kept: two occurrences of one class with different signatures
+    were called with different data.
+
+    >>> value_signature("KeyError: 'user_42' at 2026-11-22T06:02:19Z")
+    "KeyError: 'user_42' at <ts>"
+    """
+    return _apply(message, _NOISE_RULES)

@@ -37,16 +37,29 @@ _UNSAFE = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]
 
 @dataclass(frozen=True, slots=True)
 class RenderedClass:
-    """One line of the block: a digest line, how often that class occurred, and, for the class that
+    """One line of the block: a digest line, how often that class occurred and with how many different
+    data values (``values`` > 1 renders ``(×3, 3 different values)``: changing the input did not help),
+    ``values_capped`` when that count stopped at its bound (rendered ``16+``), and, for the class that
     breached a threshold, why (``3 times in a row (threshold 3)``)."""
 
     line: str
     count: int
+    values: int = 0
+    values_capped: bool = False
     escalated: str | None = None
 
 
 def _safe(text: str) -> str:
     return neutralize_delimiters(_UNSAFE.sub(" ", text)).strip()
+
+
+def _suffix(entry: RenderedClass) -> str:
+    if entry.count <= 1:
+        return ""
+    if entry.values > 1:
+        plus = "+" if entry.values_capped else ""
+        return f" (×{entry.count}, {entry.values}{plus} different values)"
+    return f" (×{entry.count})"
 
 
 def render_block(
@@ -89,7 +102,7 @@ def render_block(
     counts: list[int] = []
     for entry in classes:
         text = _safe(entry.line)
-        suffix = f" (×{entry.count})" if entry.count > 1 else ""
+        suffix = _suffix(entry)
         if entry.escalated:
             suffix += f" ← Escalated: {_safe(entry.escalated)}"
         if len(text) + len(suffix) + 4 > per_line:

@@ -28,6 +28,7 @@ command -v npm >/dev/null 2>&1 || need+=(npm)
 command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v rustc >/dev/null 2>&1 || need+=(rustc)
 command -v curl >/dev/null 2>&1 || need+=(curl)
+command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ "${#need[@]}" -gt 0 ]; then

@@ -76,17 +76,19 @@ def test_a_budget_breach_names_its_reason(tmp_path: Path) -> None:
 
 def test_a_breach_whose_line_is_not_listed_is_quoted_once(tmp_path: Path) -> None:
     """When the class that breached is folded out of the block, the sentence names it instead."""
+    # Distinct names, not numbered ones: a number standing alone is a data value and would not split a class.
+    names = ("alpha", "beta", "gamma", "delta")
     raws = [
-        subprocess.run([sys.executable, "-c", f"{{}}['key_{i}']"], capture_output=True, text=True).stderr
-        for i in range(4)
+        subprocess.run([sys.executable, "-c", f"{{}}['key_{name}']"], capture_output=True, text=True).stderr
+        for name in names
     ]
     h = ErrorHistory(Thresholds(consecutive=2, budget=None), Limits(max_lines=2))
     h.observe("s", compact_text(raws[0]))
-    h.observe("s", compact_text(raws[0]))  # breach on key_0
+    h.observe("s", compact_text(raws[0]))  # breach on key_alpha
     for raw in raws[1:]:
         h.observe("s", compact_text(raw))
     block = h.render("s")
-    assert "'key_0'" in block and block.count("'key_0'") == 1
+    assert "'key_alpha'" in block and block.count("'key_alpha'") == 1
     assert "Escalated: error threshold breached" in block and "← Escalated" not in block
 
 

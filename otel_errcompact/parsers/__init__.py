@@ -21,6 +21,7 @@ from otel_errcompact.parsers import (
     gcc,
     go,
     http,
+    ipython,
     javac,
     jvm,
     mypy,
@@ -35,6 +36,7 @@ from otel_errcompact.parsers._base import Frame, Hints, Parsed, Parser, innermos
 
 PARSERS: tuple[tuple[str, Parser], ...] = (
     ("pytest", pytest_report.parse),
+    ("ipython", ipython.parse),
     ("python", python.parse),
     ("jvm", jvm.parse),
     ("node", node.parse),

@@ -11,6 +11,8 @@ Naming, chosen so the dedup key stays stable from one run to the next:
 The cause is the first error's message with gcc's typographic quotes turned into ASCII ones (the locale
 decides which quotes gcc prints; the key must not), plus ``(+N more)`` when more errors followed. The
 location is the first error's ``file:line``; ``func`` comes from the ``In function 'x':`` context line.
+An error inside a system header (a template from the STL) is located where the user's code instantiated
+it: gcc's ``main.cpp:12:14:   required from here``, clang's ``… requested here`` note.
 Warnings and notes never become the digest: a run with only warnings is not this parser's business.
 """
 
@@ -54,6 +56,13 @@ _LINKER_PREFIX = re.compile(r"^(?:\S*/)?(?:ld|ld\.\w+|ld64(?:\.lld)?|lld)(?:\.ex
 _LINK_IN_FUNCTION = re.compile(r"in function [\u2018'`](?P<func>[^\u2019'\n]+)[\u2019']:\s*$")
 _LINK_WHERE = re.compile(r"^(?P<file>(?:[A-Za-z]:)?[^:\n]+?)(?::(?P<line>\d+))?(?::\([^)\n]*\))?:?$")
 _MACH_O_SYMBOL = re.compile(r'^\s+"(?P<sym>[^"\n]+)", referenced from:')
+# A template instantiated from user code: gcc prints the chain above the error and marks the user's line
+# ``main.cpp:12:14:   required from here``; clang marks it in a note after the error (``requested here``).
+_REQUIRED_HERE = re.compile(r"^(?P<file>(?:[A-Za-z]:)?[^:\n]+?):(?P<line>\d+):(?:\d+:)?\s+required from here\s*$")
+_REQUESTED_HERE = re.compile(
+    r"^(?P<file>(?:[A-Za-z]:)?[^:\n]+?):(?P<line>\d+):(?:\d+:)?\s+note:\s+in instantiation of .* requested here$"
+)
+_SYSTEM_HEADER = re.compile(r"^/usr/(?:local/)?(?:include|lib)/|[\\/]include[\\/]c\+\+[\\/]|[\\/]bits[\\/]")
 _SKIP_EXTENSIONS = frozenset({".py", ".pyi", ".java", ".rs", ".go", ".ts", ".tsx", ".js", ".swift"})
 _CXX_EXTENSIONS = frozenset(
     {".cc", ".cpp", ".cxx", ".c++", ".cp", ".hpp", ".hh", ".hxx", ".h++", ".ii", ".tcc", ".ipp", ".ixx"}
@@ -83,7 +92,13 @@ def _compile_error(lines: list[str], hints: Hints) -> Parsed | None:
     context_file: str | None = None
     context_func: str | None = None
     tool_message: str | None = None
+    user_site: Frame | None = None  # where user code instantiated the template the first error is in
     for line in lines:
+        if "here" in line and (first is None or user_site is None):
+            site = _REQUIRED_HERE.match(line) if first is None else _REQUESTED_HERE.match(line)
+            if site is not None and not _SYSTEM_HEADER.search(site["file"]):
+                user_site = Frame(site["file"], int(site["line"]), None, in_app=True)
+                continue
         if ": " not in line:
             continue
         diag = _DIAG.match(line)
@@ -118,6 +133,9 @@ def _compile_error(lines: list[str], hints: Hints) -> Parsed | None:
     if first is not None:
         file, line_no, message, func = first
         cause = _with_more(_ascii_quotes(message), errors - 1)
+        if user_site is not None and (_SYSTEM_HEADER.search(file) or is_library_path(file)):
+            # An error inside a standard header is the user's: point at the line that instantiated it.
+            return Parsed(type_, cause, _FORMAT, location=user_site)
         return Parsed(type_, cause, _FORMAT, location=Frame(file, line_no, func, in_app=True))
     if tool_message is not None:
         return Parsed(type_, _ascii_quotes(tool_message), _FORMAT)

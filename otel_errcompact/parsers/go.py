@@ -7,8 +7,9 @@ A panic prints ``panic: <value>`` (``panic: runtime error: …`` for the runtime
 
 Types, in the runtime's own words:
 
-* ``runtime error`` for ``panic: runtime error: index out of range [5] with length 3`` (cause: the rest);
-* ``panic`` for any other panic value (``panic(fmt.Sprintf(…))``, ``panic(err)``, a nil map write);
+* ``panic`` for every panic value, the runtime's own included: ``panic: runtime error: index out of range
+  [5] with length 3`` keeps ``runtime error: …`` in its cause, so the digest reads like the panic line;
+  any other panic value (``panic(fmt.Sprintf(…))``, ``panic(err)``, a nil map write) is the cause;
 * ``fatal error`` for ``fatal error: all goroutines are asleep - deadlock!``;
 * ``go build error`` / ``go vet error`` for compiler diagnostics ``./main.go:5:2: undefined: foo``
   (location: the first diagnostic's own position; cause: its message). These are handled here rather
@@ -93,8 +94,6 @@ def _parse_panic(lines: list[str]) -> Parsed | None:
             frames = frames[: below[0]]
     if kind == "fatal error":
         type_, cause = "fatal error", value
-    elif value.startswith("runtime error: "):
-        type_, cause = "runtime error", value[len("runtime error: ") :]
     else:
         type_, cause = "panic", value
     return Parsed(type_, cause or type_, "go", frames=tuple(frames))

@@ -34,6 +34,7 @@ import re
 from dataclasses import dataclass
 from http import HTTPStatus
 
+from otel_errcompact.parsers import python as _python
 from otel_errcompact.parsers._base import Hints, Parsed
 from otel_errcompact.redact import redact
 
@@ -100,6 +101,23 @@ class _Envelope:
     message: str = ""
     status: int | None = None
     retry: str = ""
+    html: bool = False  # the message is an HTML page's title or heading
+    exception: Parsed | None = None  # the server's own traceback, shown on a debug error page
+
+
+# Sentences that tell the reader what to do or where to read more; the digest keeps what happened.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+(?=[A-Z])")
+_ADVICE = re.compile(
+    r"(?i)^(?:please|visit|you can|you may|for more|for details|see |refer|learn more|to learn|check |read |if you)"
+)
+_TRY_AGAIN = re.compile(r"(?i)try again in (\d+(?:\.\d+)?\s?(?:ms|s|sec|seconds?|m|min|minutes?))\b")
+# Who the account is: it does not say what failed, and its id would only lengthen the line.
+_ACCOUNT = re.compile(r"(?i)\s+(?:in|for) (?:your )?(?:organization|organisation|org|project)\s+\(?[\w\-]{3,80}\)?")
+_GENERIC_WORDS = frozenset(
+    {"error", "response", "server", "page", "oops", "an", "has", "occurred", "exception", "unknown", "internal",
+     "something", "went", "wrong", "sorry", "!"}
+)
+_DJANGO_EXCEPTION = re.compile(r"^Exception Type: (\S+)(?: at \S*)?\s*\nException Value: ?(.*)$", re.M)
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:
@@ -117,6 +135,8 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     if not (wanted or "http" in low or "status" in low or "error" in low or head.lstrip()[:1].isdigit()):
         return None
 
+    if "< HTTP/" in head:
+        text = _curl_verbose(text)
     parts = text.split("\n", _SCAN_LINES)
     first = 0
     while first < len(parts) - 1 and not parts[first].strip():
@@ -150,8 +170,35 @@ def parse(text: str, hints: Hints) -> Parsed | None:
         elif not wanted:
             return None  # a successful response or a redirect is not an error report
     retry = _retry_after(headers) or envelope.retry
+    exception = envelope.exception
+    if exception is not None:
+        # A debug error page: the status and the server's own exception, located in the server's code.
+        described = f"{exception.type}: {exception.cause}" if exception.cause else exception.type
+        return Parsed(f"HTTP {code}", described, "http", frames=exception.frames, location=exception.location,
+                      status=code, key_text=exception.key_text and f"{exception.type}: {exception.key_text}")
+    if envelope.html and _generic(envelope.message) and status.reason:
+        envelope.message = status.reason  # http.server's "Error response" page: the status line says more
     return Parsed(f"HTTP {code}", _cause(envelope, status.reason or _phrase(code), retry, code), "http",
                   status=code)
+
+
+def _curl_verbose(text: str) -> str:
+    """``curl -v`` output put back in response order: its ``< `` lines (status lines and headers) first, then
+    the body without curl's own trace (``* Connected``, ``> GET``). Harnesses often join stdout before
+    stderr, so the body can come before the status line it belongs to."""
+    response: list[str] = []
+    body: list[str] = []
+    for line in text.split("\n"):
+        if line[:2] == "< " or line == "<":
+            response.append(line)
+        elif not (line[:2] in ("* ", "> ", "{ ", "} ") or line in (">", "*")):
+            body.append(line)
+    return "\n".join(response) + "\n\n" + "\n".join(body)
+
+
+def _generic(message: str) -> bool:
+    words = message.lower().replace(".", " ").split()
+    return bool(words) and all(word in _GENERIC_WORDS for word in words)
 
 
 def _status_line(line: str, *, first_line: bool, wanted: bool) -> _Status | None:
@@ -247,7 +294,7 @@ def _read_headers(parts: list[str], start: int, headers: dict[str, str], raw: bo
     index = start
     while index < len(parts) - 1 or (index == len(parts) - 1 and "\n" not in parts[index]):
         line = parts[index][:_MAX_LINE]
-        if not line.strip():
+        if not line.strip() or line.strip() == "<":  # ``<`` alone: the end of the headers in curl -v
             return index + 1 if raw or headers else index
         match = _HEADER.match(line.strip())
         if match is None:
@@ -297,12 +344,14 @@ def _read_body(body: str) -> _Envelope:
     payload = _json_payload(stripped)
     if payload is not None:
         envelope = _envelope(payload)
-        if envelope.message or envelope.label:
+        if "Traceback (most recent call last)" in stripped:
+            envelope.exception = _json_traceback(payload)
+        if envelope.message or envelope.label or envelope.exception is not None:
             return envelope
     if stripped[:1] in "{[":
         return _envelope_from_fragments(stripped)
     if _HTML_MARK.search(stripped[:_HEAD_CHARS]) or _TITLE.search(stripped):
-        return _Envelope(message=_html_summary(stripped))
+        return _Envelope(message=_html_summary(stripped), html=True, exception=_server_traceback(stripped))
     return _Envelope(message=_squash(_TAG.sub(" ", stripped.split("\n", 1)[0][:_MAX_LINE])))
 
 
@@ -374,6 +423,8 @@ def _from_error_object(error: dict[object, object], env: _Envelope) -> None:
         value = error.get(key)
         text = value.strip() if isinstance(value, str) else ""
         if text.lower() not in {"", "error"} and not text.isdigit():
+            if key == "code" and labels and labels[0] == error.get("type"):
+                labels.pop(0)  # OpenAI's ``type`` is the category of its ``code``: the code names the error
             labels.append(text)
     inner = error.get("innererror")
     if isinstance(inner, dict) and isinstance(inner.get("code"), str):
@@ -527,6 +578,44 @@ def _envelope_from_fragments(body: str) -> _Envelope:
     return env
 
 
+def _server_traceback(body: str) -> Parsed | None:
+    """The Python traceback a debug error page shows (Django's technical 500 page, Werkzeug's debugger),
+    parsed by the Python parser; ``None`` when the page shows none."""
+    start = body.find("Traceback (most recent call last)")
+    if start < 0:
+        return None
+    window = body[start : start + 60_000]
+    for closing in ("</textarea>", "</pre>"):
+        end = window.find(closing)
+        if end > 0:
+            window = window[:end]
+            break
+    text = _DJANGO_EXCEPTION.sub(lambda m: f"{m.group(1)}: {m.group(2)}", html.unescape(_TAG.sub("", window)))
+    parsed = _python.parse(text, Hints(kind="python"))
+    return parsed if parsed is not None and parsed.frames else None
+
+
+def _json_traceback(payload: object) -> Parsed | None:
+    """A server's traceback carried in a JSON error body (a debug ``{"detail": …, "traceback": "…"}``),
+    parsed by the Python parser, so the digest keeps the exception as well as the status."""
+    stack: list[object] = [payload]
+    for _ in range(200):
+        if not stack:
+            break
+        node = stack.pop()
+        if isinstance(node, dict):
+            stack.extend(list(node.values())[:50])
+        elif isinstance(node, list):
+            if node and all(isinstance(item, str) for item in node[:50]):
+                node = "\n".join(str(item).rstrip("\n") for item in node[:500])
+            else:
+                stack.extend(node[:50])
+        if isinstance(node, str) and "Traceback (most recent call last)" in node:
+            parsed = _python.parse(node, Hints(kind="python"))
+            return parsed if parsed is not None and parsed.frames else None
+    return None
+
+
 def _html_summary(body: str) -> str:
     title = _html_element(body, _TITLE, "</title")
     heading = _html_element(body, _H1, "</h1")
@@ -563,9 +652,11 @@ def _retry_after(headers: dict[str, str]) -> str:
 
 def _cause(envelope: _Envelope, reason: str, retry: str, status: int | None) -> str:
     label = _squash(envelope.label)[:80]
-    suffix = f" (retry after {_squash(retry)[:_RETRY_CHARS]})" if retry else ""
     # Redact before cutting: a key cut in half no longer looks like a key to the compactor's redaction.
     message = _squash(redact(_LINK_IN_PARENS.sub("", envelope.message[: _MESSAGE_CHARS * 8])))
+    message, advised = _without_advice(message)
+    retry = retry or advised
+    suffix = f" (retry after {_squash(retry)[:_RETRY_CHARS]})" if retry else ""
     if status is not None and message.startswith(f"{status} "):
         message = message[4:].lstrip(" :-")  # "502 Bad Gateway" under the type "HTTP 502"
     # The room left for the message must not depend on the retry value, or two occurrences of one
@@ -578,8 +669,27 @@ def _cause(envelope: _Envelope, reason: str, retry: str, status: int | None) -> 
         message = message[: end + 1] if end >= _MIN_MESSAGE // 2 else message[: budget - 1].rstrip() + "…"
     if not message and not label:
         message = reason or "(empty body)"
-    cause = f"{label}: {message}" if label and message else label or message
+    # A label that names a secret (``invalid_api_key``) must not make the message read as its value.
+    separator = ": " if redact(f"{label}: value") == f"{label}: value" else " - "
+    cause = f"{label}{separator}{message}" if label and message else label or message
     return cause + suffix
+
+
+def _without_advice(message: str) -> tuple[str, str]:
+    """The message without the account it concerns and without sentences of advice (``Please try again
+    in 2.93s.``, ``Visit … to learn more.``), and the retry delay such a sentence gave."""
+    message = _ACCOUNT.sub("", message)
+    sentences = _SENTENCE_END.split(message)
+    kept: list[str] = []
+    retry = ""
+    for sentence in sentences:
+        if _ADVICE.match(sentence):
+            found = _TRY_AGAIN.search(sentence)
+            if found and not retry:
+                retry = found.group(1).replace(" ", "")
+            continue
+        kept.append(sentence)
+    return (" ".join(kept) if kept else message), retry
 
 
 def _squash(text: str) -> str:

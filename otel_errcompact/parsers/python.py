@@ -79,6 +79,8 @@ _MORE = re.compile(r"and (?P<n>\d{1,9}) more exceptions?$")
 _PYDANTIC = re.compile(r"\d+ validation errors? for \S+$")
 _ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Group|Iteration)$")
 _WS = re.compile(r"\s+")
+# CPython's own library on Windows (``C:\...\Python311\Lib\json\decoder.py``): no ``pythonX.Y`` folder.
+_WINDOWS_STDLIB = re.compile(r"(?i)^[a-z]:\\(?:[^\\\n]+\\)*python\d*\\lib\\")
 
 
 class _Frames:
@@ -183,7 +185,7 @@ def _units(text: str) -> list[_Unit]:
                 if not expecting:  # a header-less traceback: a compile error printed by the interpreter
                     pending, header_is_group = _Frames(), False
                 file = frame.group("file")
-                in_app = not is_library_path(file)
+                in_app = not is_library_path(file) and not (file[1:3] == ":\\" and _WINDOWS_STDLIB.match(file))
                 pending.add(Frame(file, int(frame.group("line")), frame.group("func"), in_app=in_app))
                 source, expecting, in_message = "", True, None
                 continue
@@ -353,7 +355,11 @@ def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int, *, 
     shown = clip(message, _MAX_PART) if shorten else message
     if root_message and root_message in shown:
         # Only when the quoted root survives the cut: a long wrapper message (requests' "Max retries
-        # exceeded … Caused by …") quotes the root at its very end.
+        # exceeded … Caused by …") quotes the root at its very end. A wrapper whose whole message is the
+        # root's (``ToolkitError: 'name'`` around ``KeyError: 'name'``) says nothing of what failed: the
+        # root's type does.
+        if root_message == message.strip() and root.type != final.type:
+            return f"{message} ← {root.type}"
         return message
     described = clip(_describe(root), _MAX_PART) if shorten else _describe(root)
     return f"{shown or '(no message)'} ← {described}"

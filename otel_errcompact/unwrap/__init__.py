@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 
 from otel_errcompact.parsers._base import Hints
+from otel_errcompact.unwrap import json_escaped, log_prefix, reindent
 
 __all__ = ["MAX_PASSES", "UNWRAPPERS", "Unwrapper", "unwrap"]
 
@@ -26,7 +27,11 @@ _log = logging.getLogger("otel_errcompact")
 
 Unwrapper = Callable[[str, Hints], "tuple[str, Hints] | None"]
 
-UNWRAPPERS: tuple[tuple[str, Unwrapper], ...] = ()
+UNWRAPPERS: tuple[tuple[str, Unwrapper], ...] = (
+    ("json-escaped", json_escaped.unwrap),
+    ("log-prefix", log_prefix.unwrap),
+    ("reindent", reindent.unwrap),
+)
 """``(name, unwrap)`` pairs, tried in order on every pass."""
 
 MAX_PASSES = 8

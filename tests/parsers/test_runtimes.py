@@ -465,8 +465,9 @@ def test_go_index_out_of_range(tmp_path: Path, go_env: dict[str, str]) -> None:
     main, raw = _go(tmp_path, go_env, "index", "3")
     assert "goroutine 1 [running]:" in raw
     d = compact_text(raw)
-    assert (d.type, d.format) == ("runtime error", "go")
-    assert d.cause == "index out of range [5] with length 3"
+    # Issue 6: a runtime panic keeps ``panic`` as its type and ``runtime error:`` in its cause.
+    assert (d.type, d.format) == ("panic", "go")
+    assert d.cause == "runtime error: index out of range [5] with length 3"
     assert d.location is not None
     assert (Path(d.location.file).name, d.location.line, d.location.func) == (
         "main.go", _line_of(main, "return items[i]"), "main.lookup"
@@ -492,7 +493,7 @@ def test_go_nil_map_write_and_nil_dereference(tmp_path: Path, go_env: dict[str, 
     main, raw = _go(tmp_path / "ptr", go_env, "nilptr", "1")
     assert "[signal SIGSEGV" in raw
     d = compact_text(raw)
-    assert (d.type, d.cause) == ("runtime error", "invalid memory address or nil pointer dereference")
+    assert (d.type, d.cause) == ("panic", "runtime error: invalid memory address or nil pointer dereference")
     assert d.location is not None and d.location.line == _line_of(main, "fmt.Println(c.Name)")
 
 

@@ -1,0 +1,318 @@
+"""Dedup consistency: one rule for value versus identifier, keys stable across the forms errors travel in,
+and a rendered line that says when one class was seen with different values.
+
+Every error is real: a script run by the real interpreter, a real SDK talking to a 127.0.0.1 server, a real
+``subprocess`` failure. Forms are produced by real transformations (``json.dumps``, ``logging``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import sys
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otel_errcompact import compact_text
+from otel_errcompact.history import ErrorHistory, Limits, Thresholds
+from otel_errcompact.normalize import normalize_message, value_signature
+from tests.realerrors import have, loopback_server, python_error, run, write
+
+_RESUME = """
+    import sys
+    SESSIONS = {}
+
+    def resume(session_id):
+        return SESSIONS[session_id]
+
+    resume(sys.argv[1])
+"""
+
+
+def _key(folder: Path, source: str, *args: str) -> str:
+    return compact_text(python_error(folder, source, args=list(args))).key
+
+
+def _unused_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+# --- value versus identifier ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("ids", [("s-2", "s-17", "s-40213"), ("s_2", "s_44239", "s_9"), ("s.3", "s.812", "s.5")])
+def test_ids_with_any_separator_are_one_class(tmp_path: Path, ids: tuple[str, ...]) -> None:
+    keys = {_key(tmp_path, _RESUME, value) for value in ids}
+    assert len(keys) == 1
+
+
+def test_separators_are_treated_alike_and_names_stay(tmp_path: Path) -> None:
+    masked = [compact_text(python_error(tmp_path, _RESUME, args=[v])).key_parts.message
+              for v in ("s-2", "s_44239", "default", "sandbox", "v2")]
+    assert masked == ["'s-<n>'", "'s_<n>'", "'default'", "'sandbox'", "'v2'"]
+
+
+def test_input_literals_are_values(tmp_path: Path) -> None:
+    source = """
+        import sys
+
+        def parse(text, kind):
+            return int(text) if kind == "int" else float(text)
+
+        parse(sys.argv[1], sys.argv[2])
+    """
+    assert len({_key(tmp_path, source, v, "int") for v in ("abc", "12x", "n/a")}) == 1
+    assert len({_key(tmp_path, source, v, "float") for v in ("12,50", "$3")}) == 1
+    assert _key(tmp_path, source, "abc", "int") != _key(tmp_path, source, "abc", "float")
+
+
+@pytest.mark.skipif(not (have("javac") and have("java")), reason="a JDK is not installed")
+def test_java_input_strings_are_values(tmp_path: Path) -> None:
+    write(tmp_path, "Main.java", """
+        public class Main {
+            static int parseAge(String text) { return Integer.parseInt(text); }
+            public static void main(String[] args) { System.out.println(parseAge(args[0])); }
+        }
+    """)
+    assert run(["javac", "Main.java"], cwd=tmp_path).returncode == 0
+    outputs = [run(["java", "-cp", ".", "Main", v], cwd=tmp_path).stderr for v in ("abc", "forty", "1x")]
+    assert all('For input string: "' in out for out in outputs)
+    digests = [compact_text(out) for out in outputs]
+    assert len({d.key for d in digests}) == 1
+    assert "parseAge" in digests[0].line and "NumberFormatException" in digests[0].line
+
+
+def test_unicode_bytes_and_positions_are_values(tmp_path: Path) -> None:
+    source = """
+        import sys
+
+        def read_blob(hex_text):
+            return bytes.fromhex(hex_text).decode("utf-8")
+
+        read_blob(sys.argv[1])
+    """
+    assert len({_key(tmp_path, source, v) for v in ("61ff00", "6162ff", "78797a80")}) == 1
+
+
+def test_numbered_files_are_one_class_named_files_are_not(tmp_path: Path) -> None:
+    source = """
+        import sys
+
+        def read_part(name):
+            with open(name) as handle:
+                return handle.read()
+
+        read_part(sys.argv[1])
+    """
+    numbered = {_key(tmp_path, source, v) for v in ("part-00001.csv", "part-00042.csv", "chunk_7.csv", "chunk_12.csv")}
+    assert len(numbered) == 2  # ``part-<n>.csv`` and ``chunk_<n>.csv``
+    assert _key(tmp_path, source, "users.csv") != _key(tmp_path, source, "orders.csv")
+
+
+def test_urls_with_ids_and_ports_are_one_class_resources_are_not(tmp_path: Path) -> None:
+    pytest.importorskip("requests")
+    source = """
+        import sys, requests
+
+        def fetch(port, path):
+            requests.get(f"http://127.0.0.1:{port}/v1/{path}?page=2", timeout=5)
+
+        fetch(sys.argv[1], sys.argv[2])
+    """
+    users = {_key(tmp_path, source, str(_unused_port()), f"users/{n}/orders") for n in (17, 2044)}
+    assert len(users) == 1
+    invoices = _key(tmp_path, source, str(_unused_port()), "invoices/17")
+    assert invoices not in users
+
+
+def test_exit_statuses_never_merge(tmp_path: Path) -> None:
+    source = """
+        import os, subprocess, sys
+
+        def run_step(code):
+            subprocess.run(["sh", "-c", "exit $CODE"], check=True, env={**os.environ, "CODE": code})
+
+        run_step(sys.argv[1])
+    """
+    keys = {code: _key(tmp_path, source, code) for code in ("144", "7")}
+    assert keys["144"] != keys["7"]
+    assert _key(tmp_path, source, "7") == keys["7"]
+    assert normalize_message("Exit code 144") != normalize_message("Exit code 7")
+    # A count is not a code: only the words code / status / signal / exit make a number a code.
+    unpack = """
+        import sys
+
+        def split_pair(items):
+            first, second = items
+            return first, second
+
+        split_pair(list(range(int(sys.argv[1]))))
+    """
+    assert _key(tmp_path, unpack, "3") == _key(tmp_path, unpack, "5")
+
+
+class _BadKey(BaseHTTPRequestHandler):
+    """Answers like the OpenAI API to a wrong key: the key's head and tail echoed between asterisks."""
+
+    tails = iter(("4d03", "9a1f", "77c2", "0b5e"))
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        tail = next(self.tails)
+        body = json.dumps({"error": {"message": f"Incorrect API key provided: sk-proj-{tail}{'*' * 36}{tail}. You "
+                                     "can find your API key at https://platform.openai.com/account/api-keys.",
+                                     "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}})
+        data = body.encode()
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+def test_the_visible_tail_of_a_redacted_key_is_a_value(tmp_path: Path) -> None:
+    pytest.importorskip("openai")
+    source = """
+        import sys, openai
+
+        def ask(base):
+            client = openai.OpenAI(base_url=base, api_key="sk-test-" + "x" * 24, max_retries=0)
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+
+        ask(sys.argv[1])
+    """
+    with loopback_server(_BadKey) as base:
+        raws = [python_error(tmp_path, source, args=[base + "/v1"]) for _ in range(2)]
+    assert raws[0] != raws[1] and "AuthenticationError" in raws[0]
+    one, two = compact_text(raws[0]), compact_text(raws[1])
+    assert one.key == two.key
+    assert "<key>" in one.key_parts.message and "401" in one.line
+
+
+# --- key stability across forms ---------------------------------------------------------------------
+
+
+def _log_each_line(text: str, fmt: str) -> str:
+    formatter = logging.Formatter(fmt)
+    return "\n".join(formatter.format(logging.LogRecord("tool", logging.ERROR, __file__, 0, line, None, None))
+                     for line in text.rstrip("\n").split("\n")) + "\n"
+
+
+def test_same_failure_same_key_raw_escaped_logged_dedented_or_cut(tmp_path: Path) -> None:
+    source = """
+        import sqlite3
+
+        def count_rows(table):
+            db = sqlite3.connect(":memory:")
+            return db.execute(f"select count(*) from {table}").fetchone()
+
+        def report():
+            return count_rows("orders")
+
+        report()
+    """
+    raw = python_error(tmp_path, source)
+    lines = raw.rstrip("\n").split("\n")
+    forms = {
+        "raw": raw,
+        "json string": json.dumps(raw),
+        "json report": json.dumps({"status": "error", "error": {"traceback": raw, "code": 1}}),
+        "jupyter-style lines": json.dumps({"ename": "OperationalError", "traceback": lines}),
+        "double json": json.dumps(json.dumps(raw)),
+        "timestamped lines": _log_each_line(raw, "%(asctime)s %(levelname)s [%(name)s] %(message)s"),
+        "basic logging lines": _log_each_line(raw, logging.BASIC_FORMAT),
+        "indentation lost": "\n".join(line.strip() for line in lines),
+        "head cut": "\n".join(lines[3:]),
+    }
+    digests = {name: compact_text(text) for name, text in forms.items()}
+    expected = digests["raw"]
+    assert expected.line.startswith("[OperationalError] at app.py:")
+    assert "no such table: orders" in expected.line and "count_rows" in expected.line
+    for name, digest in digests.items():
+        assert digest.key == expected.key, (name, digest.line)
+
+
+def test_a_table_name_still_separates_in_every_form(tmp_path: Path) -> None:
+    source = """
+        import sqlite3, sys
+
+        def count_rows(table):
+            return sqlite3.connect(":memory:").execute(f"select * from {table}").fetchone()
+
+        count_rows(sys.argv[1])
+    """
+    orders, users = (python_error(tmp_path, source, args=[t]) for t in ("orders", "users"))
+    for transform in (lambda t: t, json.dumps, lambda t: _log_each_line(t, "%(asctime)s %(message)s")):
+        assert compact_text(transform(orders)).key != compact_text(transform(users)).key
+
+
+# --- "(×N, M different values)" ---------------------------------------------------------------------
+
+
+def test_rendered_line_counts_different_values(tmp_path: Path) -> None:
+    history = ErrorHistory(Thresholds(consecutive=10))
+    for value in ("s-2", "s-17", "s-40213"):
+        history.observe("conv", compact_text(python_error(tmp_path, _RESUME, args=[value])))
+    block = history.render("conv")
+    assert "(×3, 3 different values)" in block, block
+
+    same = ErrorHistory(Thresholds(consecutive=10))
+    digest = compact_text(python_error(tmp_path, _RESUME, args=["s-2"]))
+    for _ in range(3):
+        same.observe("conv", digest)
+    assert "(×3)" in same.render("conv") and "different values" not in same.render("conv")
+
+
+def test_noise_is_not_a_different_value(tmp_path: Path) -> None:
+    source = """
+        import sys, socket
+
+        def fetch_inventory(port):
+            socket.create_connection(("127.0.0.1", port), timeout=5)
+
+        fetch_inventory(int(sys.argv[1]))
+    """
+    history = ErrorHistory(Thresholds(consecutive=10))
+    for _ in range(3):
+        history.observe("conv", compact_text(python_error(tmp_path, source, args=[str(_unused_port())])))
+    block = history.render("conv")
+    assert "(×3)" in block and "different values" not in block, block
+    assert value_signature("10.0.0.7:5432 after 3.2s") == value_signature("10.0.0.9:6543 after 1.1s")
+
+
+def test_different_values_are_counted_up_to_a_bound(tmp_path: Path) -> None:
+    script = write(tmp_path, "many.py", """
+        import json, traceback
+        SESSIONS = {}
+
+        def resume(session_id):
+            return SESSIONS[session_id]
+
+        for n in range(6):
+            try:
+                resume(f"s-{n}")
+            except KeyError:
+                print(json.dumps(traceback.format_exc()))
+    """)
+    out = run([sys.executable, str(script)], cwd=tmp_path).stdout.splitlines()
+    history = ErrorHistory(Thresholds(consecutive=100), Limits(max_values=4))
+    for line in out:
+        history.observe("conv", compact_text(json.loads(line)))
+    assert "(×6, 4+ different values)" in history.render("conv")
+
+
+def test_the_values_bound_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_errcompact.config import load_settings
+
+    monkeypatch.setenv("OTEL_ERRCOMPACT_MAX_VALUES", "5")
+    assert load_settings().limits().max_values == 5
