@@ -16,25 +16,38 @@ around an error by harnesses and loggers is taken off before parsing (``otel_err
 from __future__ import annotations
 
 from otel_errcompact.parsers import (
+    apt,
+    cmake,
+    editor,
     gcc,
+    git,
     go,
     http,
     javac,
     jvm,
+    linter,
+    make,
     mypy,
     node,
+    node_test,
+    npm,
+    pip,
     pytest_report,
     python,
     rustc,
     shell,
     tsc,
+    unittest_report,
 )
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, Parser, innermost_in_app, is_library_path
 
 PARSERS: tuple[tuple[str, Parser], ...] = (
     ("pytest", pytest_report.parse),
+    ("unittest", unittest_report.parse),
+    ("linter", linter.parse),
     ("python", python.parse),
     ("jvm", jvm.parse),
+    ("node-test", node_test.parse),
     ("node", node.parse),
     ("go", go.parse),
     ("mypy", mypy.parse),
@@ -42,6 +55,13 @@ PARSERS: tuple[tuple[str, Parser], ...] = (
     ("javac", javac.parse),
     ("rustc", rustc.parse),
     ("tsc", tsc.parse),
+    ("cmake", cmake.parse),
+    ("make", make.parse),
+    ("npm", npm.parse),
+    ("pip", pip.parse),
+    ("apt", apt.parse),
+    ("git", git.parse),
+    ("editor", editor.parse),
     ("http", http.parse),
     ("shell", shell.parse),
 )

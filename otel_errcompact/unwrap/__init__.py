@@ -19,6 +19,7 @@ import logging
 from collections.abc import Callable
 
 from otel_errcompact.parsers._base import Hints
+from otel_errcompact.unwrap import harness
 
 __all__ = ["MAX_PASSES", "UNWRAPPERS", "Unwrapper", "unwrap"]
 
@@ -26,7 +27,9 @@ _log = logging.getLogger("otel_errcompact")
 
 Unwrapper = Callable[[str, Hints], "tuple[str, Hints] | None"]
 
-UNWRAPPERS: tuple[tuple[str, Unwrapper], ...] = ()
+UNWRAPPERS: tuple[tuple[str, Unwrapper], ...] = (
+    ("harness", harness.unwrap),
+)
 """``(name, unwrap)`` pairs, tried in order on every pass."""
 
 MAX_PASSES = 8
