@@ -36,6 +36,9 @@ def main() -> None:
     made: list[Path] = []
     for i in range(REPEATS):
         pad = "".join(f"# note {n}\n" for n in range(i * 2))
+        modules = [f"mod{n}" for n in range(4 + 2 * i)]
+        compiled = {f"{m}.c": f"int {m}_value(void) {{ return {n}; }}\n" for n, m in enumerate(modules)}
+        objects = " ".join(f"{m}.o" for m in modules)
         for obj in ("main.o", "util.o"):
             d = folder({"Makefile": f"{pad}app: {obj}\n\tcc -o app {obj}\n"})
             made.append(d)
@@ -52,16 +55,20 @@ def main() -> None:
         add(f"make-missing-separator-{i}", "make", "make-missing-separator", sh("make", d),
             ["missing separator"], "Makefile recipe indented with spaces")
         for missing in ("config.ini", "schema.sql"):
-            d = folder({"Makefile": f"{pad}build:\n\t@echo step {i}\n\tmkdir -p out\n\tcp {missing} out/\n"})
+            d = folder({**compiled, "Makefile": f"{pad}build: {objects}\n\t@echo step {i}\n\tmkdir -p out\n"
+                                                f"\tcp {missing} out/\n"})
             made.append(d)
             add(f"make-recipe-cp-{missing}-{i}", "make", f"make-recipe-cp-{missing}", sh("make build", d),
                 [missing, "cannot stat"], "make recipe whose cp fails")
         for var in ("x", "count"):
             src = f"{pad}int main(void) {{\n    return {var} + {i};\n}}\n".replace("#", "//")
-            d = folder({"main.c": src, "Makefile": "app: main.c\n\tcc -o app main.c\n"})
+            # A real project compiles several modules before the one that fails.
+            d = folder({"main.c": src, **compiled,
+                        "Makefile": f"app: {objects} main.o\n\tcc -o app {objects} main.o\n"})
             made.append(d)
-            add(f"make-gcc-{var}-{i}", "make", f"make-gcc-undeclared-{var}", sh("make", d),
-                [f"‘{var}’", "undeclared", "main.c"], "make running gcc on code that uses an undeclared name")
+            # LC_ALL=C: gcc quotes names with plain ASCII quotes, as in most containers.
+            add(f"make-gcc-{var}-{i}", "make", f"make-gcc-undeclared-{var}", sh("make", d, env={"LC_ALL": "C"}),
+                [f"'{var}'", "undeclared", "main.c"], "make running gcc on code that uses an undeclared name")
 
         for pkg in ("Foo", "Protobufx"):
             d = folder({"CMakeLists.txt": f"cmake_minimum_required(VERSION 3.10)\nproject(demo{i} C)\n{pad}"

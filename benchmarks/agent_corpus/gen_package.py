@@ -35,6 +35,10 @@ PACKAGES: dict[str, dict[str, dict[str, str]]] = {
 }
 
 
+INSTALLED = ["pydantic", "httpx", "tenacity", "redis", "requests", "tiktoken", "matplotlib", "django", "flake8",
+             "datasette", "openai", "anthropic", "pytest", "mypy", "ruff", "jinja2"]
+
+
 class Registry(BaseHTTPRequestHandler):
     """Serve packuments for :data:`PACKAGES`; 404 for every other name."""
 
@@ -105,8 +109,10 @@ def main() -> None:
                         [host, "Could not resolve"], "apt-get update with a source whose host does not resolve")
 
                 for pkg in ("fastjsonx", "torchvisionx"):
+                    # A project's requirements: the ones already installed are listed before the failure.
+                    (d / "requirements.txt").write_text("\n".join([*INSTALLED[: 4 + 3 * i], pkg]) + "\n")
                     add(f"pip-no-dist-{pkg}-{i}", "pip", f"pip-no-dist-{pkg}",
-                        sh(f"{pip} install --no-index --disable-pip-version-check {pkg}", d),
+                        sh(f"{pip} install --no-index --disable-pip-version-check -r requirements.txt", d),
                         [pkg, "No matching distribution"], "pip install --no-index of a missing distribution")
                 for req in (f"requirements-{i}.txt", f"dev-{i}.txt"):
                     kind = req.split("-")[0]
@@ -117,10 +123,12 @@ def main() -> None:
                     add(f"pip-invalid-{re.split('[@=]', bad)[0]}-{i}", "pip", f"pip-invalid-{bad}",
                         sh(f"{pip} install --no-index --disable-pip-version-check '{bad}'", d),
                         [bad, "Invalid requirement"], "pip install of a malformed requirement")
-                (d / f"proj{i}").mkdir()
+                (d / "proj").mkdir()
+                (d / "proj" / f"notes{i}.txt").write_text(f"draft {i}\n")
+                extra = ("", " -q", " --no-deps", " --user")[i % 4]
                 add(f"pip-not-installable-{i}", "pip", "pip-not-installable",
-                    sh(f"{pip} install --no-index --disable-pip-version-check ./proj{i}", d),
-                    [f"proj{i}", "is not installable"], "pip install of a folder with no project file")
+                    sh(f"{pip} install{extra} --no-index --disable-pip-version-check ./proj", d),
+                    ["./proj", "is not installable"], "pip install of a folder with no project file")
 
                 npm_env = {"npm_config_registry": registry, "npm_config_cache": str(d / "npm-cache"),
                            "npm_config_audit": "false", "npm_config_fund": "false",
@@ -152,8 +160,9 @@ def main() -> None:
                         "npm run of a script package.json lacks")
                 broken = d / "broken"
                 broken.mkdir()
-                (broken / "package.json").write_text('{"name": "broken", "version": "1.0.0",' + f' "x{i}": ' + "}")
-                add(f"npm-ejsonparse-{i}", "npm", "npm-ejsonparse", run(["npm", "install"], broken, env=npm_env),
+                (broken / "package.json").write_text('{"name": "broken", "version": "1.0.0", "main": }')
+                verb = (["install"], ["ci"], ["install", "--no-save"], ["run", "build"])[i % 4]
+                add(f"npm-ejsonparse-{i}", "npm", "npm-ejsonparse", run(["npm", *verb], broken, env=npm_env),
                     ["EJSONPARSE"], "npm install with a malformed package.json")
     finally:
         httpd.shutdown()

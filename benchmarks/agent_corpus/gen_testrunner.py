@@ -27,7 +27,7 @@ def write(folder: Path, name: str, source: str) -> None:
 
 
 def node_case(i: int, test_name: str, file: str, body: str) -> str:
-    passing = "".join(f"test('passes {n}', () => {{ assert.equal({n}, {n}); }});\n" for n in range(i))
+    passing = "".join(f"test('passes {n}', () => {{ assert.equal({n}, {n}); }});\n" for n in range(8 + 4 * i))
     return (f"const test = require('node:test');\nconst assert = require('node:assert');\n{passing}"
             f"test('{test_name}', () => {{\n  {body}\n}});\n")
 
@@ -70,9 +70,10 @@ def main() -> None:
             d = Path(tmp)
             write(d, "test_client.py",
                   f"{pad}\ndef test_get():\n    import requestsx\n    assert requestsx\n"
-                  + "".join(f"\ndef test_ok_{n}():\n    assert True\n" for n in range(i)))
+                  + "".join(f"\ndef test_ok_{n}():\n    assert True\n" for n in range(10 + 5 * i)))
+            verbosity = "-v" if i % 2 else "-q"
             add(f"pytest-fail-client-{i}", "pytest-fail-test_client-requestsx",
-                run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider"], d),
+                run([py, "-m", "pytest", verbosity, "-p", "no:cacheprovider"], d),
                 ["requestsx", "test_get"], "pytest with a test whose import fails inside the test")
         with tempfile.TemporaryDirectory() as tmp:
             d = Path(tmp)
@@ -100,7 +101,7 @@ def main() -> None:
                     class TestOk{n}(unittest.TestCase):
                         def test_ok(self):
                             self.assertTrue(True)
-                    """ for n in range(i)))
+                    """ for n in range(6 + 3 * i)))
                 add(f"unittest-setupclass-{cls}-{i}", f"unittest-setUpClass-{cls}",
                     run([py, "-m", "unittest", "-v", "test_app"], d),
                     ["setUpClass", cls, "fixture database missing"], "python -m unittest, setUpClass raises")
@@ -113,9 +114,12 @@ def main() -> None:
                     class TestCalc(unittest.TestCase):
                         def {test}(self):
                             self.assertEqual(sum([1, {i}]), {i + 2})
-                    """)
+                    """ + "".join(f"""
+                        def test_ok_{n}(self):
+                            self.assertTrue({n} >= 0)
+                    """ for n in range(6 + 3 * i)))
                 add(f"unittest-fail-{test}-{i}", f"unittest-fail-{test}",
-                    run([py, "-m", "unittest", "test_calc"], d), [test, "AssertionError"],
+                    run([py, "-m", "unittest", "-v", "test_calc"], d), [test, "AssertionError"],
                     "python -m unittest, an assertEqual fails")
         for cls in ("UserApiTests", "OrderApiTests"):
             with tempfile.TemporaryDirectory() as tmp:

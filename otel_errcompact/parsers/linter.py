@@ -1,7 +1,8 @@
 """Parser for linter reports: flake8, pyflakes, pycodestyle, ruff (concise and full) and eslint (stylish).
 
 Harnesses run a linter after every edit and hand the agent its report. The digest names the first
-diagnostic that matters most (a syntax error before anything else, then errors before warnings), with its
+diagnostic that matters most (a syntax error, then a name that is not defined, then other errors, then
+style and warnings), with its
 rule code, message and ``file:line``; the number of further diagnostics is shown but kept out of the key,
 so fixing one of three warnings does not make the remaining ones look like a new failure.
 
@@ -41,12 +42,15 @@ _ESLINT_FILE = re.compile(r"^(?P<file>(?:[A-Za-z]:)?[^\s:]*[\\/]?[^\s\\/]+\.(?:[
 _ESLINT_ROW = re.compile(
     r"^\s+(?P<line>\d+):(?P<col>\d+)\s+(?P<sev>error|warning)\s+(?P<msg>.+?)(?:\s{2,}(?P<rule>[\w@/-]+))?$"
 )
+# Every format above has a position ``12:5`` (flake8 ``a.py:12:5:``, ruff ``--> a.py:12:5``, eslint
+# ``  12:5  error``): one C-level scan rules out most text before the line-anchored patterns run.
+_POSITION = re.compile(r"\d:\d+[:\s]")
 _SYNTAX = ("E999", "E902", "invalid-syntax", "Parsing error", "SyntaxError")
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:
     """Digest a linter report; ``None`` when no diagnostic line is found."""
-    if ":" not in text:
+    if ":" not in text or _POSITION.search(text) is None:
         return None
     found = _flat(text) or _eslint(text)
     if not found:
@@ -65,7 +69,7 @@ Diagnostic = tuple[str, str, str, int, str]
 
 def _flat(text: str) -> list[Diagnostic]:
     found: list[Diagnostic] = []
-    for pattern in (_FLAT, _FULL):
+    for pattern in (_FLAT, _FULL) if "-->" in text else (_FLAT,):
         for m in pattern.finditer(text):
             found.append((m["code"], m["msg"].rstrip(), m["file"], int(m["line"]), "error"))
             if len(found) >= _MAX_LINES:
@@ -93,9 +97,13 @@ def _eslint(text: str) -> list[Diagnostic]:
 
 
 def _rank(d: Diagnostic) -> int:
+    """0 syntax error, 1 a name that is not defined, 2 other errors, 3 style and warnings."""
     code, msg, _, _, severity = d
     if any(mark in code or msg.startswith(mark) for mark in _SYNTAX):
         return 0
-    if severity == "error" and not code[:1] in "EWCN" or code[:1] == "F":
+    lowered = msg.lower()
+    if "undefined" in lowered or "not defined" in lowered:
         return 1
-    return 2
+    if severity == "error" and (code[:1] == "F" or not code[:1].isupper()):
+        return 2
+    return 3

@@ -70,9 +70,12 @@ def parse(text: str, hints: Hints) -> Parsed | None:
         return None
     if test_id is None and not frames and type_ is None and total == 0:
         return None
+    if test_id and name.startswith("ERROR collecting "):
+        # A module that failed to import is not a failing test: keep the two apart in line and key.
+        test_id = f"collecting {test_id}"
     location = innermost_in_app(frames)
     if location is None and test_id:
-        location = Frame(test_id.split("::", 1)[0])
+        location = Frame(test_id.removeprefix("collecting ").split("::", 1)[0])
     if not message and test_id is None:
         message = _result_text(lines)
     return Parsed(

@@ -38,6 +38,7 @@ __all__ = ["unwrap"]
 _MARKERS = ("<returncode>", "<output", "exit code", "Exit code", "<tool_use_error>", "[Current working",
             "[Python interpreter", "[Jupyter", "ERROR:", "[An error occurred", "DO NOT", "NOT been applied")
 
+_EDGE = 600
 _TAG = re.compile(r"<(?P<tag>returncode|output|output_head|output_tail|exception|tool_use_error)>\n?"
                   r"(?P<body>.*?)\n?</(?P=tag)>", re.S)
 _EXIT_HEADER = re.compile(r"\AExit code (?P<code>-?\d{1,4})[ \t]*(?:\n|\Z)")
@@ -60,7 +61,9 @@ _REMINDER = re.compile(
 
 def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     """The text inside one harness's framing and the exit code it stated; ``None`` without framing."""
-    if not any(marker in text for marker in _MARKERS):
+    # Framing sits at the start (tags, headers, banners) or the end (trailers, reminders) of the text.
+    ends = text[:_EDGE] + text[-_EDGE:] if len(text) > 2 * _EDGE else text
+    if not any(marker in ends for marker in _MARKERS):
         return None
     inner, code = _tags(text)
     if inner is None:
