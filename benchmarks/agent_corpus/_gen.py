@@ -82,7 +82,7 @@ def write_family(family: str, records: list[Record], pairs: list[tuple[str, str,
         if missing or not rec.cause_tokens:
             raise SystemExit(f"{rec.id}: cause tokens {missing or '(none)'} not in the raw text:\n{rec.text}")
         ids[rec.id] = rec
-    for a, b, why in pairs:
+    for a, b, _why in pairs:
         if a not in ids or b not in ids:
             raise SystemExit(f"pair ({a}, {b}) names a missing record")
         if ids[a].label == ids[b].label:

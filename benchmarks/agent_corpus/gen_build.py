@@ -93,7 +93,7 @@ def main() -> None:
             d = folder({})
             made.append(d)
             add(f"sh-cd-{sub}-{i}", "shell", f"sh-cd-{sub}", sh(f"cd {d}/{sub} && ls -la", d),
-                [f"can't cd to", sub], "sh -c 'cd missing-dir && …' (dash)")
+                ["can't cd to", sub], "sh -c 'cd missing-dir && …' (dash)")
         for bad, token in (("echo start; f() ( ; }", '";" unexpected'), ("echo $((1 + ))", "arithmetic"),
                            ("if true; then echo x; fi fi", '"fi" unexpected')):
             d = folder({})

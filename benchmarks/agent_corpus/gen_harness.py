@@ -128,8 +128,10 @@ def main() -> None:
              "python -m pip install --no-index --disable-pip-version-check fastjsonx", ["fastjsonx", "No matching"]),
             ("git-login", "git-pathspec-feature-login", "git checkout feature-login", ["feature-login"]),
             ("git-search", "git-pathspec-feature-search", "git checkout feature-search", ["feature-search"]),
-            ("flake8-usr", "flake8-undefined-usr-lint_me.py", "flake8 --isolated --select=F821 lint_me.py", ["F821", "'usr'"]),
-            ("flake8-cfg", "flake8-undefined-cfg-lint_cfg.py", "flake8 --isolated --select=F821 lint_cfg.py", ["F821", "'cfg'"]),
+            ("flake8-usr", "flake8-undefined-usr-lint_me.py", "flake8 --isolated --select=F821 lint_me.py",
+             ["F821", "'usr'"]),
+            ("flake8-cfg", "flake8-undefined-cfg-lint_cfg.py", "flake8 --isolated --select=F821 lint_cfg.py",
+             ["F821", "'cfg'"]),
             ("py-user_id", "py-keyerror-app-load-user_id", "python app.py user_id", ["KeyError", "'user_id'"]),
             ("py-order_id", "py-keyerror-app-load-order_id", "python app.py order_id", ["KeyError", "'order_id'"]),
         ]

@@ -71,7 +71,7 @@ def main() -> None:
                 if case in RUFF_TOKENS:
                     fmt = ["--output-format=concise"] if i % 2 else []
                     ruff = run(["ruff", "check", "--no-cache", "--isolated", "--select=E9,F", *fmt, file], d)
-                    add(f"ruff-{case}-{i}", f"ruff-{case}", ruff, RUFF_TOKENS[case] + [file],
+                    add(f"ruff-{case}-{i}", f"ruff-{case}", ruff, [*RUFF_TOKENS[case], file],
                         "ruff check (default or concise output)")
         if eslint:
             for case, (file, template, tokens) in JS_CASES.items():
@@ -81,7 +81,7 @@ def main() -> None:
                     cmd = [eslint, "--no-eslintrc", "--env", "es2022,node", "--parser-options",
                            "ecmaVersion:2022", "--parser-options", "sourceType:module", "--rule",
                            '{"no-undef": "error", "no-unused-vars": "error"}', file]
-                    add(f"eslint-{case}-{i}", f"eslint-{case}", run(cmd, d), tokens + [file],
+                    add(f"eslint-{case}-{i}", f"eslint-{case}", run(cmd, d), [*tokens, file],
                         "eslint 8 with no-undef and no-unused-vars")
 
     def rid(prefix: str, i: int = 0) -> str:

@@ -49,7 +49,7 @@ def main() -> None:
              ["parses dates", "math.test.js", "strictly equal"]),
             ("adds numbers", "calc.test.js", f"assert.strictEqual(1 + {i}, {i + 2});",
              ["adds numbers", "calc.test.js", "strictly equal"]),
-            ("loads user", "user.test.js", f"const u = undefined; return u.name{i % 2 and '' or ''};",
+            ("loads user", "user.test.js", f"const u = undefined; return u.name{(i % 2 and '') or ''};",
              ["loads user", "user.test.js", "Cannot read properties of undefined", "'name'"]),
         ):
             with tempfile.TemporaryDirectory() as tmp:

@@ -36,8 +36,8 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     if plain is None:
         return None
     message = plain["msg"].strip() or _message(text[plain.end():])
-    location = Frame(plain["file"]) if plain["file"] else None
-    return Parsed("CMake Error", message, "cmake", location=location, status=hints.exit_code)
+    file_location = Frame(plain["file"]) if plain["file"] else None
+    return Parsed("CMake Error", message, "cmake", location=file_location, status=hints.exit_code)
 
 
 def _message(rest: str) -> str:

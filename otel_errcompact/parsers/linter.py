@@ -56,7 +56,7 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     if not found:
         return None
     ranked = sorted(range(len(found)), key=lambda i: (_rank(found[i]), i))
-    code, msg, file, line, severity = found[ranked[0]]
+    code, msg, file, line, _ = found[ranked[0]]
     message = " ".join(msg.split())
     more = len(found) - 1
     cause = f"{message} (+{more} more)" if more else message

@@ -50,8 +50,12 @@ def test_ruff_full_and_concise_agree(tmp_path: Path, fmt: list[str]) -> None:
     assert d.location is not None and (d.location.file, d.location.line) == ("app.py", 2)
 
 
+_LOCAL_ESLINT = Path(__file__).resolve().parents[2] / ".cache" / "eslint" / "node_modules" / ".bin" / "eslint"
+
+
 def _eslint() -> str | None:
-    return shutil.which("eslint")
+    """The pinned eslint from ``.ci/eslint-install.sh``, else one on PATH."""
+    return str(_LOCAL_ESLINT) if _LOCAL_ESLINT.exists() else shutil.which("eslint")
 
 
 @pytest.mark.skipif(_eslint() is None, reason="eslint is not installed")

@@ -58,7 +58,7 @@ PACKUMENTS = {
 class Registry(BaseHTTPRequestHandler):
     """Packuments for :data:`PACKUMENTS`, 404 for every other name: all npm needs to resolve a tree."""
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         name = self.path.lstrip("/").split("?", 1)[0].replace("%2f", "/")
         versions = PACKUMENTS.get(name)
         doc = {"error": "Not found"} if versions is None else {
@@ -73,7 +73,7 @@ class Registry(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002
+    def log_message(self, format: str, *args: object) -> None:
         pass
 
 
