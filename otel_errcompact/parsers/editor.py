@@ -52,8 +52,13 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     invalid = _INVALID.match(message)
     if invalid is not None:
         rest = (invalid["rest"] or "").strip()
-        message = f"`{invalid['param']}` {invalid['value']}: {rest}" if rest else \
-            f"invalid `{invalid['param']}`: {invalid['value']}"
+        param, value = invalid["param"], invalid["value"]
+        if not rest:
+            message = f"invalid `{param}`: {value}"
+        elif value in rest:  # the explanation repeats the value: say it once
+            message = f"`{param}`: {rest}"
+        else:
+            message = f"`{param}` {value}: {rest}"
     message = _PLEASE.sub("", message).strip()
     shown = _SNIPPET.sub(lambda m: f"{m['head']}`{_short(m['body'])}`", message)
     shown = _STRING_LINE.sub(lambda m: _short(m.group(0), 60), shown)
