@@ -8,7 +8,7 @@ stdin:
   ``formatted_output_and_error`` field the runtime takes out of the tagged JSON it returns;
 - ``{"tool": "editor", "args": {...}}``: ``openhands.tools.file_editor.impl.file_editor(**args)``, rendered
   with ``to_llm_content`` as the SDK sends it;
-- ``{"tool": "terminal", "output": ..., "exit_code": ..., "cwd": ..., "command": ...}``: a
+- ``{"tool": "terminal", "output": ..., "exit_code": ..., "cwd": ..., "command": ..., "python": ...}``: a
   ``TerminalObservation`` with the metadata the terminal session fills in, rendered with ``to_llm_content``.
 """
 
@@ -41,7 +41,7 @@ def main() -> None:
             out.append("".join(c.text for c in obs.to_llm_content if isinstance(c, TextContent)))
         else:
             code = req["exit_code"]
-            meta = CmdOutputMetadata(exit_code=code, working_dir=req["cwd"], py_interpreter_path=sys.executable,
+            meta = CmdOutputMetadata(exit_code=code, working_dir=req["cwd"], py_interpreter_path=req.get("python", sys.executable),
                                      suffix=f"\n[The command completed with exit code {code}.]")
             obs = TerminalObservation.from_text(text=req["output"], command=req["command"], exit_code=code,
                                                 metadata=meta)

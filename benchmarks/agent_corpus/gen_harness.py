@@ -50,7 +50,10 @@ def openhands(requests: list[dict[str, object]]) -> list[str]:
         raise SystemExit("set OPENHANDS_PYTHON to a Python 3.12 with openhands-aci and openhands-tools")
     driver = Path(__file__).with_name("_openhands_driver.py")
     proc = subprocess.run([python, str(driver)], input=json.dumps(requests), capture_output=True, text=True,
-                          check=True, env={**os.environ, "OPENHANDS_SUPPRESS_BANNER": "1"})
+                          check=False, env={**os.environ, "OPENHANDS_SUPPRESS_BANNER": "1",
+                                            "LITELLM_LOCAL_MODEL_COST_MAP": "True"})
+    if proc.returncode != 0:
+        raise SystemExit(f"the OpenHands driver failed:\n{proc.stderr[-3000:]}")
     return list(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
@@ -157,7 +160,8 @@ def main() -> None:
                                   "Claude Code Bash tool's 'Exit code N' header (framing applied)",
                                   f"Exit code {code}\n{output['output'].rstrip()}", label, tokens, None, command))
             terminal_requests.append({"tool": "terminal", "output": output["output"].rstrip("\n"), "exit_code": code,
-                                      "cwd": str(d), "command": command})
+                                      "cwd": str(d), "command": command,
+                                      "python": shutil.which("python3") or "python3"})
             pending.append((f"{name}-{i}", label, tokens, Run(output["output"], code, command)))
     for (name, label, tokens, result), text in zip(pending, openhands(terminal_requests), strict=True):
         records.append(Record(f"{FAMILY}/openhands-{name}", "harness", "openhands-tools TerminalObservation",

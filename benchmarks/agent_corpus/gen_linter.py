@@ -9,6 +9,7 @@ file or the rule.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import tempfile
@@ -49,7 +50,12 @@ JS_CASES = {
 
 
 def pad(i: int, comment: str) -> str:
-    return "".join(f"{comment} line {n} of setup\n" for n in range(i * 3))
+    """Lines above the faulty one; odd repeats add the style slips real files have (flake8's default
+    selection reports them, so the report grows around the same decisive diagnostic)."""
+    lines = [f"{comment} line {n} of setup\n" for n in range(i * 3)]
+    if i % 2 and comment == "#":
+        lines += [f"setting_{n}=dict(a = {n},b={n})  # {'x' * 90}\n" for n in range(2 + i)]
+    return "".join(lines)
 
 
 def main() -> None:
@@ -66,8 +72,9 @@ def main() -> None:
             with tempfile.TemporaryDirectory() as tmp:
                 d = Path(tmp)
                 (d / file).write_text(template.format(pad=pad(i, "#")))
-                add(f"flake8-{case}-{i}", f"flake8-{case}", run([*FLAKE8, file], d), tokens,
-                    "flake8 with an agent harness's post-edit selection")
+                flake8 = FLAKE8 if i % 2 == 0 else ["flake8", "--isolated"]
+                add(f"flake8-{case}-{i}", f"flake8-{case}", run([*flake8, file], d), tokens,
+                    "flake8 with a harness's post-edit selection (even repeats) or its default selection")
                 if case in RUFF_TOKENS:
                     fmt = ["--output-format=concise"] if i % 2 else []
                     ruff = run(["ruff", "check", "--no-cache", "--isolated", "--select=E9,F", *fmt, file], d)
@@ -81,7 +88,10 @@ def main() -> None:
                     cmd = [eslint, "--no-eslintrc", "--env", "es2022,node", "--parser-options",
                            "ecmaVersion:2022", "--parser-options", "sourceType:module", "--rule",
                            '{"no-undef": "error", "no-unused-vars": "error"}', file]
-                    add(f"eslint-{case}-{i}", f"eslint-{case}", run(cmd, d), [*tokens, file],
+                    result = run(cmd, d)
+                    # Record the command as typed (``eslint …``), not this machine's install path.
+                    result = dataclasses.replace(result, command=" ".join(["eslint", *cmd[1:]]))
+                    add(f"eslint-{case}-{i}", f"eslint-{case}", result, [*tokens, file],
                         "eslint 8 with no-undef and no-unused-vars")
 
     def rid(prefix: str, i: int = 0) -> str:

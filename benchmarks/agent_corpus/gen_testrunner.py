@@ -9,7 +9,7 @@ failed while collecting or while running a test.
 
 from __future__ import annotations
 
-import sys
+import os
 import tempfile
 import textwrap
 from pathlib import Path
@@ -40,7 +40,8 @@ def main() -> None:
         records.append(Record(f"{FAMILY}/{name}", "test-runner", source, result.output, label, tokens,
                               result.returncode, result.command))
 
-    py = sys.executable
+    # The interpreter on PATH, as an agent's shell finds it (pytest -v prints its path in the header).
+    py = os.environ.get("CORPUS_PYTHON", "python3")
     for i in range(REPEATS):
         for test_name, file, body, tokens in (
             ("adds numbers", "math.test.js", f"assert.strictEqual(1 + {i}, {i + 2});",

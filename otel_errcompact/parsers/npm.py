@@ -28,7 +28,7 @@ _BOILERPLATE = ("A complete log of this run", "Note that you can", "In most case
                 "tarball, folder, http url", "JSON.parse Failed to parse JSON data", "JSON.parse Note:",
                 "While resolving:", "code ", "errno ", "syscall ", "path ", "Could not resolve dependency:",
                 "Conflicting peer dependency:", "node_modules/", "/")
-_LOG_TITLE = re.compile(r"^(?:404|notarget|JSON\.parse|peer|enoent|code|ERESOLVE)\s+")
+_LOG_TITLE = re.compile(r"^(?:notarget|JSON\.parse|enoent)\s+")
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:
@@ -46,6 +46,9 @@ def parse(text: str, hints: Hints) -> Parsed | None:
             return Parsed(type_, cause, "npm", status=hints.exit_code)
     for line in lines:
         if line and not line.startswith(_BOILERPLATE):
+            # npm's log title (``404``, ``notarget``, ``JSON.parse``) repeats the code; a JSON error's
+            # ``while parsing '…'`` is an excerpt of the input, not the cause.
+            line = _LOG_TITLE.sub("", line).split(" while parsing ", 1)[0]
             return Parsed(type_, line, "npm", status=hints.exit_code)
     return Parsed(type_, code or lines[0] or "npm failed", "npm", status=hints.exit_code)
 
