@@ -41,7 +41,8 @@ def main() -> None:
             out.append("".join(c.text for c in obs.to_llm_content if isinstance(c, TextContent)))
         else:
             code = req["exit_code"]
-            meta = CmdOutputMetadata(exit_code=code, working_dir=req["cwd"], py_interpreter_path=req.get("python", sys.executable),
+            meta = CmdOutputMetadata(exit_code=code, working_dir=req["cwd"],
+                                     py_interpreter_path=req.get("python", sys.executable),
                                      suffix=f"\n[The command completed with exit code {code}.]")
             obs = TerminalObservation.from_text(text=req["output"], command=req["command"], exit_code=code,
                                                 metadata=meta)

@@ -49,11 +49,11 @@ JS_CASES = {
 }
 
 
-def pad(i: int, comment: str) -> str:
+def pad(i: int, comment: str, noise: bool = True) -> str:
     """Lines above the faulty one; odd repeats add the style slips real files have (flake8's default
     selection reports them, so the report grows around the same decisive diagnostic)."""
     lines = [f"{comment} line {n} of setup\n" for n in range(i * 3)]
-    if i % 2 and comment == "#":
+    if i % 2 and comment == "#" and noise:
         lines += [f"setting_{n}=dict(a = {n},b={n})  # {'x' * 90}\n" for n in range(2 + i)]
     return "".join(lines)
 
@@ -71,7 +71,8 @@ def main() -> None:
         for case, (file, template, tokens) in PY_CASES.items():
             with tempfile.TemporaryDirectory() as tmp:
                 d = Path(tmp)
-                (d / file).write_text(template.format(pad=pad(i, "#")))
+                # A style slip is the cause of the indentation case: no other slips around it.
+                (d / file).write_text(template.format(pad=pad(i, "#", noise=not case.startswith("indent"))))
                 flake8 = FLAKE8 if i % 2 == 0 else ["flake8", "--isolated"]
                 add(f"flake8-{case}-{i}", f"flake8-{case}", run([*flake8, file], d), tokens,
                     "flake8 with a harness's post-edit selection (even repeats) or its default selection")
