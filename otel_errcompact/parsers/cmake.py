@@ -2,10 +2,11 @@
 
 CMake prints progress (``-- Detecting C compiler ABI info``) and a closing ``Configuring incomplete``
 line around the one block that matters: a ``CMake Error at FILE:LINE (command):`` header followed by an
-indented message. The digest keeps the command and the message's first paragraph (and the next one when
-the first ends with a colon, as in ``Cannot find source file:`` ⏎ ``missing.c``), so the package, source
-file or command CMake could not find survives; the location is the CMakeLists line. A ``CMake Error:``
-without a position (a missing source folder, a bad generator) keeps its own line.
+indented message. The digest keeps the command (as the location's function) and the message's first
+paragraph (and the next one when the first ends with a colon, as in ``Cannot find source file:`` ⏎
+``missing.c``), so the package, source file or command CMake could not find survives; the location is
+the CMakeLists line. A ``CMake Error:`` without a position (a missing source folder, a bad generator)
+keeps its own line.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     at = _AT.search(text)
     if at is not None:
         message = _message(text[at.end():])
-        cause = f"{at['command']}: {message}" if message else at["command"]
+        # The command is the location's function (``in find_package``): the cause need not repeat it.
+        cause = message or f"{at['command']} failed"
         location = Frame(at["file"], int(at["line"]), at["command"])
         return Parsed("CMake Error", cause, "cmake", location=location, status=hints.exit_code)
     plain = _PLAIN.search(text)

@@ -77,7 +77,7 @@ def test_cmake_find_package_keeps_the_package(tmp_path: Path) -> None:
     out, _, d = _sh(tmp_path, "cmake -S . -B build")
     assert "CMake Error at CMakeLists.txt:4 (find_package)" in out
     assert d.type == "CMake Error" and d.format == "cmake"
-    assert "Zorglib" in d.cause and d.cause.startswith("find_package:")
+    assert "Zorglib" in d.cause and "in find_package" in d.line
     assert d.location is not None and (d.location.file, d.location.line) == ("CMakeLists.txt", 4)
 
 
