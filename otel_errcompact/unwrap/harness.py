@@ -39,8 +39,7 @@ _MARKERS = ("<returncode>", "<output", "exit code", "Exit code", "<tool_use_erro
             "[Python interpreter", "[Jupyter", "ERROR:", "[An error occurred", "DO NOT", "NOT been applied")
 
 _EDGE = 600
-_TAG = re.compile(r"<(?P<tag>returncode|output|output_head|output_tail|exception|tool_use_error)>\n?"
-                  r"(?P<body>.*?)\n?</(?P=tag)>", re.S)
+_TAGS = ("returncode", "output", "output_head", "output_tail", "exception", "tool_use_error")
 _EXIT_HEADER = re.compile(r"\AExit code (?P<code>-?\d{1,4})[ \t]*(?:\n|\Z)")
 # Trailer lines OpenHands' terminal appends, any order, each on its own line.
 _TRAILER = re.compile(
@@ -84,8 +83,10 @@ def _tags(text: str) -> tuple[str | None, int | None]:
     if "</" not in text:
         return None, None
     parts: dict[str, str] = {}
-    for match in _TAG.finditer(text):
-        parts.setdefault(match["tag"], match["body"])
+    for tag in _TAGS:
+        body = _tag_body(text, tag)
+        if body is not None:
+            parts[tag] = body
     if not parts:
         return None, None
     code = _int(parts.get("returncode"))
@@ -101,6 +102,19 @@ def _tags(text: str) -> tuple[str | None, int | None]:
     if body is None:
         return None, None
     return body, code
+
+
+def _tag_body(text: str, tag: str) -> str | None:
+    """The text between the first ``<tag>`` and the last ``</tag>``: two linear scans, whatever the input."""
+    opening = f"<{tag}>"
+    start = text.find(opening)
+    if start < 0:
+        return None
+    end = text.rfind(f"</{tag}>")
+    if end < start:
+        return None
+    body = text[start + len(opening) : end]
+    return body[1:] if body.startswith("\n") else body
 
 
 def _exit_header(text: str) -> tuple[str | None, int | None]:
