@@ -30,8 +30,10 @@ _CONFLICT = re.compile(r"^CONFLICT \([^)]*\): .+$", re.M)
 _NOT_APPLIED = re.compile(r"^(?:error: )?could not apply (?P<sha>[0-9a-f]{5,40})\b", re.M)
 _FATAL = re.compile(r"^fatal: (?P<msg>.+)$", re.M)
 _ERROR = re.compile(r"^error: (?P<msg>.+)$", re.M)
-_GIT_WORDS = ("git", "[rejected]", "CONFLICT (", "hint: ", "pathspec", "refs", "patch", "rebase", "merge",
-              "commit", "branch", "remote", "HEAD")
+# Without the command, claim ``fatal:``/``error:`` text only when it speaks git's own vocabulary: other
+# tools print ``error:`` lines too.
+_GIT_WORDS = ("git", "[rejected]", "CONFLICT (", "hint: ", "pathspec", "refs/", "does not apply", "could not apply",
+              "rebase", "fast-forward", "HEAD")
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:
