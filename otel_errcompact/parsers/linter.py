@@ -12,6 +12,8 @@ format                    example
 flake8, ruff concise      ``app.py:5:12: F821 undefined name 'usr'``, ``a.py:1:16: invalid-syntax: …``
 ruff full                 ``F821 Undefined name `usr``` then `` --> app.py:5:12``
 eslint stylish            ``/w/client.js`` then ``  4:31  error  'x' is not defined  no-undef``
+a lint gate's list        ``- E999 IndentationError: unexpected indent`` (+ ``[File: /w/app.py]``, left
+                          by :mod:`otel_errcompact.unwrap.lint_gate`)
 ========================  ===========================================================================
 
 Type: the rule code (``F821``, ``no-undef``, ``invalid-syntax``), or ``eslint`` for a parse error that
@@ -42,6 +44,8 @@ _ESLINT_FILE = re.compile(r"^(?P<file>(?:[A-Za-z]:)?[^\s:]*[\\/]?[^\s\\/]+\.(?:[
 _ESLINT_ROW = re.compile(
     r"^\s+(?P<line>\d+):(?P<col>\d+)\s+(?P<sev>error|warning)\s+(?P<msg>.+?)(?:\s{2,}(?P<rule>[\w@/-]+))?$"
 )
+_BULLET = re.compile(rf"^- (?P<code>{_CODE}) (?P<msg>.+)$", re.M)
+_BULLET_FILE = re.compile(r"^\[File: (?P<file>[^\]\n]+?)\]$", re.M)
 # Every format above has a position ``12:5`` (flake8 ``a.py:12:5:``, ruff ``--> a.py:12:5``, eslint
 # ``  12:5  error``): one C-level scan rules out most text before the line-anchored patterns run.
 _POSITION = re.compile(r"\d:\d+[:\s]")
@@ -50,9 +54,11 @@ _SYNTAX = ("E999", "E902", "invalid-syntax", "Parsing error", "SyntaxError")
 
 def parse(text: str, hints: Hints) -> Parsed | None:
     """Digest a linter report; ``None`` when no diagnostic line is found."""
-    if ":" not in text or _POSITION.search(text) is None:
+    if ":" not in text and "- " not in text:
         return None
-    found = _flat(text) or _eslint(text)
+    if _POSITION.search(text) is None and not text.startswith("- "):
+        return None
+    found = _flat(text) or _eslint(text) or _bullets(text)
     if not found:
         return None
     ranked = sorted(range(len(found)), key=lambda i: (_rank(found[i]), i))
@@ -60,8 +66,8 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     message = " ".join(msg.split())
     more = len(found) - 1
     cause = f"{message} (+{more} more)" if more else message
-    return Parsed(code, cause, "linter", location=Frame(file, line), status=hints.exit_code,
-                  key_text=message)
+    location = Frame(file, line or None) if file else None
+    return Parsed(code, cause, "linter", location=location, status=hints.exit_code, key_text=message)
 
 
 Diagnostic = tuple[str, str, str, int, str]
@@ -77,6 +83,15 @@ def _flat(text: str) -> list[Diagnostic]:
         if found:
             break
     return found
+
+
+def _bullets(text: str) -> list[Diagnostic]:
+    """A lint gate's list (``- E999 IndentationError: …``) under the ``[File: …]`` header it names."""
+    if "- " not in text:
+        return []
+    where = _BULLET_FILE.search(text)
+    file = where["file"] if where else ""
+    return [(m["code"], m["msg"].rstrip(), file, 0, "error") for m in _BULLET.finditer(text)][:_MAX_LINES]
 
 
 def _eslint(text: str) -> list[Diagnostic]:

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 
 from otel_errcompact.parsers._base import Hints
-from otel_errcompact.unwrap import harness
+from otel_errcompact.unwrap import harness, lint_gate
 
 __all__ = ["MAX_PASSES", "UNWRAPPERS", "Unwrapper", "unwrap"]
 
@@ -29,6 +29,7 @@ Unwrapper = Callable[[str, Hints], "tuple[str, Hints] | None"]
 
 UNWRAPPERS: tuple[tuple[str, Unwrapper], ...] = (
     ("harness", harness.unwrap),
+    ("lint-gate", lint_gate.unwrap),
 )
 """``(name, unwrap)`` pairs, tried in order on every pass."""
 

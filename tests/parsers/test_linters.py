@@ -66,3 +66,50 @@ def test_eslint_stylish(tmp_path: Path) -> None:
     d = _lint(tmp_path, cmd)
     assert d.type == "no-undef" and d.cause == "'fetchUser' is not defined"
     assert d.location is not None and d.location.file.endswith("client.js")
+
+
+# SWE-agent's windowed edit tool reverts an edit that flake8 rejects and answers with this template
+# (its _LINT_ERROR_TEMPLATE); the error list holds flake8's diagnostics as "- CODE message".
+LINT_GATE = """Your proposed edit has introduced new syntax error(s). Please read this error message carefully \
+and then retry editing the file.
+
+ERRORS:
+
+{errors}
+
+This is how your edit would have looked if applied
+------------------------------------------------
+[File: {path} ({total} lines total)]
+{window}
+------------------------------------------------
+
+This is the original code before your edit
+------------------------------------------------
+[File: {path} ({total} lines total)]
+{window}
+------------------------------------------------
+
+Your changes have NOT been applied. Please fix your edit command and try again.
+DO NOT re-run the same failed edit command. Running it again will lead to the same error.
+"""
+
+
+@pytest.mark.skipif(not have("flake8"), reason="flake8 is not installed")
+def test_lint_gate_template_keeps_the_diagnostic_and_the_file(tmp_path: Path) -> None:
+    keys = {}
+    for name, body in (("usr", "def load():\n    return usr.name\n"), ("cfg", "def load():\n    return cfg.name\n"),
+                       ("indent", "def load():\n    x = 1\n      return x\n")):
+        path = write(tmp_path, "app.py", body)
+        result = run(["flake8", "--isolated", "--select=F821,F822,F831,E111,E112,E113,E999,E902", str(path)],
+                     cwd=tmp_path)
+        assert result.returncode == 1
+        errors = "\n".join("- " + line.split(": ", 1)[1] for line in result.stdout.splitlines())
+        window = "\n".join(f"{n}:{text}" for n, text in enumerate(body.splitlines(), 1))
+        framed = LINT_GATE.format(errors=errors, path=path, total=len(body.splitlines()), window=window)
+        d = compact_text(framed)
+        code, message = result.stdout.splitlines()[0].split(": ", 1)[1].split(" ", 1)
+        assert (d.type, d.format) == (code, "linter"), d.line
+        assert message in d.cause and "app.py" in d.line
+        assert "NOT been applied" not in d.line and "would have looked" not in d.line
+        keys[name] = d.key
+    assert len(set(keys.values())) == 3
