@@ -30,6 +30,8 @@ def framings(output: str, code: int) -> dict[str, str]:
                      f"[Current working directory: /workspace]\n[Python interpreter: /usr/bin/python]\n"
                      f"[Command finished with exit code {code}]",
         "claude-bash": f"Exit code {code}\n{output.rstrip()}",
+        "openhands-jupyter": f"{output.rstrip()}\n[Jupyter current working directory: /workspace]\n"
+                             "[Jupyter Python interpreter: /usr/bin/python]",
         "swe-agent-reminder": f"{output.rstrip()}\nDO NOT re-run the same failed edit command. "
                               "Running it again will lead to the same error.",
     }
@@ -39,14 +41,15 @@ def test_every_framing_gives_the_unframed_key(make_error: tuple[str, int]) -> No
     output, code = make_error
     raw = compact_text(output, exit_code=code, command="make")
     for name, framed in framings(output, code).items():
-        d = compact_text(framed, command="make", exit_code=code if name == "swe-agent-reminder" else None)
+        stated = name not in ("swe-agent-reminder", "openhands-jupyter")  # these two state no exit code
+        d = compact_text(framed, command="make", exit_code=None if stated else code)
         assert (d.key, d.cause, d.status) == (raw.key, raw.cause, code), name
 
 
 def test_the_exit_code_moves_into_the_hints(make_error: tuple[str, int]) -> None:
     output, code = make_error
     for name, framed in framings(output, code).items():
-        if name == "swe-agent-reminder":
+        if name in ("swe-agent-reminder", "openhands-jupyter"):
             continue
         text, hints = unwrap(framed, Hints())
         assert hints.exit_code == code, name
