@@ -159,7 +159,7 @@ def traceback_40(folder: Path) -> str:
     """A real 40-line Python traceback: 19 nested calls in a script, ending in a KeyError."""
     import subprocess
 
-    funcs = ["def f0(d):\n    return d['missing_key']\n"]
+    funcs = ["def f0(d):\n    raise KeyError('missing_key')\n"]  # a whole statement: no caret line
     funcs += [f"def f{n}(d):\n    f{n - 1}(d)\n" for n in range(1, 18)]
     script = folder / "deep.py"
     script.write_text("".join(funcs) + "\nf17({})\n")
