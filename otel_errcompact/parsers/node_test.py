@@ -29,11 +29,29 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     if "not ok " in text:
         return _tap(text, hints)
     if "✖ " in text:
-        spec = _SPEC.search(text)
-        if spec is not None:
-            return Parsed(spec["type"], f"{spec['msg'].strip()} (test '{spec['name'].strip()}')", "node-test",
-                          status=hints.exit_code)
+        return _spec(text, hints)
     return None
+
+
+def _spec(text: str, hints: Hints) -> Parsed | None:
+    """The spec reporter: ``✖ name (1ms)``, the error's lines, then its ``at …`` stack."""
+    spec = _SPEC.search(text)
+    if spec is None:
+        return None
+    message = [spec["msg"].strip()]
+    stack: list[str] = []
+    for line in text[spec.end():].split("\n")[1:_MAX_BLOCK]:
+        stripped = line.strip()
+        if stripped.startswith("at "):
+            stack.append(stripped)
+        elif stack or stripped.startswith(("{", "}")) or (line and not line[0].isspace()):
+            break
+        elif stripped:
+            message.append(stripped)
+    frames = tuple(_frames("\n".join(stack)))
+    cause = f"{' '.join(message)} (test '{spec['name'].strip()}')"
+    return Parsed(spec["type"], cause, "node-test", frames=frames,
+                  location=innermost_in_app(frames) if frames else None, status=hints.exit_code)
 
 
 def _tap(text: str, hints: Hints) -> Parsed | None:

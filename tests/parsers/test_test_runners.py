@@ -95,3 +95,18 @@ def test_pytest_collection_error_is_not_a_test_failure(tmp_path: Path) -> None:
     assert "No module named 'requestsx'" in collect.cause and "collecting test_client.py" in collect.cause
     assert "collecting" not in failure.cause and "test_get" in failure.cause
     assert collect.key != failure.key
+
+
+@pytest.mark.skipif(not have("node"), reason="node is not installed")
+def test_node_test_spec_and_tap_reporters_agree(tmp_path: Path) -> None:
+    write(tmp_path, "calc.test.js", """
+        const test = require('node:test');
+        const assert = require('node:assert');
+        test('adds numbers', () => {
+          assert.strictEqual(1 + 1, 3);
+        });
+        """)
+    tap = _run(tmp_path, ["node", "--test", "--test-reporter=tap", "calc.test.js"])
+    spec = _run(tmp_path, ["node", "--test", "--test-reporter=spec", "calc.test.js"])
+    assert spec.line == tap.line
+    assert spec.key == tap.key and "2 !== 3" in spec.cause
