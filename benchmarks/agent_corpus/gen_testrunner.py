@@ -57,8 +57,11 @@ def main() -> None:
                 d = Path(tmp)
                 write(d, file, node_case(i, test_name, file, body))
                 slug = f"{test_name.replace(' ', '-')}-{file.split('.')[0]}"
-                add(f"node-{slug}-{i}", f"node-test-{slug}", run(["node", "--test", file], d), tokens,
-                    "node --test (TAP reporter, as in a non-terminal tool)")
+                # TAP is what a tool gets when output is not a terminal; spec is what a terminal shows.
+                reporter = "tap" if i % 2 == 0 else "spec"
+                add(f"node-{slug}-{i}", f"node-test-{slug}",
+                    run(["node", "--test", f"--test-reporter={reporter}", file], d), tokens,
+                    "node --test with the TAP (even repeats) or spec reporter")
 
         pad = "".join(f"SETTING_{n} = {n}\n" for n in range(i))
         with tempfile.TemporaryDirectory() as tmp:
