@@ -87,6 +87,15 @@ def main() -> None:
             editor_requests.append((f"undo-{file}-{i}", f"editor-undo-{file}",
                                     ["No edit history", file], tool,
                                     {"command": "undo_edit", "path": str(d / file)}))
+        for name in ("usr", "cfg"):
+            # An edit that applies but leaves an undefined name: openhands-aci lints the change.
+            lint_dir = d / f"lint-{name}"
+            lint_dir.mkdir()
+            (lint_dir / "app.py").write_text("".join(f"# {n}\n" for n in range(i)) + f"def load():\n    return {i}\n")
+            editor_requests.append((f"lint-{name}-{i}", f"flake8-undefined-{name}", ["F821", f"'{name}'", "app.py"],
+                                    "aci", {"command": "str_replace", "path": str(lint_dir / "app.py"),
+                                            "old_str": f"return {i}", "new_str": f"return {name}.name",
+                                            "enable_linting": True}))
         editor_requests.append((f"multiple-{i}", "editor-multiple-occurrences", ["Multiple occurrences"], tool,
                                 {"command": "str_replace", "path": str(d / "app.py"), "old_str": "import os",
                                  "new_str": "import sys"}))
@@ -104,6 +113,10 @@ def main() -> None:
     answers = openhands([{"tool": tool, "args": args} for _, _, _, tool, args in editor_requests])
     for (name, label, tokens, tool, _), text in zip(editor_requests, answers, strict=True):
         package = "openhands-aci" if tool == "aci" else "openhands-tools"
+        if name.startswith("lint-"):
+            records.append(Record(f"{FAMILY}/{tool}-{name}", "linter", f"{package} str_replace with enable_linting",
+                                  text, label, tokens))
+            continue
         records.append(Record(f"{FAMILY}/{tool}-{name}", "editor", f"{package} file editor", text, label, tokens))
         if name.endswith(("-0", "-3")):
             # Claude Code's tools report a refused edit inside <tool_use_error> tags.
@@ -172,7 +185,8 @@ def main() -> None:
     def rid(prefix: str, i: int = 0) -> str:
         return f"{FAMILY}/{prefix}-{i}"
 
-    pairs = [(rid("aci-old-str-missing-app.py"), rid("aci-old-str-missing-models.py"), "file differs"),
+    pairs = [(rid("aci-lint-usr", 1), rid("aci-lint-cfg", 1), "undefined name differs"),
+             (rid("aci-old-str-missing-app.py"), rid("aci-old-str-missing-models.py"), "file differs"),
              (rid("editor-no-path-app.py", 1), rid("editor-no-path-models.py", 1), "file differs"),
              (rid("aci-create-exists-app.py", 2), rid("aci-undo-app.py", 2), "different editor failure"),
              (rid("editor-param-old_str", 3), rid("editor-param-insert_line", 3), "parameter differs"),

@@ -13,7 +13,9 @@ flake8, ruff concise      ``app.py:5:12: F821 undefined name 'usr'``, ``a.py:1:1
 ruff full                 ``F821 Undefined name `usr``` then `` --> app.py:5:12``
 eslint stylish            ``/w/client.js`` then ``  4:31  error  'x' is not defined  no-undef``
 a lint gate's list        ``- E999 IndentationError: unexpected indent`` (+ ``[File: /w/app.py]``, left
-                          by :mod:`otel_errcompact.unwrap.lint_gate`)
+                          by :mod:`otel_errcompact.unwrap.lint_gate`); OpenHands' post-edit list
+                          ``- Line 2, Column 12: F821 undefined name 'usr'`` under ``The file … has
+                          been edited``
 ========================  ===========================================================================
 
 Type: the rule code (``F821``, ``no-undef``, ``invalid-syntax``), or ``eslint`` for a parse error that
@@ -44,8 +46,8 @@ _ESLINT_FILE = re.compile(r"^(?P<file>(?:[A-Za-z]:)?[^\s:]*[\\/]?[^\s\\/]+\.(?:[
 _ESLINT_ROW = re.compile(
     r"^\s+(?P<line>\d+):(?P<col>\d+)\s+(?P<sev>error|warning)\s+(?P<msg>.+?)(?:\s{2,}(?P<rule>[\w@/-]+))?$"
 )
-_BULLET = re.compile(rf"^- (?P<code>{_CODE}) (?P<msg>.+)$", re.M)
-_BULLET_FILE = re.compile(r"^\[File: (?P<file>[^\]\n]+?)\]$", re.M)
+_BULLET = re.compile(rf"^- (?:Line (?P<line>\d+), Column \d+: )?(?P<code>{_CODE}) (?P<msg>.+)$", re.M)
+_BULLET_FILE = re.compile(r"^\[File: (?P<file>[^\]\n]+?)\]$|^The file (?P<edited>\S+) has been edited", re.M)
 # Every format above has a position ``12:5`` (flake8 ``a.py:12:5:``, ruff ``--> a.py:12:5``, eslint
 # ``  12:5  error``): one C-level scan rules out most text before the line-anchored patterns run.
 _POSITION = re.compile(r"\d:\d+[:\s]")
@@ -56,7 +58,7 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     """Digest a linter report; ``None`` when no diagnostic line is found."""
     if ":" not in text and "- " not in text:
         return None
-    if _POSITION.search(text) is None and not text.startswith("- "):
+    if _POSITION.search(text) is None and not text.startswith("- ") and "\n- " not in text:
         return None
     found = _flat(text) or _eslint(text) or _bullets(text)
     if not found:
@@ -90,8 +92,9 @@ def _bullets(text: str) -> list[Diagnostic]:
     if "- " not in text:
         return []
     where = _BULLET_FILE.search(text)
-    file = where["file"] if where else ""
-    return [(m["code"], m["msg"].rstrip(), file, 0, "error") for m in _BULLET.finditer(text)][:_MAX_LINES]
+    file = (where["file"] or where["edited"]) if where else ""
+    return [(m["code"], m["msg"].rstrip(), file, int(m["line"] or 0), "error")
+            for m in _BULLET.finditer(text)][:_MAX_LINES]
 
 
 def _eslint(text: str) -> list[Diagnostic]:

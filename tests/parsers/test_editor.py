@@ -47,3 +47,14 @@ def test_long_old_str_is_cut_in_the_line_but_the_file_stays(editor: dict[str, En
     d = compact_text(raw)
     assert len(d.line) < 200 and "app.py" in d.line and "did not appear verbatim" in d.line
     assert d.key == editor["harness/aci-old-str-missing-app.py-0"].digest.key
+
+
+def test_lint_after_an_applied_edit_is_the_linters_digest() -> None:
+    """openhands-aci lints an applied edit; its issue list reads like flake8's report of the same file."""
+    records, _ = load(["harness", "linter"])
+    entries = {e.id: e for e in digest_all(records)}
+    after_edit = entries["harness/aci-lint-usr-2"]
+    assert "Linting issues found in the changes" in after_edit.text
+    assert after_edit.digest.line.startswith("[F821] at app.py:")
+    assert after_edit.digest.key == entries["linter/flake8-undefined-usr-0"].digest.key
+    assert after_edit.digest.key != entries["harness/aci-lint-cfg-2"].digest.key
