@@ -50,7 +50,7 @@ _BULLET = re.compile(rf"^- (?:Line (?P<line>\d+), Column \d+: )?(?P<code>{_CODE}
 _BULLET_FILE = re.compile(r"^\[File: (?P<file>[^\]\n]+?)\]$|^The file (?P<edited>\S+) has been edited", re.M)
 # Every format above has a position ``12:5`` (flake8 ``a.py:12:5:``, ruff ``--> a.py:12:5``, eslint
 # ``  12:5  error``): one C-level scan rules out most text before the line-anchored patterns run.
-_POSITION = re.compile(r"\d:\d+[:\s]")
+_POSITION = re.compile(r":\d+[:\s]")  # a literal first character: the engine skips to each colon
 _SYNTAX = ("E999", "E902", "invalid-syntax", "Parsing error", "SyntaxError")
 
 

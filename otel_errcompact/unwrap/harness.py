@@ -34,11 +34,14 @@ from otel_errcompact.parsers._base import Hints
 
 __all__ = ["unwrap"]
 
-# Cheap substring checks first: most errors carry no framing at all.
-_MARKERS = ("<returncode>", "<output", "exit code", "Exit code", "<tool_use_error>", "[Current working",
-            "[Python interpreter", "[Jupyter", "ERROR:", "[An error occurred", "DO NOT", "NOT been applied")
+# Cheap substring checks first: most errors carry no framing at all. Framing opens the text (tags,
+# headers, banners) or closes it (trailers, reminders), so each set is looked for only at its end.
+_HEAD_MARKERS = ("<returncode>", "<exception>", "<tool_use_error>", "Exit code", "ERROR:", "[An error occurred")
+_TAIL_MARKERS = ("exit code", "</output", "</tool_use_error>", "[Current working", "[Python interpreter",
+                 "[Jupyter", "DO NOT", "NOT been applied")
 
-_EDGE = 600
+_HEAD = 200
+_TAIL = 400
 _TAGS = ("returncode", "output", "output_head", "output_tail", "exception", "tool_use_error")
 _EXIT_HEADER = re.compile(r"\AExit code (?P<code>-?\d{1,4})[ \t]*(?:\n|\Z)")
 # Trailer lines OpenHands' terminal appends, any order, each on its own line.
@@ -60,9 +63,8 @@ _REMINDER = re.compile(
 
 def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     """The text inside one harness's framing and the exit code it stated; ``None`` without framing."""
-    # Framing sits at the start (tags, headers, banners) or the end (trailers, reminders) of the text.
-    ends = text[:_EDGE] + text[-_EDGE:] if len(text) > 2 * _EDGE else text
-    if not any(marker in ends for marker in _MARKERS):
+    head, tail = text[:_HEAD], text[-_TAIL:]
+    if not any(marker in head for marker in _HEAD_MARKERS) and not any(marker in tail for marker in _TAIL_MARKERS):
         return None
     inner, code = _tags(text)
     if inner is None:
