@@ -21,6 +21,7 @@ from otel_errcompact.exceptions import (
     ErrorBudgetExceeded,
 )
 from otel_errcompact.history import Action, ErrorHistory, Escalation, Limits, Observation, Thresholds
+from otel_errcompact.messages import compact_messages
 from otel_errcompact.parsers import Frame, Hints, Parsed
 from otel_errcompact.redact import redact
 from otel_errcompact.tokens import count_tokens
@@ -85,3 +86,5 @@ __all__ += [
     "instance",
     "read_jsonl",
 ]
+
+__all__ += ["compact_messages"]

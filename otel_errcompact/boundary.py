@@ -115,6 +115,9 @@ class ToolCall:
         self.span = span
         self.error: ToolErrorText | None = None
         self._data_error: str | None = None
+        self.model_text: Callable[[BaseException], str] | None = None
+        """Set by a framework bridge: the text its framework would have given the agent for an exception
+        (the basis of the token-savings metrics, ``Failure.model_text``)."""
 
     def fail(self, text: str) -> None:
         """Report that the tool failed without raising (its result carries the error)."""
@@ -203,7 +206,10 @@ class ToolBoundary:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 span.set_attribute(semconv.ERROR_TYPE, _qualified_name(type(exc)))
-                call.error = self._failed(span, name, call_id, raw, exc_type=type(exc).__name__)
+                model_text = _model_text(call, exc)
+                call.error = self._failed(
+                    span, name, call_id, raw, exc_type=type(exc).__name__, model_text=model_text
+                )
                 if (on_error or self._on_error) == "raise":
                     raise
                 return
@@ -259,11 +265,18 @@ class ToolBoundary:
     # -- internals ---------------------------------------------------------------------------------------
 
     def _failed(
-        self, span: trace.Span, name: str, call_id: str | None, raw: str, *, exc_type: str
+        self,
+        span: trace.Span,
+        name: str,
+        call_id: str | None,
+        raw: str,
+        *,
+        exc_type: str,
+        model_text: str | None = None,
     ) -> ToolErrorText:
         outcome: Outcome | None = None
         if self._processor is not None and isinstance(span, SdkSpan) and span.is_recording():
-            outcome = self._processor.handle_live(span)
+            outcome = self._processor.handle_live(span, model_text=model_text)
         if outcome is None:  # no SDK pipeline to read the span from: describe the failure directly
             span_context = span.get_span_context()
             outcome = self._pipeline.handle(
@@ -277,12 +290,22 @@ class ToolBoundary:
                     trace_id=f"{span_context.trace_id:032x}" if span_context.is_valid else None,
                     span_id=f"{span_context.span_id:016x}" if span_context.is_valid else None,
                     exception_type=exc_type,
+                    model_text=model_text,
                 )
             )
         text = ToolErrorText(_agent_text(outcome), outcome)
         if self._processor is not None:
             self._processor.note_returned_error(text)
         return text
+
+
+def _model_text(call: ToolCall, exc: BaseException) -> str | None:
+    if call.model_text is None:
+        return None
+    try:
+        return call.model_text(exc)
+    except Exception:
+        return None
 
 
 def _agent_text(outcome: Outcome) -> str:
