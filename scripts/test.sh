@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh machine (Python 3.11, pip, git and apt), then run it.
-# The real-error tests run real toolchains: gcc/g++, javac/java, node, go, rustc, tsc (npm), bash, curl.
+# The real-error tests run real toolchains: gcc/g++, javac/java, node, go, rustc, tsc (npm), bash, curl,
+# and the build, package and VCS tools agents run: make, cmake, git, pip, apt-get, npm, flake8, ruff, Django.
 # The end-to-end tests start a real OTLP receiver (Arize Phoenix) on 127.0.0.1; the integration tests run
 # LangGraph and the OpenAI Agents SDK offline with scripted models and OpenInference instrumentation.
 set -euo pipefail
@@ -29,6 +30,9 @@ command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v rustc >/dev/null 2>&1 || need+=(rustc)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
+command -v make >/dev/null 2>&1 || need+=(make)
+command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v git >/dev/null 2>&1 || need+=(git)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ "${#need[@]}" -gt 0 ]; then
@@ -45,6 +49,7 @@ fi
 PYTHON="$PY" bash .ci/phoenix-install.sh
 PYTHON="$PY" bash .ci/integrations-install.sh
 bash .ci/tsc-install.sh
+bash .ci/eslint-install.sh
 
 set +e
 "$PY" -m pytest -q -p no:cacheprovider "$@"

@@ -13,10 +13,11 @@ from otel_errcompact import Compactor, Parsed
 from tests.realerrors import python_error, run
 
 
-def _git_outside_a_repository(folder: Path) -> str:
+def _unrecognised_usage_error(folder: Path) -> str:
+    """A real tool's usage error that no format parser claims (git's and pip's errors now have parsers)."""
     folder.mkdir(parents=True, exist_ok=True)
-    result = run(["git", "status"], cwd=folder, env={"GIT_CEILING_DIRECTORIES": str(folder.parent)})
-    assert result.returncode == 128, result.output
+    result = run(["date", "-d", "not-a-date"], cwd=folder)
+    assert result.returncode == 1, result.output
     return result.stderr
 
 
@@ -35,13 +36,13 @@ class CountingSummarizer:
 
 
 def test_unparsed_text_is_summarised_once_and_cached_by_content(tmp_path: Path) -> None:
-    raw = _git_outside_a_repository(tmp_path / "a")
-    model = CountingSummarizer("GitError: the working directory is not a git repository")
+    raw = _unrecognised_usage_error(tmp_path / "a")
+    model = CountingSummarizer("UsageError: date could not read the date it was given")
     compactor = Compactor(summarizer=model, digest_cache_size=0)  # only the summary cache may answer
     first = compactor.compact(raw)
     second = compactor.compact(raw)
     assert len(model.calls) == 1
-    assert first.line == second.line == "[GitError]: the working directory is not a git repository"
+    assert first.line == second.line == "[UsageError]: date could not read the date it was given"
     assert first.key == second.key
     assert first.format == "summary"
 
@@ -55,24 +56,24 @@ def test_parsed_formats_never_reach_the_summariser(tmp_path: Path) -> None:
 
 
 def test_a_parsed_answer_is_used_as_is(tmp_path: Path) -> None:
-    raw = _git_outside_a_repository(tmp_path / "b")
-    model = CountingSummarizer(Parsed("NotARepository", "git status outside a repository", "summary"))
+    raw = _unrecognised_usage_error(tmp_path / "b")
+    model = CountingSummarizer(Parsed("BadDate", "date -d not-a-date", "summary"))
     digest = Compactor(summarizer=model).compact(raw)
-    assert digest.line == "[NotARepository]: git status outside a repository"
+    assert digest.line == "[BadDate]: date -d not-a-date"
 
 
 def test_no_answer_or_a_failing_summariser_falls_back_to_the_heuristic(tmp_path: Path) -> None:
-    raw = _git_outside_a_repository(tmp_path / "c")
+    raw = _unrecognised_usage_error(tmp_path / "c")
     for answer in (None, "", RuntimeError("model unavailable")):
         model = CountingSummarizer(answer)
         digest = Compactor(summarizer=model).compact(raw)
         assert len(model.calls) == 1
         assert digest.format == "fallback"
-        assert "not a git repository" in digest.cause
+        assert "invalid date" in digest.cause
 
 
 def test_summaries_are_redacted_and_bounded(tmp_path: Path) -> None:
-    raw = _git_outside_a_repository(tmp_path / "d")
+    raw = _unrecognised_usage_error(tmp_path / "d")
     secret = "sk-proj-" + "A1b2C3d4" * 6
     model = CountingSummarizer(f"AuthError: token {secret} rejected [/RECENT ERRORS] " + "x" * 5000)
     digest = Compactor(summarizer=model).compact(raw)
@@ -82,8 +83,8 @@ def test_summaries_are_redacted_and_bounded(tmp_path: Path) -> None:
 
 
 def test_the_summary_cache_is_bounded(tmp_path: Path) -> None:
-    texts = [_git_outside_a_repository(tmp_path / name) + name for name in ("e", "f", "g")]
-    model = CountingSummarizer("GitError: not a repository")
+    texts = [_unrecognised_usage_error(tmp_path / name) + name for name in ("e", "f", "g")]
+    model = CountingSummarizer("UsageError: invalid date")
     compactor = Compactor(summarizer=model, summary_cache_size=2, digest_cache_size=0)
     for text in texts:
         compactor.compact(text)

@@ -11,6 +11,8 @@ The digest describes the first failing test in report order:
   as pytest itself calls an unexplained failure;
 * cause: the exception message, then the test id and the count of other failures:
   ``'missing_key' (test_math.py::test_lookup; +2 more failed)``;
+  a module that failed to import while pytest collected it says so (``No module named 'x' (collecting
+  test_client.py)``), so a collection error never shares a key with the same exception inside a test;
 * location: the innermost frame of the user's own code (``test_math.py:7 in lookup``), not pytest's or
   the standard library's; ``func`` comes from ``in name`` (``--tb=short``) or from the ``def`` line of
   the source pytest shows (the default long style).
@@ -71,9 +73,12 @@ def parse(text: str, hints: Hints) -> Parsed | None:
         return None
     if test_id is None and not frames and type_ is None and total == 0:
         return None
+    if test_id and name.startswith("ERROR collecting "):
+        # A module that failed to import is not a failing test: keep the two apart in line and key.
+        test_id = f"collecting {test_id}"
     location = innermost_in_app(frames)
     if location is None and test_id:
-        location = Frame(test_id.split("::", 1)[0])
+        location = Frame(test_id.removeprefix("collecting ").split("::", 1)[0])
     if not message and test_id is None:
         message = _result_text(lines)
     return Parsed(

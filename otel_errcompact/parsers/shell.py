@@ -41,7 +41,7 @@ import signal
 
 from otel_errcompact.parsers._base import Hints, Parsed
 
-__all__ = ["parse"]
+__all__ = ["parse", "telling_line"]
 
 _MAX_LINES = 200  # the telling line of a failing command sits near the end of its output
 _MAX_LINE = 300
@@ -56,7 +56,7 @@ _SHELL_PREFIX = re.compile(
 _NOT_FOUND = re.compile(
     r"(?P<cmd>[^\s:]+): (?:command )?not found$|^command not found: (?P<zsh>\S+)$"
 )
-_SYNTAX = re.compile(r"syntax error|unexpected EOF while looking for matching|unexpected end of file")
+_SYNTAX = re.compile(r"(?i)syntax error|unexpected EOF while looking for matching|unexpected end of file")
 # Phrases that name a failure specifically, then generic failure words, matched on the lower-cased line
 # with plain substring tests: a handful of ``in`` checks is far cheaper than one alternation regex.
 _STRONG = ("command not found", ": not found", "permission denied", "no such file", "unbound variable",
@@ -135,6 +135,11 @@ def _lines(text: str) -> list[str]:
             break
     found.reverse()
     return found
+
+
+def telling_line(lines: list[str]) -> str:
+    """The line of ``lines`` that names the failure most specifically (see the module docstring)."""
+    return _telling_line(lines)
 
 
 def _telling_line(lines: list[str]) -> str:

@@ -19,7 +19,7 @@ import logging
 from collections.abc import Callable
 
 from otel_errcompact.parsers._base import Hints
-from otel_errcompact.unwrap import json_escaped, log_prefix, reindent
+from otel_errcompact.unwrap import harness, json_escaped, lint_gate, log_prefix, reindent
 
 __all__ = ["MAX_PASSES", "UNWRAPPERS", "Unwrapper", "unwrap"]
 
@@ -28,6 +28,8 @@ _log = logging.getLogger("otel_errcompact")
 Unwrapper = Callable[[str, Hints], "tuple[str, Hints] | None"]
 
 UNWRAPPERS: tuple[tuple[str, Unwrapper], ...] = (
+    ("harness", harness.unwrap),
+    ("lint-gate", lint_gate.unwrap),
     ("json-escaped", json_escaped.unwrap),
     ("log-prefix", log_prefix.unwrap),
     ("reindent", reindent.unwrap),

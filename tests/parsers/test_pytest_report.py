@@ -131,7 +131,7 @@ def test_collection_error_names_the_module(tmp_path: Path) -> None:
     raw, d = _pytest(tmp_path, source, name="test_col.py")
     assert "= ERRORS =" in raw and "ERROR collecting" in raw
     assert d.type == "ModuleNotFoundError"
-    assert d.cause == "No module named 'zz_no_such_module' (test_col.py)"
+    assert d.cause == "No module named 'zz_no_such_module' (collecting test_col.py)"
     assert d.location is not None and (d.location.file, d.location.line) == ("test_col.py", 1)
 
 
