@@ -17,14 +17,13 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from otel_errcompact._sanitize import sanitize
+from otel_errcompact._sanitize import prompt_text, sanitize, strip_invisible
 from otel_errcompact.classify import is_retryable
 from otel_errcompact.digest import DedupKey, Digest, Location, short_file
 from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, innermost_in_app
 from otel_errcompact.parsers import fallback as _fallback
 from otel_errcompact.parsers._base import clip
-from otel_errcompact.redact import neutralize_delimiters, redact
 from otel_errcompact.unwrap import unwrap
 
 __all__ = ["MAX_CAUSE_CHARS", "Compactor", "Summarizer", "compact_text"]
@@ -53,8 +52,9 @@ class Summarizer(Protocol):
 
 
 def _safe(text: str, limit: int) -> str:
-    """Redacted, delimiter-safe, whitespace-folded text, cut generously (bounded cost) but not clipped."""
-    return _WS.sub(" ", neutralize_delimiters(redact(text[: limit * 4]))).strip()
+    """Prompt-safe (see :func:`prompt_text`), whitespace-folded text, cut generously (bounded cost) but
+    not clipped."""
+    return _WS.sub(" ", prompt_text(text[: limit * 4])).strip()
 
 
 def _clean(text: str, limit: int) -> str:
@@ -114,6 +114,8 @@ class Compactor:
                         self._digests.move_to_end(cache_key)
                         return cached
             text, raw_chars = sanitize(raw)
+            if command:  # a hint reaches the digest too: no escapes, controls or invisibles from it
+                command = strip_invisible(str(command)[:4096])
             hints = Hints(exit_code=exit_code, command=command, kind=kind)
             text, hints = unwrap(text, hints)
             digest = self.from_parsed(self._parse(text, hints), hints, raw_chars)
