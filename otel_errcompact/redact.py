@@ -55,6 +55,12 @@ def _keep_group_1(match: re.Match[str]) -> str:
     return f"{match.group(1)}{REDACTED}"
 
 
+def _mask_quoted(match: re.Match[str]) -> str:
+    if match.group(4).startswith("[REDACTED"):
+        return match.group(0)
+    return f"{match.group(1)}{match.group(3)}{REDACTED}{match.group(3)}"
+
+
 _KEY_WORDS = (
     r"pass(?:word|wd|phrase)|pwd|secret(?:[_\-]?key)?|api[_\-]?key|apikey|access[_\-]?key|account[_\-]?key"
     r"|shared[_\-]?access[_\-]?key|subscription[_\-]?key|private[_\-]?key|token|credentials?"
@@ -143,7 +149,7 @@ _RULES: tuple[_Rule, ...] = (
             (["'])((?:\\.|(?!\3)[^\\\n])*)\3
             """
         ),
-        lambda m: m.group(0) if m.group(4).startswith("[REDACTED") else f"{m.group(1)}{m.group(3)}{REDACTED}{m.group(3)}",  # noqa: E501
+        _mask_quoted,
     ),
     # A bare value after a secret-naming key: query strings, env assignments, headers, ``key: value``.
     _Rule(
