@@ -22,6 +22,7 @@ from otel_errcompact.exceptions import (
 )
 from otel_errcompact.history import Action, ErrorHistory, Escalation, Limits, Observation, Thresholds
 from otel_errcompact.parsers import Frame, Hints, Parsed
+from otel_errcompact.redact import add_pattern as add_redact_pattern
 from otel_errcompact.redact import redact
 from otel_errcompact.tokens import count_tokens
 
@@ -47,6 +48,7 @@ __all__ = [
     "Summarizer",
     "Thresholds",
     "__version__",
+    "add_redact_pattern",
     "compact_text",
     "count_tokens",
     "digest_event",
@@ -59,6 +61,7 @@ from otel_errcompact.boundary import ToolErrorText, conversation
 from otel_errcompact.sinks import (
     JSONLSink,
     OTLPLogSink,
+    RedactingSink,
     SQLiteSink,
     TrajectorySink,
     TrajectoryStore,
@@ -74,6 +77,7 @@ __all__ += [
     "HumanReviewHook",
     "JSONLSink",
     "OTLPLogSink",
+    "RedactingSink",
     "SQLiteSink",
     "ToolErrorText",
     "TrajectoryRecord",

@@ -36,7 +36,9 @@ from otel_errcompact.config import Settings, load_settings
 from otel_errcompact.history import ErrorHistory, Escalation, Limits, Thresholds
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, ExceptionLogProcessor, SpanPredicate
+from otel_errcompact.redact import add_patterns
 from otel_errcompact.sinks import JSONLSink, OTLPLogSink, SQLiteSink, TrajectorySink, TrajectoryWriter
+from otel_errcompact.sinks.redacting import RedactingSink
 from otel_errcompact.telemetry import ErrorMetrics, EscalationLog
 
 __all__ = ["ErrCompact", "HumanReviewHook", "init", "instance"]
@@ -345,13 +347,19 @@ def _build(
 
     history = ErrorHistory(thresholds or config.thresholds(), limits or config.limits())
     sinks: list[TrajectorySink] = []
+    if config.redact_patterns:
+        add_patterns(config.redact_patterns)
     if config.enabled:
+        # Security policy: what leaves the process is redacted; local stores only on request.
+        at_rest: Callable[[TrajectorySink], TrajectorySink] = (
+            RedactingSink if config.redact_at_rest else (lambda sink: sink)
+        )
         if config.sqlite_path is not None:
-            sinks.append(SQLiteSink(config.sqlite_path))
+            sinks.append(at_rest(SQLiteSink(config.sqlite_path)))
         if config.jsonl_path is not None:
-            sinks.append(JSONLSink(config.jsonl_path))
+            sinks.append(at_rest(JSONLSink(config.jsonl_path)))
         if config.otlp_logs and lp is not None:
-            sinks.append(OTLPLogSink(lp))
+            sinks.append(RedactingSink(OTLPLogSink(lp)))
         sinks.extend(extra_sinks)
     writer = (
         TrajectoryWriter(

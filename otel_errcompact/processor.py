@@ -17,6 +17,7 @@ tool spans cost a few attribute look-ups.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -213,12 +214,20 @@ class ErrorCompactionProcessor(SpanProcessor):
         if writable is not None:
             _annotate(writable, _annotations(outcome))
 
-    def handle_live(self, span: Span) -> Outcome | None:
+    def handle_live(self, span: Span, unredacted: Mapping[str, Any] | None = None) -> Outcome | None:
         """Handle a failed tool span that is still open (the tool boundary's path): the digest is set
-        on it with the public API, and ``_on_ending`` will skip it."""
+        on it with the public API, and ``_on_ending`` will skip it.
+
+        ``unredacted`` holds :class:`Failure` fields (``raw_error``, ``exception_message``,
+        ``tool_arguments`` …) in the form the tool produced them: the span carries them redacted, the
+        trajectory record must not."""
         failure = self.failure_of(span)
         if failure is None:
             return None
+        if unredacted:
+            if not self._capture_arguments:
+                unredacted = {k: v for k, v in unredacted.items() if k != "tool_arguments"}
+            failure = dataclasses.replace(failure, **unredacted)
         outcome = self.pipeline.handle(failure)
         self._note_failed_parent(span)
         span.set_attributes(_annotations(outcome))
