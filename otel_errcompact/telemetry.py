@@ -11,8 +11,11 @@ name                           unit        attributes
 ``errcompact.tokens.compact``  {token}     ``gen_ai.tool.name``: tokens of their digest lines
 =============================  ==========  ==========================================================
 
-Attributes stay low-cardinality: tool names and error types only, and error types beyond the first
-:data:`MAX_ERROR_TYPES` distinct ones are reported as ``other``. Never the message, the key or the scope.
+Attributes stay low-cardinality: tool names and error types only; error types beyond the first
+:data:`MAX_ERROR_TYPES` distinct ones, and tool names beyond the first :data:`MAX_TOOL_NAMES`, are
+reported as ``other`` (an agent that names tools from user input would otherwise fill the SDK's
+cardinality limit). Tool names are made prompt-safe and cut to 80 characters. Never the message, the key
+or the scope.
 Token counts run on a background thread (a BPE pass over a large raw error takes milliseconds).
 
 A breach is also emitted as a log event ``errcompact.escalation`` (severity WARN), correlated with the
@@ -28,14 +31,46 @@ from opentelemetry import trace
 from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.metrics import Meter
 
+from otel_errcompact._sanitize import prompt_text
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import Failure, Outcome
 from otel_errcompact.tokens import count_tokens
 
-__all__ = ["MAX_ERROR_TYPES", "ErrorMetrics", "EscalationLog", "span_context_of"]
+__all__ = [
+    "MAX_ERROR_TYPES", "MAX_TOOL_NAMES", "OVERFLOW", "ErrorMetrics", "EscalationLog", "span_context_of", "tool_label",
+]
 
 MAX_ERROR_TYPES = 64
+MAX_TOOL_NAMES = 128
+OVERFLOW = "other"
+"""The attribute value that stands for every value beyond a cap."""
+_MAX_TOOL_NAME_CHARS = 80
+
+
+class _CappedValues:
+    """The first ``cap`` distinct values pass; later new ones become :data:`OVERFLOW`. Thread-safe."""
+
+    def __init__(self, cap: int) -> None:
+        self._cap = cap
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, value: str) -> str:
+        if value in self._seen:  # set membership is atomic under the GIL; the lock guards the add
+            return value
+        with self._lock:
+            if len(self._seen) < self._cap:
+                self._seen.add(value)
+                return value
+        return OVERFLOW
+
+
+def tool_label(name: str | None) -> str:
+    """A tool name as an attribute value: prompt-safe, bounded, ``unknown`` when absent."""
+    if not name:
+        return "unknown"
+    return prompt_text(name)[:_MAX_TOOL_NAME_CHARS] or "unknown"
 
 
 def span_context_of(trace_id: str | None, span_id: str | None) -> Any:
@@ -67,24 +102,15 @@ class ErrorMetrics:
         self._compact_tokens = meter.create_counter(
             "errcompact.tokens.compact", unit="{token}", description="Tokens of the digests that replaced it"
         )
-        self._types: set[str] = set()
-        self._types_lock = threading.Lock()
+        self._error_type = _CappedValues(MAX_ERROR_TYPES)
+        self._tool_name = _CappedValues(MAX_TOOL_NAMES)
         self._tokens: BackgroundQueue[tuple[str, str, dict[str, str]]] = BackgroundQueue(
             "otel-errcompact-tokens", self._count_tokens, max_size=4096
         )
 
-    def _error_type(self, type_: str) -> str:
-        with self._types_lock:
-            if type_ in self._types:
-                return type_
-            if len(self._types) < MAX_ERROR_TYPES:
-                self._types.add(type_)
-                return type_
-        return "other"
-
     def on_failure(self, failure: Failure, outcome: Outcome) -> None:
         """Failure listener: count the error and queue its token counts."""
-        tool = {"gen_ai.tool.name": failure.tool_name or "unknown"}
+        tool = {"gen_ai.tool.name": self._tool_name(tool_label(failure.tool_name))}
         self._errors.add(
             1,
             {
@@ -100,7 +126,7 @@ class ErrorMetrics:
         self._escalations.add(
             1,
             {
-                "gen_ai.tool.name": failure.tool_name or "unknown",
+                "gen_ai.tool.name": self._tool_name(tool_label(failure.tool_name)),
                 "errcompact.reason": escalation.reason,
                 "errcompact.action": escalation.action,
             },
@@ -129,7 +155,7 @@ class EscalationLog:
         """Escalation listener."""
         attributes: dict[str, Any] = dict(escalation.to_attributes())
         if failure.tool_name:
-            attributes["gen_ai.tool.name"] = failure.tool_name
+            attributes["gen_ai.tool.name"] = tool_label(failure.tool_name)
         if failure.conversation_id:
             attributes["gen_ai.conversation.id"] = failure.conversation_id
         self._logger.emit(
