@@ -55,6 +55,10 @@ def _keep_group_1(match: re.Match[str]) -> str:
     return f"{match.group(1)}{REDACTED}"
 
 
+def _keep_group_1_at(match: re.Match[str]) -> str:
+    return f"{match.group(1)}{REDACTED}@"
+
+
 def _mask_quoted(match: re.Match[str]) -> str:
     if match.group(4).startswith("[REDACTED"):
         return match.group(0)
@@ -85,8 +89,8 @@ _RULES: tuple[_Rule, ...] = (
         REDACTED,
     ),
     _Rule(
-        ("sk-", "gh", "xox", "xapp-", "aiza", "k_live_", "k_test_", "hf_", "eyj", "whsec_", "npm_", "sg.",
-         "ya29.", "glpat-", "gldt-", "glrt-", "glptt-"),
+        ("sk-", "gh", "github_pat_", "xox", "xapp-", "aiza", "k_live_", "k_test_", "hf_", "eyj", "whsec_",
+         "npm_", "sg.", "ya29.", "glpat-", "gldt-", "glrt-", "glptt-"),
         re.compile(
             r"""
             \bsk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}
@@ -132,6 +136,8 @@ _RULES: tuple[_Rule, ...] = (
         ),
         lambda m: m.group(0) if m.group(2).startswith("[REDACTED") else f"{m.group(1)}:{REDACTED}@",
     ),
+    # A token used as the URL's user name (``https://ghp_…@host/repo.git``): long, no colon.
+    _Rule(("://",), re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([A-Za-z0-9_\-.~%]{20,})@"), _keep_group_1_at),
     # Azure SAS tokens: the signature parameter of a URL or a connection string.
     _Rule(("sig=",), re.compile(r"(?i)([?&;]sig=)[^&\s\"'#;]+"), _keep_group_1),
     # Every value of a Cookie / Set-Cookie header.
@@ -159,6 +165,15 @@ _RULES: tuple[_Rule, ...] = (
             (\b{_KEY}\s*[:=]\s*)
             (?!["'\s])([^\s"'&;,<>]+?)(?=[)\]}}]*(?:[\s"'&;,<>]|$))
             """
+        ),
+        lambda m: m.group(0) if m.group(2).startswith("[REDACTED") else f"{m.group(1)}{REDACTED}",
+    ),
+    # A secret named in prose: ``Incorrect API key provided: …`` (echoed by model APIs), ``token given: …``.
+    _Rule(
+        ("key", "token", "secret", "password", "credential"),
+        re.compile(
+            r"(?i)\b((?:api[ _\-]?key|access[ _\-]?key|key|token|secret|password|credentials?)s?\s+"
+            r"(?:provided|given|supplied|used|sent|received|passed)\s*[:=]\s*[\"'`]?)([^\s\"'`,;]{3,})"
         ),
         lambda m: m.group(0) if m.group(2).startswith("[REDACTED") else f"{m.group(1)}{REDACTED}",
     ),
