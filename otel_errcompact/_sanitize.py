@@ -129,7 +129,7 @@ _LOOKALIKES = {
     "C": "СсϹϲᏟꓚⲤⲥᴄ",
     "N": "ΝꓠɴⲚⲛ",
     "T": "ТтΤτᎢꓔⲦⲧᴛ",
-    "S": "ЅѕᏚᏕꓢ",
+    "S": "ЅѕᏚᏕꓢꜱ",
     "O": "ОоΟοՕօⲞⲟꓳᴏσ0",
 }
 _FOLD = {ord(c): target for target, chars in _LOOKALIKES.items() for c in chars}
@@ -137,7 +137,7 @@ _ASCII_FOLD = {k: v for k, v in _FOLD.items() if k < 128}
 _SEP = r"[\s\x00._\-·]*"
 _DELIMITER_FOLDED = re.compile(
     r"\[" + _SEP + r"(/?)" + _SEP
-    + _SEP.join("RECENT") + r"[\s\x00._\-·]+" + _SEP.join("ERRORS") + _SEP + r"\]",
+    + _SEP.join("RECENT") + _SEP + _SEP.join("ERRORS") + _SEP + r"\]",
     re.I,
 )
 
