@@ -39,152 +39,232 @@ __all__ = ["REDACTED", "add_pattern", "clear_patterns", "neutralize_delimiters",
 
 REDACTED = "[REDACTED]"
 
-Replacement = str | Callable[[re.Match[str]], str]
+Replacement = Callable[[re.Match[str]], str]
 
 
 @dataclass(frozen=True, slots=True)
 class _Rule:
-    """One secret shape: the regex runs only when one of ``anchors`` occurs in the lowercased text."""
+    """One secret shape. ``pattern`` is tried only where one of ``anchors`` (lowercase) starts in the
+    lowercased text, with ``pattern.match(text, position)``: every pattern begins with its anchor.
+
+    Why not ``pattern.sub`` over the whole text: Python's regex engine scans fast only for a pattern that
+    starts with a case-sensitive literal; a leading ``\b``, an alternation or ``(?i)`` makes it try the
+    pattern at every position (measured: 0.5 µs against 50-200 µs per KB). ``str.find`` on the lowercased
+    text finds the few candidate positions at C speed, and each rule costs nothing when its anchors are
+    absent."""
 
     anchors: tuple[str, ...]
     pattern: re.Pattern[str]
     replace: Replacement
 
 
-def _keep_group_1(match: re.Match[str]) -> str:
-    return f"{match.group(1)}{REDACTED}"
+def _masked(value: str) -> bool:
+    return value.startswith("[REDACTED")
 
 
-def _keep_group_1_at(match: re.Match[str]) -> str:
-    return f"{match.group(1)}{REDACTED}@"
+def _group_1_then(suffix: str) -> Replacement:
+    def replace(match: re.Match[str]) -> str:
+        return f"{match.group(1)}{REDACTED}{suffix}"
+
+    return replace
+
+
+def _whole(match: re.Match[str]) -> str:
+    return REDACTED
+
+
+def _mask_value(match: re.Match[str]) -> str:
+    """``key=value`` → ``key=[REDACTED]``; closing brackets that end the value stay (``f(pw=x)``)."""
+    value = match.group(2)
+    if _masked(value):
+        return match.group(0)
+    tail = value[len(value.rstrip(")]}")) :]
+    return f"{match.group(1)}{REDACTED}{tail}"
 
 
 def _mask_quoted(match: re.Match[str]) -> str:
-    if match.group(4).startswith("[REDACTED"):
+    if _masked(match.group(3)):
         return match.group(0)
-    return f"{match.group(1)}{match.group(3)}{REDACTED}{match.group(3)}"
+    return f"{match.group(1)}{match.group(2)}{REDACTED}{match.group(2)}"
 
 
+def _mask_flag(match: re.Match[str]) -> str:
+    """A secret word inside a command-line flag (``--password x``, ``'--db-password', 'x'``) only: the
+    word the match starts in must begin with ``-`` right after a space, quote or bracket."""
+    text, start = match.string, match.start()
+    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-"):
+        start -= 1
+    before = text[start - 1] if start > 0 else " "
+    if text[start] != "-" or before not in " \t'\"[(,=" or _masked(match.group(2)):
+        return match.group(0)
+    return f"{match.group(1)}{REDACTED}"
+
+
+def _mask_cookies(match: re.Match[str]) -> str:
+    return match.group(1) + re.sub(r"=([^;,\s]+)", f"={REDACTED}", match.group(2))
+
+
+_NOT_WORD = r"(?<![A-Za-z0-9_])"
 _KEY_WORDS = (
-    r"pass(?:word|wd|phrase)|pwd|secret(?:[_\-]?key)?|api[_\-]?key|apikey|access[_\-]?key|account[_\-]?key"
-    r"|shared[_\-]?access[_\-]?key|subscription[_\-]?key|private[_\-]?key|token|credentials?"
-    r"|session(?:[_\-]?id)?|connect\.sid|sid|signature"
+    r"pass(?:word|wd|phrase)|(?<![a-z])pwd|secret(?:[_\-]?key)?|api[_\-]?key|apikey|access[_\-]?key"
+    r"|account[_\-]?key|shared[_\-]?access[_\-]?key|subscription[_\-]?key|private[_\-]?key|token"
+    r"|credentials?|session(?:[_\-]?id)?|connect\.sid|(?<![a-z])sid|signature"
 )
-# Lowercase substrings that any of _KEY_WORDS contains: the guard for the key/value rules.
-_KEY_ANCHORS = ("pass", "pwd", "secret", "key", "token", "credential", "session", "sid", "signature")
-# A key name that ends in a secret word: ``password``, ``PGPASSWORD``, ``client_secret``, ``secretKey``,
-# ``Ocp-Apim-Subscription-Key``, ``_authToken``. It must end right there (``max_tokens`` is not one).
-_KEY = rf"[A-Za-z0-9_.\-]*?(?:{_KEY_WORDS})"
+# Where a secret-naming key word can start: the anchors of the key/value rules. A key word may end a
+# longer key (``PGPASSWORD``, ``client_secret``, ``_authToken``, ``Ocp-Apim-Subscription-Key``) but must
+# end it (``max_tokens`` is not one).
+_KEY_STARTS = (
+    "pass", "pwd", "secret", "api", "access", "account", "shared", "subscription", "private", "token",
+    "credential", "session", "connect.sid", "sid", "signature",
+)
+_KNOWN_PREFIXES = (
+    "sk-", "ghp_", "gho_", "ghu_", "ghs_", "ghr_", "github_pat_", "xoxa-", "xoxb-", "xoxe-", "xoxp-", "xoxr-",
+    "xoxs-", "xapp-", "aiza", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_", "hf_", "npm_", "sg.",
+    "ya29.", "glpat-", "gldt-", "glrt-", "glptt-", "eyj",
+)
 
 _RULES: tuple[_Rule, ...] = (
     _Rule(
         ("-----begin",),
         re.compile(r"-----BEGIN [A-Z ]*PRIVATE KEY-----.*?(?:-----END [A-Z ]*PRIVATE KEY-----|\Z)", re.S),
-        "[REDACTED PRIVATE KEY]",
+        lambda m: "[REDACTED PRIVATE KEY]",
     ),
     # AWS: the key id, and the secret when it follows the id directly (``AKIA…:secret``, ``AKIA… secret``).
     _Rule(
         ("akia", "asia"),
-        re.compile(r"\b(?:AKIA|ASIA)[0-9A-Z]{16}\b(?:[\s:=,;|'\"]{1,4}[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=]))?"),
-        REDACTED,
+        re.compile(
+            _NOT_WORD + r"(?:AKIA|ASIA)[0-9A-Z]{16}(?![A-Za-z0-9_])"
+            r"(?:[\s:=,;|'\"]{1,4}[A-Za-z0-9/+=]{40}(?![A-Za-z0-9/+=]))?"
+        ),
+        _whole,
     ),
     _Rule(
-        ("sk-", "gh", "github_pat_", "xox", "xapp-", "aiza", "k_live_", "k_test_", "hf_", "eyj", "whsec_",
-         "npm_", "sg.", "ya29.", "glpat-", "gldt-", "glrt-", "glptt-"),
+        _KNOWN_PREFIXES,
         re.compile(
-            r"""
-            \bsk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}
-            | \bgh[pousr]_[A-Za-z0-9]{30,}
-            | \bgithub_pat_[A-Za-z0-9_]{22,}
-            | \bxox[abeprs]-[A-Za-z0-9\-]{10,}
-            | \bxapp-[A-Za-z0-9\-]{10,}
-            | \bAIza[0-9A-Za-z_\-]{35}
-            | \b[rs]k_(?:live|test)_[0-9A-Za-z]{16,}
-            | \bwhsec_[A-Za-z0-9+/=]{24,}
-            | \bhf_[A-Za-z0-9]{30,}
-            | \bnpm_[A-Za-z0-9]{36}\b
-            | \bSG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}
-            | \bya29\.[0-9A-Za-z_\-]{20,}
-            | \bgl(?:pat|dt|rt|ptt)-[0-9A-Za-z_\-]{20,}
-            | \beyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}
-            """,
+            _NOT_WORD
+            + r"""(?:
+              sk-(?:ant-|proj-|svcacct-|admin-)?[A-Za-z0-9_\-]{16,}
+            | gh[pousr]_[A-Za-z0-9]{30,}
+            | github_pat_[A-Za-z0-9_]{22,}
+            | xox[abeprs]-[A-Za-z0-9\-]{10,}
+            | xapp-[A-Za-z0-9\-]{10,}
+            | AIza[0-9A-Za-z_\-]{35}
+            | [rs]k_(?:live|test)_[0-9A-Za-z]{16,}
+            | whsec_[A-Za-z0-9+/=]{24,}
+            | hf_[A-Za-z0-9]{30,}
+            | npm_[A-Za-z0-9]{36}(?![A-Za-z0-9])
+            | SG\.[A-Za-z0-9_\-]{16,32}\.[A-Za-z0-9_\-]{16,64}
+            | ya29\.[0-9A-Za-z_\-]{20,}
+            | gl(?:pat|dt|rt|ptt)-[0-9A-Za-z_\-]{20,}
+            | eyJ[A-Za-z0-9_\-]{8,}\.eyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}
+            )""",
             re.VERBOSE,
         ),
-        REDACTED,
+        _whole,
     ),
     # Webhook URLs whose path is the credential: keep the host so the digest still says what was called.
     _Rule(
-        ("hooks.slack.com", "/api/webhooks/"),
+        ("hooks.slack.com/", "discord.com/api/webhooks/", "discordapp.com/api/webhooks/"),
         re.compile(
             r"(?i)(hooks\.slack\.com/(?:services|workflows|triggers)/|discord(?:app)?\.com/api/webhooks/)"
             r"[A-Za-z0-9/_\-]+"
         ),
-        _keep_group_1,
+        _group_1_then(""),
     ),
     _Rule(
         ("bearer", "basic", "token"),
-        re.compile(r"(?i)\b(bearer|basic|token)\s+([A-Za-z0-9._~+/=\-]{8,})"),
-        lambda m: f"{m.group(1)} {REDACTED}",
+        re.compile(r"(?i)(?<![a-z0-9_])((?:bearer|basic|token)\s+)([A-Za-z0-9._~+/=\-]{8,})"),
+        _mask_value,
     ),
     # ``scheme://user:password@host``: the user may be empty (``redis://:pw@``); the password may hold
     # ``@`` and ``/`` (the last ``@`` before a host and the end of the authority closes it).
     _Rule(
         ("://",),
         re.compile(
-            r"(?i)\b([a-z][a-z0-9+.\-]*://[^/\s:@]*):([^\s?#'\"]*)"
+            r"(://[^/\s:@]*:)([^\s?#'\"]*)"
             r"@(?=[A-Za-z0-9.\-\[\]%_]+(?::\d+)?(?:[/?#\s'\")\],;]|$))"
         ),
-        lambda m: m.group(0) if m.group(2).startswith("[REDACTED") else f"{m.group(1)}:{REDACTED}@",
+        lambda m: m.group(0) if _masked(m.group(2)) else f"{m.group(1)}{REDACTED}@",
     ),
     # A token used as the URL's user name (``https://ghp_…@host/repo.git``): long, no colon.
-    _Rule(("://",), re.compile(r"(?i)\b([a-z][a-z0-9+.\-]*://)([A-Za-z0-9_\-.~%]{20,})@"), _keep_group_1_at),
+    _Rule(("://",), re.compile(r"(://)([A-Za-z0-9_\-.~%]{20,})@"), _group_1_then("@")),
     # Azure SAS tokens: the signature parameter of a URL or a connection string.
-    _Rule(("sig=",), re.compile(r"(?i)([?&;]sig=)[^&\s\"'#;]+"), _keep_group_1),
+    _Rule(("sig=",), re.compile(r"(?i)(?<=[?&;])(sig=)([^&\s\"'#;]+)"), _mask_value),
     # Every value of a Cookie / Set-Cookie header.
-    _Rule(
-        ("cookie",),
-        re.compile(r"(?i)(\b(?:set-)?cookie[\"']?\s*[:=]\s*[\"']?)([^\n\"']+)"),
-        lambda m: m.group(1) + re.sub(r"=([^;,\s]+)", f"={REDACTED}", m.group(2)),
-    ),
+    _Rule(("cookie",), re.compile(r"(?i)(cookie[\"']?\s*[:=]\s*[\"']?)([^\n\"']+)"), _mask_cookies),
     # A quoted value after a secret-naming key, spaces included: JSON, Python reprs, settings files.
     _Rule(
-        _KEY_ANCHORS,
-        re.compile(
-            rf"""(?ix)
-            ((["']?)\b{_KEY}\2\s*[:=]\s*)
-            (["'])((?:\\.|(?!\3)[^\\\n])*)\3
-            """
-        ),
+        _KEY_STARTS,
+        re.compile(rf"(?i)((?:{_KEY_WORDS})[\"']?\s*[:=]\s*)([\"'])((?:\\.|(?!\2)[^\\\n])*)\2"),
         _mask_quoted,
     ),
     # A bare value after a secret-naming key: query strings, env assignments, headers, ``key: value``.
     _Rule(
-        _KEY_ANCHORS,
-        re.compile(
-            rf"""(?ix)
-            (\b{_KEY}\s*[:=]\s*)
-            (?!["'\s])([^\s"'&;,<>]+?)(?=[)\]}}]*(?:[\s"'&;,<>]|$))
-            """
-        ),
-        lambda m: m.group(0) if m.group(2).startswith("[REDACTED") else f"{m.group(1)}{REDACTED}",
+        _KEY_STARTS,
+        re.compile(rf"(?i)((?:{_KEY_WORDS})\s*[:=]\s*)(?![\"'\s])([^\s\"'&;,<>]+)"),
+        _mask_value,
     ),
     # A secret named in prose: ``Incorrect API key provided: …`` (echoed by model APIs), ``token given: …``.
     _Rule(
-        ("key", "token", "secret", "password", "credential"),
+        ("api", "access", "key", "token", "secret", "password", "credential"),
         re.compile(
-            r"(?i)\b((?:api[ _\-]?key|access[ _\-]?key|key|token|secret|password|credentials?)s?\s+"
+            r"(?i)(?<![a-z])((?:api[ _\-]?key|access[ _\-]?key|key|token|secret|password|credentials?)s?\s+"
             r"(?:provided|given|supplied|used|sent|received|passed)\s*[:=]\s*[\"'`]?)([^\s\"'`,;]{3,})"
         ),
-        lambda m: m.group(0) if m.group(2).startswith("[REDACTED") else f"{m.group(1)}{REDACTED}",
+        _mask_value,
     ),
     # A command-line flag and its value as the next word or list item: ``--password hunter2``,
     # ``'--api-key', 'sk-…'`` (a subprocess argv in a CalledProcessError).
     _Rule(
-        _KEY_ANCHORS,
-        re.compile(rf"(?i)(--?{_KEY}(?:[\"']?,)?\s+[\"']?)([^\s\"',\])]{{3,}})"),
-        lambda m: m.group(0) if m.group(2).startswith("[REDACTED") else f"{m.group(1)}{REDACTED}",
+        _KEY_STARTS,
+        re.compile(rf"(?i)(?<=-)((?:{_KEY_WORDS})(?:[\"']?,)?\s+[\"']?)([^\s\"',\])]{{3,}})"),
+        _mask_flag,
     ),
 )
+
+
+def _lower(text: str) -> str:
+    """``text.lower()`` with positions kept: the few characters that lowercase to two ("İ") stay as is."""
+    low = text.lower()
+    if len(low) == len(text):
+        return low
+    return "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+
+
+def _starts(anchors: tuple[str, ...], low: str, found: dict[tuple[str, ...], list[int]]) -> list[int]:
+    """Sorted positions where any of ``anchors`` starts in ``low``; shared by rules with the same anchors
+    until the text changes."""
+    positions = found.get(anchors)
+    if positions is None:
+        positions = []
+        for anchor in anchors:
+            position = low.find(anchor)
+            while position != -1:
+                positions.append(position)
+                position = low.find(anchor, position + 1)
+        positions.sort()
+        found[anchors] = positions
+    return positions
+
+
+def _apply(rule: _Rule, text: str, starts: list[int]) -> str:
+    """Replace ``rule``'s matches that start at ``starts`` (leftmost first, not overlapping)."""
+    out: list[str] = []
+    done = 0
+    for position in starts:
+        if position < done:
+            continue
+        match = rule.pattern.match(text, position)
+        if match is None or match.end() == position:
+            continue
+        out.append(text[done:position])
+        out.append(rule.replace(match))
+        done = match.end()
+    if not out:
+        return text
+    out.append(text[done:])
+    return "".join(out)
+
 
 _user_lock = threading.Lock()
 _user_rules: tuple[re.Pattern[str], ...] = ()
@@ -249,12 +329,17 @@ def redact(text: str) -> str:
     """
     if not text:
         return text
-    low = text.lower()
+    low = _lower(text)
+    found: dict[tuple[str, ...], list[int]] = {}
     for rule in _RULES:
-        for anchor in rule.anchors:
-            if anchor in low:
-                text = rule.pattern.sub(rule.replace, text)
-                break
+        starts = _starts(rule.anchors, low, found)
+        if not starts:
+            continue
+        redacted = _apply(rule, text, starts)
+        if redacted is not text:
+            text = redacted
+            low = _lower(text)
+            found.clear()
     for pattern in _user_rules:
         text = pattern.sub(_mask_user, text)
     return text
