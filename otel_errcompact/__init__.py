@@ -11,6 +11,7 @@ Core (no OpenTelemetry needed)::
     h.render("conv-1")                       # the [RECENT ERRORS] block, "" when nothing failed
 """
 
+from otel_errcompact._sanitize import prompt_text
 from otel_errcompact.compactor import MAX_CAUSE_CHARS, Compactor, Summarizer, compact_text
 from otel_errcompact.digest import DedupKey, Digest, Location
 from otel_errcompact.events import digest_event, render_events
@@ -52,6 +53,7 @@ __all__ = [
     "compact_text",
     "count_tokens",
     "digest_event",
+    "prompt_text",
     "redact",
     "render_events",
 ]

@@ -234,7 +234,7 @@ class ToolBoundary:
                     _log.debug("otel-errcompact: could not mark the tool span failed", exc_info=True)
                 call.error = self._failed(
                     span, name, call_id, text, exc_type="tool_error",
-                    raw={"raw_error": text, "status_description": text}, arguments=call._arguments,
+                    unredacted={"raw_error": text, "status_description": text}, arguments=call._arguments,
                 )
 
     # -- the decorator form ------------------------------------------------------------------------------
@@ -314,8 +314,8 @@ class ToolBoundary:
             _log.debug("otel-errcompact: could not record the exception on the tool span", exc_info=True)
         return self._failed(
             span, name, call_id, raw, exc_type=exc_type,
-            raw={"raw_error": raw, "exception_message": message, "exception_stacktrace": raw,
-                 "status_description": f"{exc_type}: {message}"},
+            unredacted={"raw_error": raw, "exception_message": message, "exception_stacktrace": raw,
+                        "status_description": f"{exc_type}: {message}"},
             arguments=arguments,
         )
 
@@ -327,13 +327,14 @@ class ToolBoundary:
         raw_error: str,
         *,
         exc_type: str,
-        raw: dict[str, str] | None = None,
+        unredacted: dict[str, str] | None = None,
         arguments: str | None = None,
     ) -> ToolErrorText:
-        """The compact error for a failed call; never raises (a last-resort text if the pipeline does)."""
+        """The compact error for a failed call; never raises (a last-resort text if the pipeline does).
+        ``unredacted`` holds the failure's texts as the tool produced them, for the trajectory record."""
         try:
-            return self._handle_failure(span, name, call_id, raw_error, exc_type=exc_type, raw=raw,
-                                        arguments=arguments)
+            return self._handle_failure(span, name, call_id, raw_error, exc_type=exc_type,
+                                        unredacted=unredacted, arguments=arguments)
         except Exception:
             _log.exception("otel-errcompact: handling a tool failure failed")
             return ToolErrorText(f"Error: [{_clip(exc_type)}]: tool {_clip(name)!r} failed")
@@ -346,16 +347,16 @@ class ToolBoundary:
         raw_error: str,
         *,
         exc_type: str,
-        raw: dict[str, str] | None,
+        unredacted: dict[str, str] | None,
         arguments: str | None,
     ) -> ToolErrorText:
         outcome: Outcome | None = None
         # The span carries redacted text; the trajectory record gets the unredacted originals.
-        unredacted: dict[str, str] = dict(raw or {})
+        originals: dict[str, str] = dict(unredacted or {})
         if arguments is not None:
-            unredacted["tool_arguments"] = arguments
+            originals["tool_arguments"] = arguments
         if self._processor is not None and isinstance(span, SdkSpan) and span.is_recording():
-            outcome = self._processor.handle_live(span, unredacted)
+            outcome = self._processor.handle_live(span, originals)
         if outcome is None:  # no SDK pipeline to read the span from: describe the failure directly
             span_context = span.get_span_context()
             outcome = self._pipeline.handle(
