@@ -35,7 +35,9 @@ import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-__all__ = ["REDACTED", "add_pattern", "clear_patterns", "neutralize_delimiters", "patterns", "redact"]
+__all__ = [
+    "REDACTED", "add_pattern", "add_patterns", "clear_patterns", "neutralize_delimiters", "patterns", "redact",
+]
 
 REDACTED = "[REDACTED]"
 

@@ -40,6 +40,7 @@ failed tool span, so log-based alerting works without metrics.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from typing import Any
@@ -59,6 +60,8 @@ __all__ = [
     "span_context_of", "tool_label",
 ]
 
+_log = logging.getLogger("otel_errcompact")
+
 MAX_ERROR_TYPES = 64
 MAX_SEEN_KEYS = 65_536
 MAX_TOOL_NAMES = 128
@@ -68,12 +71,15 @@ _MAX_TOOL_NAME_CHARS = 80
 
 
 class _CappedValues:
-    """The first ``cap`` distinct values pass; later new ones become :data:`OVERFLOW`. Thread-safe."""
+    """The first ``cap`` distinct values pass; later new ones become :data:`OVERFLOW`. Thread-safe.
+    ``overflowed`` counts the values folded; the first fold is logged."""
 
-    def __init__(self, cap: int) -> None:
+    def __init__(self, cap: int, what: str) -> None:
         self._cap = cap
+        self._what = what
         self._seen: set[str] = set()
         self._lock = threading.Lock()
+        self.overflowed = 0
 
     def __call__(self, value: str) -> str:
         if value in self._seen:  # set membership is atomic under the GIL; the lock guards the add
@@ -82,6 +88,13 @@ class _CappedValues:
             if len(self._seen) < self._cap:
                 self._seen.add(value)
                 return value
+            self.overflowed += 1
+            first = self.overflowed == 1
+        if first:
+            _log.warning(
+                "otel-errcompact: more than %d distinct %s; further ones are reported as %r in metrics",
+                self._cap, self._what, OVERFLOW,
+            )
         return OVERFLOW
 
 
@@ -131,8 +144,8 @@ class ErrorMetrics:
         self._compact_tokens = meter.create_counter(
             "errcompact.tokens.compact", unit="{token}", description="Tokens of the digests that replaced it"
         )
-        self._error_type = _CappedValues(MAX_ERROR_TYPES)
-        self._tool_name = _CappedValues(MAX_TOOL_NAMES)
+        self._error_type = _CappedValues(MAX_ERROR_TYPES, "error types")
+        self._tool_name = _CappedValues(MAX_TOOL_NAMES, "tool names")
         self._tokens: BackgroundQueue[tuple[str, str, dict[str, str]]] = BackgroundQueue(
             "otel-errcompact-tokens", self._count_tokens, max_size=4096
         )

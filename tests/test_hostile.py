@@ -217,7 +217,7 @@ def test_ended_spans_leave_nothing_behind(otel: OTel) -> None:
 # --- metric cardinality ---------------------------------------------------------------------------------
 
 
-def test_five_thousand_tool_names_give_bounded_series(otel: OTel) -> None:
+def test_five_thousand_tool_names_give_bounded_series(otel: OTel, caplog: pytest.LogCaptureFixture) -> None:
     try:
         {"a": 1}["missing"]
     except KeyError as exc:
@@ -235,3 +235,4 @@ def test_five_thousand_tool_names_give_bounded_series(otel: OTel) -> None:
     assert sum(p.value for p in points) == names
     overflow = sum(p.value for p in points if p.attributes["gen_ai.tool.name"] == OVERFLOW)
     assert overflow == names - MAX_TOOL_NAMES
+    assert "more than 128 distinct tool names" in caplog.text  # the bound says when it bites
