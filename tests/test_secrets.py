@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from opentelemetry.trace import StatusCode
 
 from otel_errcompact import compact_text
 from otel_errcompact.redact import REDACTED, add_pattern, clear_patterns, patterns, redact
@@ -430,3 +431,42 @@ def test_add_pattern_is_the_public_one_place(request: pytest.FixtureRequest) -> 
     assert len(patterns()) == 1
     line = compact_text(f"RuntimeError: ticket {ticket} rejected again").line
     assert ticket not in line and REDACTED in line
+
+
+def test_spans_of_other_instrumentation_get_redacted_annotations_and_log_events(
+    api: str, tmp_path: Path, make_otel: Callable[..., OTel]
+) -> None:
+    """A framework's own tool span (OpenInference kind TOOL) records the raw exception itself: that event
+    is the framework's, not ours. What this library adds — the digest attributes, the escalation event and
+    log, the trajectory log records — carries no secret; the local store keeps it."""
+    otel = make_otel(consecutive=2, action="human")
+    env = Env(api, _closed_port(), tmp_path)
+    key = "sk-proj-" + rand(48, URLSAFE)
+    with otel.tracer.start_as_current_span(
+        "invoke_agent support", attributes={"gen_ai.operation.name": "invoke_agent"}
+    ):
+        for _ in range(2):
+            with otel.tracer.start_as_current_span(
+                "chat_tool", attributes={"openinference.span.kind": "TOOL", "tool.name": "chat"},
+                record_exception=False, set_status_on_exception=False,
+            ) as span:
+                try:
+                    http_body(env, {"Authorization": f"Bearer {key}"})
+                except RuntimeError as exc:
+                    span.record_exception(exc)
+                    span.set_status(StatusCode.ERROR, str(exc))
+    assert key in otel.records()[0].raw_error
+    ours: list[str] = []
+    for exported in otel.spans():
+        ours += [f"{k}={v}" for k, v in (exported.attributes or {}).items() if k.startswith("errcompact.")]
+        ours += [
+            e.name + json.dumps(dict(e.attributes or {})) for e in exported.events if e.name.startswith("errcompact.")
+        ]
+    for log in otel.logs():
+        record = log.log_record
+        ours.append(
+            f"{record.event_name} {json.dumps(record.body, default=str)} {json.dumps(dict(record.attributes or {}))}"
+        )
+    assert any("errcompact.digest" in text for text in ours) and any("errcompact.escalation" in t for t in ours)
+    for text in ours:
+        assert key not in text and key[-12:] not in text, text
