@@ -46,7 +46,7 @@ Replacement = Callable[[re.Match[str]], str]
 
 @dataclass(frozen=True, slots=True)
 class _Rule:
-    """One secret shape. ``pattern`` is tried only where one of ``anchors`` (lowercase) starts in the
+    r"""One secret shape. ``pattern`` is tried only where one of ``anchors`` (lowercase) starts in the
     lowercased text, with ``pattern.match(text, position)``: every pattern begins with its anchor.
 
     Why not ``pattern.sub`` over the whole text: Python's regex engine scans fast only for a pattern that
