@@ -231,3 +231,11 @@ def test_every_invisible_format_character_is_removed() -> None:
 def test_ordinary_text_mentioning_the_block_in_words_is_left_alone(renderer: Callable[[list[str]], str]) -> None:
     block = renderer(["RuntimeError: the recent errors view failed to load"])
     assert "the recent errors view failed to load" in block
+
+
+def test_the_sanitiser_docstring_examples_hold() -> None:
+    import doctest
+
+    from otel_errcompact import _sanitize
+
+    assert doctest.testmod(_sanitize).failed == 0

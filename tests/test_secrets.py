@@ -470,3 +470,12 @@ def test_spans_of_other_instrumentation_get_redacted_annotations_and_log_events(
     assert any("errcompact.digest" in text for text in ours) and any("errcompact.escalation" in t for t in ours)
     for text in ours:
         assert key not in text and key[-12:] not in text, text
+
+
+def test_the_redaction_docstring_examples_hold() -> None:
+    import doctest
+    import importlib
+
+    for name in ("otel_errcompact.redact", "otel_errcompact.sinks.redacting"):
+        result = doctest.testmod(importlib.import_module(name))
+        assert result.attempted > 0 and result.failed == 0, name
