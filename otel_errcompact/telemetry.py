@@ -43,6 +43,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from functools import lru_cache
 from typing import Any
 
 from opentelemetry import trace
@@ -98,8 +99,10 @@ class _CappedValues:
         return OVERFLOW
 
 
+@lru_cache(maxsize=4096)
 def tool_label(name: str | None) -> str:
-    """A tool name as an attribute value: prompt-safe, bounded, ``unknown`` when absent."""
+    """A tool name as an attribute value: prompt-safe, bounded, ``unknown`` when absent. Cached: the same
+    few names come back on every call, and this runs on the agent's thread."""
     if not name:
         return "unknown"
     return prompt_text(name)[:_MAX_TOOL_NAME_CHARS] or "unknown"
