@@ -22,6 +22,7 @@ from otel_errcompact.exceptions import (
     ErrorBudgetExceeded,
 )
 from otel_errcompact.history import Action, ErrorHistory, Escalation, Limits, Observation, Thresholds
+from otel_errcompact.messages import compact_messages
 from otel_errcompact.parsers import Frame, Hints, Parsed
 from otel_errcompact.redact import add_pattern as add_redact_pattern
 from otel_errcompact.redact import redact
@@ -91,3 +92,5 @@ __all__ += [
     "instance",
     "read_jsonl",
 ]
+
+__all__ += ["compact_messages"]

@@ -135,6 +135,9 @@ class ToolCall:
         self.error: ToolErrorText | None = None
         self._data_error: str | None = None
         self._arguments = arguments  # unredacted, for the trajectory record only
+        self.model_text: Callable[[BaseException], str] | None = None
+        """Set by a framework bridge: the text its framework would have given the agent for an exception
+        (the basis of the token-savings metrics, ``Failure.model_text``)."""
 
     def fail(self, text: str) -> None:
         """Report that the tool failed without raising (its result carries the error)."""
@@ -221,7 +224,9 @@ class ToolBoundary:
             except ErrorBudgetExceeded:
                 raise
             except Exception as exc:
-                call.error = self._failed_with(span, name, call_id, exc, call._arguments)
+                call.error = self._failed_with(
+                    span, name, call_id, exc, call._arguments, model_text=_model_text(call, exc)
+                )
                 if (on_error or self._on_error) == "raise":
                     raise
                 return
@@ -286,7 +291,14 @@ class ToolBoundary:
     # -- internals ---------------------------------------------------------------------------------------
 
     def _failed_with(
-        self, span: trace.Span, name: str, call_id: str | None, exc: Exception, arguments: str | None
+        self,
+        span: trace.Span,
+        name: str,
+        call_id: str | None,
+        exc: Exception,
+        arguments: str | None,
+        *,
+        model_text: str | None = None,
     ) -> ToolErrorText:
         """Record a tool's exception on its span (redacted) and in the pipeline (unredacted)."""
         try:
@@ -317,6 +329,7 @@ class ToolBoundary:
             unredacted={"raw_error": raw, "exception_message": message, "exception_stacktrace": raw,
                         "status_description": f"{exc_type}: {message}"},
             arguments=arguments,
+            model_text=model_text,
         )
 
     def _failed(
@@ -329,12 +342,13 @@ class ToolBoundary:
         exc_type: str,
         unredacted: dict[str, str] | None = None,
         arguments: str | None = None,
+        model_text: str | None = None,
     ) -> ToolErrorText:
         """The compact error for a failed call; never raises (a last-resort text if the pipeline does).
         ``unredacted`` holds the failure's texts as the tool produced them, for the trajectory record."""
         try:
             return self._handle_failure(span, name, call_id, raw_error, exc_type=exc_type,
-                                        unredacted=unredacted, arguments=arguments)
+                                        unredacted=unredacted, arguments=arguments, model_text=model_text)
         except Exception:
             _log.exception("otel-errcompact: handling a tool failure failed")
             return ToolErrorText(f"Error: [{_clip(exc_type)}]: tool {_clip(name)!r} failed")
@@ -349,6 +363,7 @@ class ToolBoundary:
         exc_type: str,
         unredacted: dict[str, str] | None,
         arguments: str | None,
+        model_text: str | None = None,
     ) -> ToolErrorText:
         outcome: Outcome | None = None
         # The span carries redacted text; the trajectory record gets the unredacted originals.
@@ -356,7 +371,7 @@ class ToolBoundary:
         if arguments is not None:
             originals["tool_arguments"] = arguments
         if self._processor is not None and isinstance(span, SdkSpan) and span.is_recording():
-            outcome = self._processor.handle_live(span, originals)
+            outcome = self._processor.handle_live(span, originals, model_text=model_text)
         if outcome is None:  # no SDK pipeline to read the span from: describe the failure directly
             span_context = span.get_span_context()
             outcome = self._pipeline.handle(
@@ -371,12 +386,22 @@ class ToolBoundary:
                     trace_id=f"{span_context.trace_id:032x}" if span_context.is_valid else None,
                     span_id=f"{span_context.span_id:016x}" if span_context.is_valid else None,
                     exception_type=exc_type,
+                    model_text=model_text,
                 )
             )
         text = ToolErrorText(_agent_text(outcome), outcome)
         if self._processor is not None:
             self._processor.note_returned_error(text)
         return text
+
+
+def _model_text(call: ToolCall, exc: BaseException) -> str | None:
+    if call.model_text is None:
+        return None
+    try:
+        return call.model_text(exc)
+    except Exception:
+        return None
 
 
 def _agent_text(outcome: Outcome) -> str:

@@ -33,6 +33,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from otel_errcompact import semconv
+from otel_errcompact.claims import current_claim
+from otel_errcompact.halted import HaltedTraces
 from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.telemetry import tool_label
@@ -144,6 +146,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._tool_parents: OrderedDict[int, None] = OrderedDict()  # parents of tool spans seen ending
         self._returned_errors: deque[str] = deque(maxlen=_MAX_RETURNED_ERRORS)
         self._saw_on_ending = False
+        self._halted = HaltedTraces()
         self._closed = False
         pipeline.add_escalation_listener(self._add_escalation_event)
 
@@ -181,6 +184,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             return
         self._saw_on_ending = True
         try:
+            if self._halted.pending:
+                self._halted.on_ending(span)
             if self._is_candidate(span):
                 self._process(span, writable=span)
         except Exception:
@@ -232,6 +237,10 @@ class ErrorCompactionProcessor(SpanProcessor):
     def _process(self, span: ReadableSpan, writable: Span | None) -> None:
         if "errcompact.key" in (_attributes_of(span)):
             return  # already handled at the tool boundary, while the span was live
+        claim = current_claim()
+        if claim is not None:  # a framework bridge handles this call's failure on its own span
+            claim.note(span.status.status_code is StatusCode.ERROR, span.events)
+            return
         failure = self.failure_of(span)
         if failure is None:
             return
@@ -240,9 +249,12 @@ class ErrorCompactionProcessor(SpanProcessor):
         if writable is not None:
             _annotate(writable, _annotations(outcome))
 
-    def handle_live(self, span: Span, unredacted: Mapping[str, Any] | None = None) -> Outcome | None:
+    def handle_live(
+        self, span: Span, unredacted: Mapping[str, Any] | None = None, *, model_text: str | None = None
+    ) -> Outcome | None:
         """Handle a failed tool span that is still open (the tool boundary's path): the digest is set
-        on it with the public API, and ``_on_ending`` will skip it.
+        on it with the public API, and ``_on_ending`` will skip it. ``model_text``: what the agent's
+        framework would have fed back instead (see ``Failure.model_text``).
 
         ``unredacted`` holds :class:`Failure` fields (``raw_error``, ``exception_message``,
         ``tool_arguments`` …) in the form the tool produced them: the span carries them redacted, the
@@ -254,6 +266,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             if not self._capture_arguments:
                 unredacted = {k: v for k, v in unredacted.items() if k != "tool_arguments"}
             failure = dataclasses.replace(failure, **unredacted)
+        if model_text is not None:
+            failure = dataclasses.replace(failure, model_text=model_text)
         outcome = self.pipeline.handle(failure)
         self._note_failed_parent(span)
         span.set_attributes(_annotations(outcome))
@@ -427,6 +441,7 @@ class ErrorCompactionProcessor(SpanProcessor):
     def _add_escalation_event(self, escalation: Escalation, failure: Failure) -> None:
         if failure.trace_id is None:
             return
+        self._halted.note(int(failure.trace_id, 16), escalation)
         anchor = self._live_anchor(int(failure.trace_id, 16))
         if anchor is None or not anchor.is_recording():
             return
