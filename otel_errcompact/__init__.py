@@ -11,6 +11,7 @@ Core (no OpenTelemetry needed)::
     h.render("conv-1")                       # the [RECENT ERRORS] block, "" when nothing failed
 """
 
+from otel_errcompact._sanitize import prompt_text
 from otel_errcompact.compactor import MAX_CAUSE_CHARS, Compactor, Summarizer, compact_text
 from otel_errcompact.digest import DedupKey, Digest, Location
 from otel_errcompact.events import digest_event, render_events
@@ -24,6 +25,7 @@ from otel_errcompact.exceptions import (
 from otel_errcompact.history import Action, ErrorHistory, Escalation, Limits, Observation, Thresholds
 from otel_errcompact.messages import compact_messages
 from otel_errcompact.parsers import Frame, Hints, Parsed
+from otel_errcompact.redact import add_pattern as add_redact_pattern
 from otel_errcompact.redact import redact
 from otel_errcompact.tokens import count_tokens
 
@@ -50,9 +52,11 @@ __all__ = [
     "Summarizer",
     "Thresholds",
     "__version__",
+    "add_redact_pattern",
     "compact_text",
     "count_tokens",
     "digest_event",
+    "prompt_text",
     "redact",
     "render_events",
 ]
@@ -62,6 +66,7 @@ from otel_errcompact.boundary import ToolErrorText, conversation
 from otel_errcompact.sinks import (
     JSONLSink,
     OTLPLogSink,
+    RedactingSink,
     SQLiteSink,
     TrajectorySink,
     TrajectoryStore,
@@ -77,6 +82,7 @@ __all__ += [
     "HumanReviewHook",
     "JSONLSink",
     "OTLPLogSink",
+    "RedactingSink",
     "SQLiteSink",
     "ToolErrorText",
     "TrajectoryRecord",

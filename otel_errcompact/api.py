@@ -50,7 +50,9 @@ from otel_errcompact.messages import MessageFormat, compact_messages
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, ExceptionLogProcessor, SpanPredicate
 from otel_errcompact.prometheus import prometheus_requested, start_prometheus
+from otel_errcompact.redact import add_patterns
 from otel_errcompact.sinks import OTLPLogSink, TrajectorySink, TrajectoryWriter
+from otel_errcompact.sinks.redacting import RedactingSink
 from otel_errcompact.storepath import open_jsonl_sink, open_sqlite_sink
 from otel_errcompact.telemetry import ErrorMetrics, EscalationLog, metrics_are_read
 
@@ -495,10 +497,16 @@ def _build(
 
     history = ErrorHistory(thresholds or config.thresholds(), limits or config.limits())
     sinks: list[TrajectorySink] = []
+    if config.redact_patterns:
+        add_patterns(config.redact_patterns)
     if config.enabled:
-        sinks.extend(file_sinks)
+        # Security policy: what leaves the process is redacted; local stores only on request.
+        at_rest: Callable[[TrajectorySink], TrajectorySink] = (
+            RedactingSink if config.redact_at_rest else (lambda sink: sink)
+        )
+        sinks.extend(at_rest(sink) for sink in file_sinks)
         if config.otlp_logs and lp is not None:
-            sinks.append(OTLPLogSink(lp, flush_timeout_s=min(1.0, config.shutdown_timeout_s / 4)))
+            sinks.append(RedactingSink(OTLPLogSink(lp, flush_timeout_s=min(1.0, config.shutdown_timeout_s / 4))))
         sinks.extend(extra_sinks)
     writer = (
         TrajectoryWriter(

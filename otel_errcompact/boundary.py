@@ -6,6 +6,12 @@ sets status ERROR and ``error.type`` — also when the tool *returns* an error a
 ``error.type = tool_error``) — and hands the agent a :class:`ToolErrorText` (a ``str``: the digest line)
 instead of the exception. When the scope has breached its thresholds with the ``halt`` action, the next
 call raises :class:`~otel_errcompact.exceptions.ErrorBudgetExceeded` instead of running the tool.
+
+What leaves the process is redacted (:func:`otel_errcompact.redact.redact`): the span's status
+description and its ``exception`` event, and the tool's arguments, which are put on the span only when
+argument capture is on. The trajectory record gets the unredacted text. Hostile values cannot break the
+contract: an exception whose ``__str__`` raises, arguments whose ``__repr__`` raises or that are not
+JSON-serialisable or are recursive still give the tool's result or a compact error.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import contextvars
 import functools
 import inspect
 import json
+import logging
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -28,9 +35,12 @@ from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import ErrorHistory
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor
+from otel_errcompact.redact import redact
 from otel_errcompact.statuscode import code_attributes
 
 __all__ = ["ToolBoundary", "ToolCall", "ToolErrorText", "conversation", "current_conversation"]
+
+_log = logging.getLogger("otel_errcompact")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -84,7 +94,16 @@ class ToolErrorText(str):
 
 
 def _error_text_of(result: Any) -> str | None:
-    """The error text of a tool result that reports failure as data (MCP ``isError``), else None."""
+    """The error text of a tool result that reports failure as data (MCP ``isError``), else None (also
+    when the result is an object that fails to answer)."""
+    try:
+        return _data_error_text(result)
+    except Exception:
+        _log.debug("otel-errcompact: could not inspect a tool result", exc_info=True)
+        return None
+
+
+def _data_error_text(result: Any) -> str | None:
     is_error = result.get("isError") if isinstance(result, Mapping) else getattr(result, "isError", None)
     if is_error is not True:
         return None
@@ -112,10 +131,11 @@ class ToolCall:
     returned as data.
     """
 
-    def __init__(self, span: trace.Span) -> None:
+    def __init__(self, span: trace.Span, arguments: str | None = None) -> None:
         self.span = span
         self.error: ToolErrorText | None = None
         self._data_error: str | None = None
+        self._arguments = arguments  # unredacted, for the trajectory record only
         self.model_text: Callable[[BaseException], str] | None = None
         """Set by a framework bridge: the text its framework would have given the agent for an exception
         (the basis of the token-savings metrics, ``Failure.model_text``)."""
@@ -135,7 +155,7 @@ class ToolBoundary:
         processor: ErrorCompactionProcessor | None,
         *,
         on_error: OnError = "digest",
-        capture_arguments: bool = True,
+        capture_arguments: bool = False,
     ) -> None:
         self._pipeline = pipeline
         self._tracer = tracer
@@ -188,8 +208,10 @@ class ToolBoundary:
         conversation_id = current_conversation()
         if conversation_id:
             attributes[semconv.GEN_AI_CONVERSATION_ID] = conversation_id
+        arguments_json: str | None = None
         if arguments is not None and self._capture_arguments:
-            attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _as_json(arguments)
+            arguments_json = _as_json(arguments)
+            attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = redact(arguments_json)
         with self._tracer.start_as_current_span(
             f"execute_tool {name}",
             kind=SpanKind.INTERNAL,
@@ -197,30 +219,29 @@ class ToolBoundary:
             record_exception=False,
             set_status_on_exception=False,
         ) as span:
-            call = ToolCall(span)
+            call = ToolCall(span, arguments_json)
             try:
                 yield call
             except ErrorBudgetExceeded:
                 raise
             except Exception as exc:
-                raw = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
-                span.set_attribute(semconv.ERROR_TYPE, _qualified_name(type(exc)))
-                codes = code_attributes(exc)  # HTTP status / exit code: part of the digest's type
-                if codes:
-                    span.set_attributes(codes)
-                model_text = _model_text(call, exc)
-                call.error = self._failed(
-                    span, name, call_id, raw, exc_type=type(exc).__name__, model_text=model_text, codes=codes
+                call.error = self._failed_with(
+                    span, name, call_id, exc, call._arguments, model_text=_model_text(call, exc)
                 )
                 if (on_error or self._on_error) == "raise":
                     raise
                 return
             if call._data_error is not None:
-                span.set_status(Status(StatusCode.ERROR, call._data_error))
-                span.set_attribute(semconv.ERROR_TYPE, "tool_error")
-                call.error = self._failed(span, name, call_id, call._data_error, exc_type="tool_error")
+                text = _safe_str(call._data_error)
+                try:
+                    span.set_status(Status(StatusCode.ERROR, redact(text)))
+                    span.set_attribute(semconv.ERROR_TYPE, "tool_error")
+                except Exception:
+                    _log.debug("otel-errcompact: could not mark the tool span failed", exc_info=True)
+                call.error = self._failed(
+                    span, name, call_id, text, exc_type="tool_error",
+                    unredacted={"raw_error": text, "status_description": text}, arguments=call._arguments,
+                )
 
     # -- the decorator form ------------------------------------------------------------------------------
 
@@ -246,7 +267,8 @@ class ToolBoundary:
 
                 @functools.wraps(fn)
                 async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                    with self.call(tool_name, arguments=_arguments(fn, args, kwargs), on_error=on_error) as call:
+                    arguments = _arguments(fn, args, kwargs) if self._capture_arguments else None
+                    with self.call(tool_name, arguments=arguments, on_error=on_error) as call:
                         result = await _await(fn(*args, **kwargs))
                         if (text := _error_text_of(result)) is not None:
                             call.fail(text)
@@ -256,7 +278,8 @@ class ToolBoundary:
 
             @functools.wraps(fn)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                with self.call(tool_name, arguments=_arguments(fn, args, kwargs), on_error=on_error) as call:
+                arguments = _arguments(fn, args, kwargs) if self._capture_arguments else None
+                with self.call(tool_name, arguments=arguments, on_error=on_error) as call:
                     result = fn(*args, **kwargs)
                     if (text := _error_text_of(result)) is not None:
                         call.fail(text)
@@ -268,29 +291,108 @@ class ToolBoundary:
 
     # -- internals ---------------------------------------------------------------------------------------
 
+    def _failed_with(
+        self,
+        span: trace.Span,
+        name: str,
+        call_id: str | None,
+        exc: Exception,
+        arguments: str | None,
+        *,
+        model_text: str | None = None,
+    ) -> ToolErrorText:
+        """Record a tool's exception on its span (redacted) and in the pipeline (unredacted)."""
+        try:
+            raw = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+        except Exception:  # a hostile exception can break even the traceback module
+            raw = f"{_safe_name(type(exc))}: {_safe_str(exc)}"
+        message = _safe_str(exc)
+        exc_type = _safe_name(type(exc))
+        try:
+            qualified = _qualified_name(type(exc))
+            # Our own exception event, not span.record_exception(): that calls str(exc) unguarded and
+            # writes the raw message and stack, which leave the process with the span.
+            span.add_event(
+                "exception",
+                {
+                    "exception.type": qualified,
+                    "exception.message": redact(message),
+                    "exception.stacktrace": redact(raw),
+                    "exception.escaped": "False",
+                },
+            )
+            span.set_status(Status(StatusCode.ERROR, redact(f"{exc_type}: {message}")))
+            span.set_attribute(semconv.ERROR_TYPE, qualified)
+        except Exception:
+            _log.debug("otel-errcompact: could not record the exception on the tool span", exc_info=True)
+        codes: dict[str, int] = {}
+        try:
+            codes = code_attributes(exc)  # HTTP status / exit code: part of the digest's type
+            if codes:
+                span.set_attributes(codes)
+        except Exception:
+            _log.debug("otel-errcompact: could not read the exception's status code", exc_info=True)
+        return self._failed(
+            span, name, call_id, raw, exc_type=exc_type, codes=codes,
+            unredacted={"raw_error": raw, "exception_message": message, "exception_stacktrace": raw,
+                        "status_description": f"{exc_type}: {message}"},
+            arguments=arguments,
+            model_text=model_text,
+        )
+
     def _failed(
         self,
         span: trace.Span,
         name: str,
         call_id: str | None,
-        raw: str,
+        raw_error: str,
         *,
         exc_type: str,
+        unredacted: dict[str, str] | None = None,
+        arguments: str | None = None,
+        model_text: str | None = None,
+        codes: Mapping[str, int] | None = None,
+    ) -> ToolErrorText:
+        """The compact error for a failed call; never raises (a last-resort text if the pipeline does).
+        ``unredacted`` holds the failure's texts as the tool produced them, for the trajectory record;
+        ``codes`` the HTTP status / exit code the exception carried (they join the digest's type)."""
+        try:
+            return self._handle_failure(span, name, call_id, raw_error, exc_type=exc_type, unredacted=unredacted,
+                                        arguments=arguments, model_text=model_text, codes=codes)
+        except Exception:
+            _log.exception("otel-errcompact: handling a tool failure failed")
+            return ToolErrorText(f"Error: [{_clip(exc_type)}]: tool {_clip(name)!r} failed")
+
+    def _handle_failure(
+        self,
+        span: trace.Span,
+        name: str,
+        call_id: str | None,
+        raw_error: str,
+        *,
+        exc_type: str,
+        unredacted: dict[str, str] | None,
+        arguments: str | None,
         model_text: str | None = None,
         codes: Mapping[str, int] | None = None,
     ) -> ToolErrorText:
         outcome: Outcome | None = None
+        # The span carries redacted text; the trajectory record gets the unredacted originals.
+        originals: dict[str, str] = dict(unredacted or {})
+        if arguments is not None:
+            originals["tool_arguments"] = arguments
         if self._processor is not None and isinstance(span, SdkSpan) and span.is_recording():
-            outcome = self._processor.handle_live(span, model_text=model_text)
+            outcome = self._processor.handle_live(span, originals, model_text=model_text)
         if outcome is None:  # no SDK pipeline to read the span from: describe the failure directly
             span_context = span.get_span_context()
             outcome = self._pipeline.handle(
                 Failure(
                     scope=self.current_scope(),
-                    raw_error=raw,
+                    raw_error=raw_error,
                     source="tool",
                     tool_name=name,
                     tool_call_id=call_id,
+                    tool_arguments=arguments,
                     conversation_id=current_conversation(),
                     trace_id=f"{span_context.trace_id:032x}" if span_context.is_valid else None,
                     span_id=f"{span_context.span_id:016x}" if span_context.is_valid else None,
@@ -333,16 +435,55 @@ def _qualified_name(exc_type: type[BaseException]) -> str:
     return exc_type.__qualname__ if module in ("builtins", "__main__") else f"{module}.{exc_type.__qualname__}"
 
 
-def _as_json(value: Any) -> str:
+_MAX_ARGUMENT_CHARS = 65_536
+
+
+def _safe_name(cls: type) -> str:
     try:
-        return json.dumps(value, default=repr, ensure_ascii=False)[:65_536]
+        return str(cls.__name__)[:200]
     except Exception:
-        return repr(value)[:65_536]
+        return "Exception"
+
+
+def _clip(text: str) -> str:
+    return text[:80].replace("\n", " ")
+
+
+def _safe_str(value: Any) -> str:
+    """``str(value)``, or a placeholder naming its type when ``__str__`` raises or returns a non-string."""
+    try:
+        text = str(value)
+        if isinstance(text, str):
+            return text
+    except Exception:
+        pass
+    return f"<{_safe_name(type(value))} object: str() failed>"
+
+
+def _safe_repr(value: Any) -> str:
+    """``repr(value)`` bounded, or a placeholder naming its type when ``__repr__`` raises."""
+    try:
+        text = repr(value)
+        if isinstance(text, str):
+            return text[:_MAX_ARGUMENT_CHARS]
+    except Exception:
+        pass
+    return f"<{_safe_name(type(value))} object: repr() failed>"
+
+
+def _as_json(value: Any) -> str:
+    """Arguments as JSON for the span and the record. Values JSON cannot encode fall back to their
+    ``repr``; a recursive structure, or one too deep to encode, is shown by its ``repr`` (which marks the
+    recursion) or a placeholder. Never raises."""
+    try:
+        return json.dumps(value, default=_safe_repr, ensure_ascii=False)[:_MAX_ARGUMENT_CHARS]
+    except Exception:  # circular reference, RecursionError, a hostile __iter__ / keys
+        return _safe_repr(value)
 
 
 def _arguments(fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     try:
         bound = inspect.signature(fn).bind_partial(*args, **kwargs)
         return dict(bound.arguments)
-    except (TypeError, ValueError):
-        return {"args": list(args), "kwargs": kwargs}
+    except Exception:
+        return {"args": list(args), "kwargs": dict(kwargs)}

@@ -31,7 +31,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from typing import Protocol, runtime_checkable
 
-from otel_errcompact._sanitize import sanitize
+from otel_errcompact._sanitize import prompt_text, sanitize, strip_invisible
 from otel_errcompact.classify import is_retryable
 from otel_errcompact.digest import DedupKey, Digest, Location, short_file
 from otel_errcompact.normalize import normalize_message
@@ -39,7 +39,6 @@ from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, inner
 from otel_errcompact.parsers import fallback as _fallback
 from otel_errcompact.parsers import python as _python
 from otel_errcompact.parsers._base import clip
-from otel_errcompact.redact import neutralize_delimiters, redact
 from otel_errcompact.structured import parse_exception
 from otel_errcompact.unwrap import unwrap
 
@@ -69,8 +68,9 @@ class Summarizer(Protocol):
 
 
 def _safe(text: str, limit: int) -> str:
-    """Redacted, delimiter-safe, whitespace-folded text, cut generously (bounded cost) but not clipped."""
-    return _WS.sub(" ", neutralize_delimiters(redact(text[: limit * 4]))).strip()
+    """Prompt-safe (see :func:`prompt_text`), whitespace-folded text, cut generously (bounded cost) but
+    not clipped."""
+    return _WS.sub(" ", prompt_text(text[: limit * 4])).strip()
 
 
 def _clean(text: str, limit: int) -> str:
@@ -145,6 +145,8 @@ class Compactor:
                 if cached is not None:
                     return cached
             text, raw_chars = sanitize(raw)
+            if command:  # a hint reaches the digest too: no escapes, controls or invisibles from it
+                command = strip_invisible(str(command)[:4096])
             if cache_key is None and self._digest_cache_size:
                 # Long texts: the parsers only ever see the sanitised (bounded) text, so its hash and
                 # the raw size determine the digest.

@@ -9,23 +9,33 @@ attributes are *not* here: they follow the standard ``OTEL_*`` variables of the 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, ValidationError, field_validator
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
 from otel_errcompact.config_check import describe_errors, origin_of, warn_unknown_variables
 from otel_errcompact.exceptions import ConfigurationError
 from otel_errcompact.history import Limits, Thresholds
 
-__all__ = ["ENV_PREFIX", "Settings", "default_sqlite_path", "load_settings", "setting_origin"]
+__all__ = ["ENV_PREFIX", "Settings", "default_sqlite_path", "genai_content_capture", "load_settings", "setting_origin"]
+
+_CAPTURE_ON = {"true", "1", "yes", "on", "span_only", "span_and_event"}
 
 
 def default_sqlite_path() -> Path:
     """``$XDG_DATA_HOME/otel-errcompact/trajectories.sqlite3`` (``~/.local/share/…`` when unset)."""
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return Path(base) / "otel-errcompact" / "trajectories.sqlite3"
+
+
+def genai_content_capture() -> bool:
+    """Whether ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` asks for content on spans: the
+    ecosystem's switch for prompts and tool arguments, off by default."""
+    value = os.environ.get("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "")
+    return value.strip().lower() in _CAPTURE_ON
 
 
 class Settings(BaseSettings):
@@ -56,8 +66,15 @@ class Settings(BaseSettings):
 
     on_tool_error: Literal["digest", "raise"] = "digest"
     """What the tool boundary does with a tool's exception: return the compact digest, or re-raise."""
-    capture_arguments: bool = True
-    """Record tool-call arguments (``gen_ai.tool.call.arguments``) in trajectory records."""
+    capture_arguments: bool = Field(default_factory=lambda: genai_content_capture())
+    """Record tool-call arguments: on the tool boundary's span (``gen_ai.tool.call.arguments``, redacted)
+    and in trajectory records. Off unless turned on here or by the GenAI convention's
+    ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT``."""
+    redact_at_rest: bool = False
+    """Redact trajectory records in the local stores (SQLite, JSONL) too; exported ones always are."""
+    redact_patterns: tuple[str, ...] = ()
+    """Regular expressions of your own secret shapes (a JSON list in the environment), masked everywhere
+    :func:`otel_errcompact.redact.redact` runs; see :func:`otel_errcompact.redact.add_pattern`."""
 
     max_classes: int = Field(default=32, ge=1)
     max_scopes: int = Field(default=10_000, ge=1)
@@ -76,6 +93,16 @@ class Settings(BaseSettings):
     trace_url: str | None = None
     """Trace link template with ``{trace_id}`` for ``otel-errcompact viewer`` (declared here so that the
     variable is a known setting; the viewer reads it)."""
+
+    @field_validator("redact_patterns")
+    @classmethod
+    def _patterns_compile(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(f"redact pattern {pattern!r} does not compile: {exc}") from None
+        return value
 
     @field_validator("sqlite_path", "jsonl_path", "budget", mode="before")
     @classmethod
@@ -124,6 +151,8 @@ def load_settings(**overrides: object) -> Settings:
     except ValidationError as exc:
         problems = "; ".join(describe_errors(exc, Settings.model_fields, clean, ENV_PREFIX))
         raise ConfigurationError(f"invalid otel-errcompact settings: {problems}") from None
+    except SettingsError as exc:  # a complex setting (a list) whose variable is not JSON
+        raise ConfigurationError(f"invalid otel-errcompact settings: {exc} (give a JSON list)") from None
 
 
 def setting_origin(field: str, overrides: dict[str, object] | None = None) -> str:

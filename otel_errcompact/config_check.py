@@ -141,6 +141,8 @@ def describe_errors(
                 lines.append(f"{field or 'settings'}: {err.get('msg')}")
             continue
         want = expected(fields[field])
+        if err.get("type") == "value_error":  # a validator's own message says more than the type does
+            want = f"{want}; {str(err.get('msg', '')).removeprefix('Value error, ')}"
         if overrides.get(field) is not None:
             lines.append(f"{field}={_shown(overrides[field])}: expected {want}")
             continue

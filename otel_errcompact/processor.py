@@ -21,6 +21,7 @@ import dataclasses
 import logging
 import re
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
@@ -36,6 +37,7 @@ from otel_errcompact.claims import current_claim
 from otel_errcompact.halted import HaltedTraces
 from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
+from otel_errcompact.telemetry import tool_label
 from otel_errcompact.trajectory import span_id_hex, trace_id_hex, utc_from_ns
 
 __all__ = ["ErrorCompactionProcessor", "ExceptionLogProcessor", "SpanPredicate"]
@@ -52,6 +54,12 @@ _OUTPUT_ATTRIBUTES = ("gen_ai.tool.call.result", "output.value", "traceloop.enti
 # The part of a returned error text that survives JSON escaping unchanged, for matching it in outputs.
 _SAFE_PREFIX = re.compile(r"[A-Za-z0-9 _.,:\[\]()<>/-]+")
 _MAX_ATTRIBUTE_CHARS = 65_536
+MAX_ANCHOR_TRACES = 4096
+"""Traces whose live agent/root spans are remembered for escalation events. A span that is started and
+never ended (an abandoned agent run) would otherwise stay here forever."""
+ANCHOR_IDLE_S = 3600.0
+"""A trace's anchors not touched (a new anchor, a failure looking them up) for this long are forgotten."""
+_MAX_ANCHORS_PER_TRACE = 64
 
 
 def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
@@ -114,12 +122,20 @@ class ErrorCompactionProcessor(SpanProcessor):
         *,
         predicate: SpanPredicate | None = None,
         capture_arguments: bool = True,
+        max_anchor_traces: int = MAX_ANCHOR_TRACES,
+        anchor_idle_s: float = ANCHOR_IDLE_S,
     ) -> None:
         self.pipeline = pipeline
         self._predicate = predicate
         self._capture_arguments = capture_arguments
         self._lock = threading.Lock()
-        self._anchors: dict[int, list[Span]] = {}
+        # Oldest-touched first; bounded by count and idle time (see _evict_anchors).
+        self._anchors: OrderedDict[int, list[Span]] = OrderedDict()
+        self._anchor_touched: dict[int, float] = {}
+        self._max_anchor_traces = max(1, max_anchor_traces)
+        self._anchor_idle_s = anchor_idle_s
+        self.evicted_anchors = 0
+        """Anchor spans forgotten by the bound (never ended, or idle too long); logged when it bites."""
         self._anchor_ids: set[int] = set()  # span ids in _anchors: lets on_end skip the lock
         self._pending: OrderedDict[int, tuple[str | None, str | None, str | None]] = OrderedDict()
         # A framework's tool span that wraps a failed call can still end OK (the tool boundary returned
@@ -152,8 +168,15 @@ class ErrorCompactionProcessor(SpanProcessor):
             if parent is None or parent.is_remote or semconv.is_agent_span(attrs):
                 trace_id = span.context.trace_id
                 with self._lock:
-                    self._anchors.setdefault(trace_id, []).append(span)
+                    anchors = self._anchors.setdefault(trace_id, [])
+                    anchors.append(span)
                     self._anchor_ids.add(span.context.span_id)
+                    self._touch_anchors(trace_id)
+                    if len(anchors) > _MAX_ANCHORS_PER_TRACE:
+                        dropped = anchors.pop(0)
+                        self._anchor_ids.discard(dropped.context.span_id)
+                        self._note_evicted(1)
+                    self._evict_anchors()
         except Exception:
             _log.exception("otel-errcompact: on_start failed")
 
@@ -183,6 +206,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._closed = True
         with self._lock:
             self._anchors.clear()
+            self._anchor_touched.clear()
             self._anchor_ids.clear()
             self._pending.clear()
             self._failed_parents.clear()
@@ -226,13 +250,23 @@ class ErrorCompactionProcessor(SpanProcessor):
         if writable is not None:
             _annotate(writable, _annotations(outcome))
 
-    def handle_live(self, span: Span, *, model_text: str | None = None) -> Outcome | None:
+    def handle_live(
+        self, span: Span, unredacted: Mapping[str, Any] | None = None, *, model_text: str | None = None
+    ) -> Outcome | None:
         """Handle a failed tool span that is still open (the tool boundary's path): the digest is set
         on it with the public API, and ``_on_ending`` will skip it. ``model_text``: what the agent's
-        framework would have fed back instead (see ``Failure.model_text``)."""
+        framework would have fed back instead (see ``Failure.model_text``).
+
+        ``unredacted`` holds :class:`Failure` fields (``raw_error``, ``exception_message``,
+        ``tool_arguments`` …) in the form the tool produced them: the span carries them redacted, the
+        trajectory record must not."""
         failure = self.failure_of(span)
         if failure is None:
             return None
+        if unredacted:
+            if not self._capture_arguments:
+                unredacted = {k: v for k, v in unredacted.items() if k != "tool_arguments"}
+            failure = dataclasses.replace(failure, **unredacted)
         if model_text is not None:
             failure = dataclasses.replace(failure, model_text=model_text)
         outcome = self.pipeline.handle(failure)
@@ -351,7 +385,43 @@ class ErrorCompactionProcessor(SpanProcessor):
     def _anchors_of(self, trace_id: int) -> list[Span]:
         """The trace's live agent and root spans, newest first (a copy, read without the lock)."""
         with self._lock:
-            return list(reversed(self._anchors.get(trace_id, ())))
+            anchors = self._anchors.get(trace_id)
+            if not anchors:
+                return []
+            self._touch_anchors(trace_id)
+            return list(reversed(anchors))
+
+    def _touch_anchors(self, trace_id: int) -> None:
+        """Mark a trace's anchors as in use (call with the lock held)."""
+        self._anchors.move_to_end(trace_id)
+        self._anchor_touched[trace_id] = time.monotonic()
+
+    def _evict_anchors(self) -> None:
+        """Forget the least recently touched traces beyond the bound, and those idle too long (call with
+        the lock held). Amortised O(1): each trace is evicted once."""
+        now = time.monotonic()
+        evicted = 0
+        while self._anchors:
+            trace_id = next(iter(self._anchors))
+            idle = now - self._anchor_touched.get(trace_id, now)
+            if len(self._anchors) <= self._max_anchor_traces and idle <= self._anchor_idle_s:
+                break
+            for span in self._anchors.pop(trace_id):
+                self._anchor_ids.discard(span.context.span_id)
+                evicted += 1
+            self._anchor_touched.pop(trace_id, None)
+        if evicted:
+            self._note_evicted(evicted)
+
+    def _note_evicted(self, count: int) -> None:
+        if self.evicted_anchors == 0:
+            _log.warning(
+                "otel-errcompact: forgetting agent/root spans that were never ended (bound: %d traces, "
+                "%.0f s idle); escalation events for them go to the log only",
+                self._max_anchor_traces,
+                self._anchor_idle_s,
+            )
+        self.evicted_anchors += count
 
     def anchor_conversation(self, trace_id: int) -> str | None:
         """The conversation id recorded on the trace's live agent or root spans, if any."""
@@ -382,6 +452,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                 self._anchors[context.trace_id] = remaining
             else:
                 del self._anchors[context.trace_id]
+                self._anchor_touched.pop(context.trace_id, None)
 
     def _add_escalation_event(self, escalation: Escalation, failure: Failure) -> None:
         if failure.trace_id is None:
@@ -392,7 +463,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             return
         attributes: dict[str, str | int] = dict(escalation.to_attributes())
         if failure.tool_name:
-            attributes[semconv.GEN_AI_TOOL_NAME] = failure.tool_name
+            attributes[semconv.GEN_AI_TOOL_NAME] = tool_label(failure.tool_name)
         anchor.add_event("errcompact.escalation", attributes)
 
 

@@ -24,7 +24,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from otel_errcompact.redact import neutralize_delimiters
+from otel_errcompact._sanitize import prompt_text
 
 __all__ = ["BLOCK_CLOSE", "BLOCK_OPEN", "CONSIDER", "RenderedClass", "render_block"]
 
@@ -50,7 +50,7 @@ class RenderedClass:
 
 
 def _safe(text: str) -> str:
-    return neutralize_delimiters(_UNSAFE.sub(" ", text)).strip()
+    return prompt_text(_UNSAFE.sub(" ", text)).strip()
 
 
 def _suffix(entry: RenderedClass) -> str:

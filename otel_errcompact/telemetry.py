@@ -28,8 +28,11 @@ caller knows the text the agent would have received instead (a framework's own e
 ``Failure.model_text`` by the bridges), else ``raw_error`` (the full raw error, an upper bound: some
 frameworks never put the full traceback into the context).
 
-Attributes stay low-cardinality: tool names and error types only, and error types beyond the first
-:data:`MAX_ERROR_TYPES` distinct ones are reported as ``other``. Never the message, the key or the scope.
+Attributes stay low-cardinality: tool names and error types only; error types beyond the first
+:data:`MAX_ERROR_TYPES` distinct ones, and tool names beyond the first :data:`MAX_TOOL_NAMES`, are
+reported as ``other`` (an agent that names tools from user input would otherwise fill the SDK's
+cardinality limit). Tool names are made prompt-safe and cut to 80 characters. Never the message, the key
+or the scope.
 
 Off the agent's thread. Recording a counter with attributes costs the SDK several microseconds, and a
 failure records three or four, so when a metric pipeline will read them (a meter provider of the
@@ -47,8 +50,10 @@ failed tool span, so log-based alerting works without metrics.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
+from functools import lru_cache
 from typing import Any
 
 from opentelemetry import trace
@@ -56,6 +61,7 @@ from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.metrics import CallbackOptions, Meter
 from opentelemetry.metrics import Observation as MetricObservation
 
+from otel_errcompact._sanitize import prompt_text
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.history import ErrorHistory, Escalation
 from otel_errcompact.pipeline import Failure, Outcome
@@ -65,14 +71,60 @@ __all__ = [
     "MAX_ERROR_TYPES",
     "MAX_QUEUED_TOKEN_CHARS",
     "MAX_SEEN_KEYS",
+    "MAX_TOOL_NAMES",
+    "OVERFLOW",
     "ErrorMetrics",
     "EscalationLog",
     "metrics_are_read",
     "span_context_of",
+    "tool_label",
 ]
+
+_log = logging.getLogger("otel_errcompact")
 
 MAX_ERROR_TYPES = 64
 MAX_SEEN_KEYS = 65_536
+MAX_TOOL_NAMES = 128
+OVERFLOW = "other"
+"""The attribute value that stands for every value beyond a cap."""
+_MAX_TOOL_NAME_CHARS = 80
+
+
+class _CappedValues:
+    """The first ``cap`` distinct values pass; later new ones become :data:`OVERFLOW`. Thread-safe.
+    ``overflowed`` counts the values folded; the first fold is logged."""
+
+    def __init__(self, cap: int, what: str) -> None:
+        self._cap = cap
+        self._what = what
+        self._seen: set[str] = set()
+        self._lock = threading.Lock()
+        self.overflowed = 0
+
+    def __call__(self, value: str) -> str:
+        if value in self._seen:  # set membership is atomic under the GIL; the lock guards the add
+            return value
+        with self._lock:
+            if len(self._seen) < self._cap:
+                self._seen.add(value)
+                return value
+            self.overflowed += 1
+            first = self.overflowed == 1
+        if first:
+            _log.warning(
+                "otel-errcompact: more than %d distinct %s; further ones are reported as %r in metrics",
+                self._cap, self._what, OVERFLOW,
+            )
+        return OVERFLOW
+
+
+@lru_cache(maxsize=4096)
+def tool_label(name: str | None) -> str:
+    """A tool name as an attribute value: prompt-safe, bounded, ``unknown`` when absent. Cached: the same
+    few names come back on every call, and this runs on the agent's thread."""
+    if not name:
+        return "unknown"
+    return prompt_text(name)[:_MAX_TOOL_NAME_CHARS] or "unknown"
 MAX_QUEUED_TOKEN_CHARS = 8 * 1024 * 1024
 """Characters of error text waiting for token counting at most; beyond it counts are recorded in place."""
 
@@ -133,6 +185,7 @@ class ErrorMetrics:
             description="Error classes (dedup keys) seen for the first time by this process",
         )
         self._seen_keys: OrderedDict[str, None] = OrderedDict()
+        self._seen_lock = threading.Lock()
         self._escalations = meter.create_counter(
             "errcompact.escalations", unit="{escalation}", description="Error-threshold breaches"
         )
@@ -143,8 +196,8 @@ class ErrorMetrics:
             "errcompact.tokens.compact", unit="{token}", description="Tokens of the digests that replaced it"
         )
         self._meter = meter
-        self._types: set[str] = set()
-        self._types_lock = threading.Lock()
+        self._error_type = _CappedValues(MAX_ERROR_TYPES, "error types")
+        self._tool_name = _CappedValues(MAX_TOOL_NAMES, "tool names")
         # Wakes every 256 items or each second: waking it per item would hand it the GIL in the middle of
         # the agent's work.
         self._tokens: BackgroundQueue[_Item] | None = (
@@ -183,17 +236,8 @@ class ErrorMetrics:
         """Whether tokens are counted, and counts recorded off the agent's thread (a reader exists)."""
         return self._tokens is not None
 
-    def _error_type(self, type_: str) -> str:
-        with self._types_lock:
-            if type_ in self._types:
-                return type_
-            if len(self._types) < MAX_ERROR_TYPES:
-                self._types.add(type_)
-                return type_
-        return "other"
-
     def _first_sight(self, key: str) -> bool:
-        with self._types_lock:
+        with self._seen_lock:
             if key in self._seen_keys:
                 self._seen_keys.move_to_end(key)
                 return False
@@ -204,14 +248,14 @@ class ErrorMetrics:
 
     def on_success(self, tool_name: str | None) -> None:
         """Success listener: count one successful tool call."""
-        tool = tool_name or "unknown"
+        tool = self._tool_name(tool_label(tool_name))
         if self._tokens is not None and self._tokens.submit((None, 0, "", tool, "", "", False, "")):
             return
         self._calls.add(1, {"gen_ai.tool.name": tool, "errcompact.outcome": "ok"})
 
     def on_failure(self, failure: Failure, outcome: Outcome) -> None:
         """Failure listener: count the call, the error, a new class, and the tokens (see the module)."""
-        tool = failure.tool_name or "unknown"
+        tool = self._tool_name(tool_label(failure.tool_name))
         digest = outcome.digest
         is_new = outcome.observation.is_new
         if self._tokens is not None:
@@ -236,7 +280,7 @@ class ErrorMetrics:
         self._escalations.add(
             1,
             {
-                "gen_ai.tool.name": failure.tool_name or "unknown",
+                "gen_ai.tool.name": self._tool_name(tool_label(failure.tool_name)),
                 "errcompact.reason": escalation.reason,
                 "errcompact.action": escalation.action,
             },
@@ -275,7 +319,7 @@ class EscalationLog:
         """Escalation listener."""
         attributes: dict[str, Any] = dict(escalation.to_attributes())
         if failure.tool_name:
-            attributes["gen_ai.tool.name"] = failure.tool_name
+            attributes["gen_ai.tool.name"] = tool_label(failure.tool_name)
         if failure.conversation_id:
             attributes["gen_ai.conversation.id"] = failure.conversation_id
         self._logger.emit(

@@ -39,7 +39,9 @@ def assert_compact(text: object) -> ToolErrorText:
     return text
 
 
-def test_sync_tool_returns_the_digest_and_records_the_traceback(otel: OTel) -> None:
+def test_sync_tool_returns_the_digest_and_records_the_traceback(make_otel: Callable[..., OTel]) -> None:
+    otel = make_otel(capture_arguments=True)  # arguments are recorded only on opt-in
+
     @otel.ec.tool
     def get_order(orders: dict[str, int], order_id: str) -> int:
         return orders[order_id]
@@ -123,7 +125,8 @@ def test_async_tool(otel: OTel) -> None:
     assert "'sku-b'" in otel.ec.context("conv-async")
 
 
-def test_tool_call_context_manager(otel: OTel) -> None:
+def test_tool_call_context_manager(make_otel: Callable[..., OTel]) -> None:
+    otel = make_otel(capture_arguments=True)
     with otel.ec.conversation("conv-cm"):
         with otel.ec.tool_call("divide", call_id="call-7", arguments={"a": 1, "b": 0}) as call:
             quotient = 1 / 0
@@ -293,8 +296,8 @@ def test_exception_text_matches_format_exception(otel: OTel) -> None:
     assert record.exception_type == "json.decoder.JSONDecodeError"
 
 
-def test_arguments_are_not_captured_when_turned_off(make_otel: Callable[..., OTel]) -> None:
-    otel = make_otel(capture_arguments=False)
+def test_arguments_are_not_captured_by_default(make_otel: Callable[..., OTel]) -> None:
+    otel = make_otel()
 
     @otel.ec.tool
     def login(user: str, password: str) -> str:

@@ -201,7 +201,10 @@ def test_every_setting_is_a_known_variable(tmp_path: Path) -> None:
     env = _env(tmp_path)
     for name in Settings.model_fields:
         value = getattr(defaults, name)
-        env[f"{ENV_PREFIX}{name.upper()}"] = "none" if value is None else str(value).lower()
+        if isinstance(value, (tuple, list)):
+            env[f"{ENV_PREFIX}{name.upper()}"] = json.dumps(list(value))  # complex settings are JSON
+        else:
+            env[f"{ENV_PREFIX}{name.upper()}"] = "none" if value is None else str(value).lower()
     proc = _python(INIT_ONLY, env)
     assert proc.returncode == 0, proc.stderr
     assert "unknown variable" not in proc.stderr and "Warning" not in proc.stderr

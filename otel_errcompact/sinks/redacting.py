@@ -1,0 +1,81 @@
+"""A sink wrapper that redacts trajectory records before another sink sees them.
+
+The policy (README, "Security"): whatever leaves the process is redacted; the local store keeps full
+fidelity unless ``redact_at_rest`` is on. ``init()`` wraps the OTLP log sink always, and the SQLite and
+JSONL sinks when ``redact_at_rest`` is set. Wrap a sink of your own that ships records elsewhere the same
+way: ``RedactingSink(MySink())``.
+
+Every free-text field is passed through :func:`otel_errcompact.redact.redact`: the raw error, the
+exception message and stack, the status description, the span name, the tool arguments (each string
+inside them when they are structured) and string attribute values. Ids, timestamps and the digest (already
+redacted by the compactor) are left as they are.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from otel_errcompact.redact import redact
+from otel_errcompact.sinks._base import TrajectorySink
+from otel_errcompact.trajectory import TrajectoryRecord
+
+__all__ = ["RedactingSink", "redact_record"]
+
+_TEXT_FIELDS = ("raw_error", "exception_message", "exception_stacktrace", "status_description", "span_name")
+_MAX_DEPTH = 32
+
+
+def _redact_value(value: Any, depth: int = 0) -> Any:
+    """Strings redacted, containers walked (bounded depth: a deeper value is dropped, not shipped raw)."""
+    if isinstance(value, str):
+        return redact(value)
+    if depth >= _MAX_DEPTH:
+        return "[REDACTED: nested too deep]"
+    if isinstance(value, dict):
+        return {key: _redact_value(item, depth + 1) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_redact_value(item, depth + 1) for item in value]
+    return value
+
+
+def redact_record(record: TrajectoryRecord) -> TrajectoryRecord:
+    """A copy of ``record`` with every free-text field redacted (the record id stays, so upserts work).
+
+    >>> redact_record(TrajectoryRecord(source="api", raw_error="api_key=abc123")).raw_error
+    'api_key=[REDACTED]'
+    """
+    update: dict[str, Any] = {}
+    for name in _TEXT_FIELDS:
+        value = getattr(record, name)
+        if value:
+            update[name] = redact(value)
+    if record.tool_arguments is not None:
+        update["tool_arguments"] = _redact_value(record.tool_arguments)
+    if record.attributes:
+        update["attributes"] = _redact_value(record.attributes)
+    return record.model_copy(update=update)
+
+
+class RedactingSink:
+    """Hands ``inner`` redacted copies of the records; closes and flushes it with itself."""
+
+    def __init__(self, inner: TrajectorySink) -> None:
+        self.inner = inner
+
+    def write(self, records: Sequence[TrajectoryRecord]) -> None:
+        """Redact, then write to the wrapped sink."""
+        self.inner.write([redact_record(record) for record in records])
+
+    def flush(self) -> None:
+        """Flush the wrapped sink, when it can be flushed."""
+        flush = getattr(self.inner, "flush", None)
+        if callable(flush):
+            flush()
+
+    def close(self) -> None:
+        """Close the wrapped sink."""
+        self.inner.close()
+
+    def __repr__(self) -> str:
+        return f"RedactingSink({self.inner!r})"
