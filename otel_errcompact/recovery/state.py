@@ -23,10 +23,10 @@ Breaker operations (keyed by tool name and dedup key; see :mod:`otel_errcompact.
 Pacer operations (keyed by a budget name such as ``api.example:requests``; see
 :mod:`otel_errcompact.recovery.pacing`):
 
-- :meth:`~RecoveryStateStore.pace_reserve` — reserve the cost of one request on several budgets at once
-  and return how long to wait before sending it;
-- :meth:`~RecoveryStateStore.pace_settle` — the request finished: release its reservation and store the
-  budgets its response reported.
+- :meth:`~RecoveryStateStore.pace_reserve` — take the cost of one request off the remaining estimate of
+  several budgets at once and return how long to wait before sending it;
+- :meth:`~RecoveryStateStore.pace_settle` — a response reported budgets: they replace the estimates (the
+  server's count is the truth; a request that never got a response leaves nothing behind).
 
 :class:`InMemoryStateStore` is the default and the reference implementation; it is bounded (least
 recently used entries are dropped beyond ``max_entries``).
@@ -37,7 +37,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
@@ -122,22 +122,21 @@ class RateBudget:
     window_s: float
 
 
-def pacing_delay(budget: RateBudget, in_flight: float, now: float) -> float:
+def pacing_delay(budget: RateBudget, now: float) -> float:
     """Seconds to wait so that usage does not outrun the elapsed fraction of the window.
 
-    With ``used = (limit - remaining + in_flight) / limit`` and ``elapsed = 1 - (reset_at - now) / window``,
-    a call may go when ``used <= elapsed``; otherwise it waits ``(used - elapsed) * window``, which is
-    ``(reset_at - now) - (remaining - in_flight) * window / limit``: the remaining units, spread evenly,
-    must reach to the reset. Once the reset has passed the window is fresh and nothing waits.
+    With ``used = (limit - remaining) / limit`` and ``elapsed = 1 - (reset_at - now) / window``, a call
+    may go when ``used <= elapsed``; otherwise it waits ``(used - elapsed) * window``, which is
+    ``(reset_at - now) - remaining * window / limit``: the remaining units, spread evenly, must reach to
+    the reset. Once the reset has passed the window is fresh and nothing waits.
 
-    >>> pacing_delay(RateBudget(limit=60, remaining=10, reset_at=50.0, window_s=60), 0, now=0.0)
+    >>> pacing_delay(RateBudget(limit=60, remaining=10, reset_at=50.0, window_s=60), now=0.0)
     40.0
     """
     time_left = budget.reset_at - now
     if time_left <= 0 or budget.limit <= 0 or budget.window_s <= 0:
         return 0.0
-    left = budget.remaining - in_flight
-    return max(0.0, min(time_left, time_left - left * budget.window_s / budget.limit))
+    return max(0.0, min(time_left, time_left - budget.remaining * budget.window_s / budget.limit))
 
 
 @runtime_checkable
@@ -167,11 +166,11 @@ class RecoveryStateStore(Protocol):
         ...
 
     def pace_reserve(self, costs: Mapping[str, float], now: float) -> float:
-        """Reserve ``costs`` (budget name → units) and return the seconds to wait before sending."""
+        """Take ``costs`` (budget name → units) off the estimates; return the seconds to wait before sending."""
         ...
 
-    def pace_settle(self, costs: Mapping[str, float], budgets: Mapping[str, RateBudget], now: float) -> None:
-        """Release the reservation ``costs`` and store the ``budgets`` the response reported."""
+    def pace_settle(self, budgets: Mapping[str, RateBudget], now: float) -> None:
+        """Replace the estimates of ``budgets`` with what a response reported."""
         ...
 
 
@@ -191,12 +190,6 @@ class _Breaker:
         )
 
 
-@dataclass(slots=True)
-class _Pace:
-    budget: RateBudget | None = None
-    in_flight: float = 0.0
-
-
 class InMemoryStateStore:
     """The process-wide default store: dicts behind one lock, bounded to ``max_entries`` breakers and
     ``max_entries`` budgets (least recently used first out; an open breaker is dropped only when every
@@ -213,7 +206,7 @@ class InMemoryStateStore:
         self._max = max(1, max_entries)
         self._lock = threading.Lock()
         self._breakers: OrderedDict[tuple[str, str], _Breaker] = OrderedDict()
-        self._paces: OrderedDict[str, _Pace] = OrderedDict()
+        self._paces: OrderedDict[str, RateBudget] = OrderedDict()
 
     # -- breaker -------------------------------------------------------------------------------------
 
@@ -290,26 +283,22 @@ class InMemoryStateStore:
         with self._lock:
             delay = 0.0
             for name, cost in costs.items():
-                p = self._pace(name)
-                p.in_flight += cost
-                if p.budget is not None:
-                    delay = max(delay, pacing_delay(p.budget, p.in_flight, now))
+                budget = self._paces.get(name)
+                if budget is None:
+                    continue  # nothing reported yet: nothing to pace by
+                if now >= budget.reset_at:  # replenished since the report: full, and this cost refills soon
+                    refill = cost * budget.window_s / budget.limit if budget.limit > 0 else 0.0
+                    budget = replace(budget, remaining=budget.limit, reset_at=now + refill)
+                budget = replace(budget, remaining=budget.remaining - cost)
+                self._paces[name] = budget
+                self._paces.move_to_end(name)
+                delay = max(delay, pacing_delay(budget, now))
             return delay
 
-    def pace_settle(self, costs: Mapping[str, float], budgets: Mapping[str, RateBudget], now: float) -> None:
+    def pace_settle(self, budgets: Mapping[str, RateBudget], now: float) -> None:
         with self._lock:
-            for name, cost in costs.items():
-                p = self._pace(name)
-                p.in_flight = max(0.0, p.in_flight - cost)
             for name, budget in budgets.items():
-                self._pace(name).budget = budget
-
-    def _pace(self, name: str) -> _Pace:
-        p = self._paces.get(name)
-        if p is None:
-            while len(self._paces) >= self._max:
-                self._paces.popitem(last=False)
-            p = self._paces[name] = _Pace()
-        else:
-            self._paces.move_to_end(name)
-        return p
+                self._paces[name] = budget
+                self._paces.move_to_end(name)
+                while len(self._paces) > self._max:
+                    self._paces.popitem(last=False)

@@ -79,23 +79,24 @@ def test_bounded() -> None:
     s = InMemoryStateStore(max_entries=4)
     for i in range(50):
         s.breaker_failure("t", f"k{i}", "a", "d", 0.0, threshold=3, cooldown_s=1)
-        s.pace_reserve({f"b{i}": 1}, 0.0)
+        s.pace_settle({f"b{i}": RateBudget(10, 5, 1.0, 1.0)}, 0.0)
     assert len(s._breakers) == 4 and len(s._paces) == 4
 
 
 def test_pacing_delay_formula() -> None:
     budget = RateBudget(limit=100, remaining=40, reset_at=36.0, window_s=60.0)
     # used 60 % of the window's units with 40 % of the window gone: wait until 60 % has gone
-    assert pacing_delay(budget, 0, now=0.0) == 36.0 - 40 * 0.6
-    assert pacing_delay(RateBudget(100, 90, 6.0, 60.0), 0, now=0.0) == 0.0
-    assert pacing_delay(budget, 0, now=37.0) == 0.0  # the window has reset
+    assert pacing_delay(budget, now=0.0) == 36.0 - 40 * 0.6
+    assert pacing_delay(RateBudget(100, 90, 6.0, 60.0), now=0.0) == 0.0
+    assert pacing_delay(budget, now=37.0) == 0.0  # the window has reset
 
 
-def test_reservations_spread_concurrent_callers_and_settle_releases_them() -> None:
+def test_reservations_spread_concurrent_callers_and_a_report_replaces_the_estimate() -> None:
     s = InMemoryStateStore()
-    s.pace_settle({}, {"api:requests": RateBudget(limit=10, remaining=5, reset_at=5.0, window_s=10.0)}, 0.0)
+    assert s.pace_reserve({"api:requests": 1}, 0.0) == 0.0  # nothing reported yet
+    s.pace_settle({"api:requests": RateBudget(limit=10, remaining=5, reset_at=5.0, window_s=10.0)}, 0.0)
     delays = [s.pace_reserve({"api:requests": 1}, 0.0) for _ in range(4)]
     assert delays == [1.0, 2.0, 3.0, 4.0]  # each reservation is one more slot of window/limit
-    for _ in range(4):
-        s.pace_settle({"api:requests": 1}, {}, 0.1)
-    assert s.pace_reserve({"api:requests": 1}, 0.0) == 1.0
+    s.pace_settle({"api:requests": RateBudget(limit=10, remaining=9, reset_at=1.0, window_s=10.0)}, 0.1)
+    assert s.pace_reserve({"api:requests": 1}, 0.1) == 0.0
+    assert s.pace_reserve({"api:requests": 1}, 20.0) == 0.0  # long after the reset: a fresh window
