@@ -24,6 +24,7 @@ from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, innermost_in_app
 from otel_errcompact.parsers import fallback as _fallback
 from otel_errcompact.parsers._base import clip
+from otel_errcompact.recovery.classify import classify_text, with_raw_text
 from otel_errcompact.redact import neutralize_delimiters, redact
 from otel_errcompact.unwrap import unwrap
 
@@ -116,7 +117,7 @@ class Compactor:
             text, raw_chars = sanitize(raw)
             hints = Hints(exit_code=exit_code, command=command, kind=kind)
             text, hints = unwrap(text, hints)
-            digest = self.from_parsed(self._parse(text, hints), hints, raw_chars)
+            digest = with_raw_text(self.from_parsed(self._parse(text, hints), hints, raw_chars), text)
             if cache_key is not None:
                 with self._cache_lock:
                     self._digests[cache_key] = digest
@@ -204,6 +205,8 @@ class Compactor:
             if parsed.retryable is not None
             else is_retryable(type_, cause, status, parsed.format)
         )
+        klass = classify_text(type_, full_cause, status, parsed.format, retryable)
+        retryable = klass.retryable
         where = ""
         if location is not None:
             where = short_file(location.file)
@@ -222,6 +225,8 @@ class Compactor:
             key_parts=key,
             raw_chars=raw_chars,
             line=line,
+            error_class=klass.error_class,
+            retry_after_s=klass.retry_after_s,
         )
 
 
