@@ -295,10 +295,11 @@ class ToolBoundary:
                     refused = self._refuse(tool_name, fp, scope, arguments)
                     if isinstance(refused, ToolErrorText):
                         return refused
-                    box: list[ToolCall] = []
+                    pending = _Pending(tool_name, fp, refused)
+                    token = _pending.set(pending)
                     try:
                         with self.call(tool_name, arguments=arguments, on_error=on_error) as call:
-                            box.append(call)
+                            self._admitted(pending)
                             inner = asyncio.ensure_future(_retried_async(policy, call.span, fn, args, kwargs))
                             try:
                                 with self.aborts.track(scope, inner, "tool", mutating=mutating):
@@ -310,8 +311,11 @@ class ToolBoundary:
                                 return self._cancelled(call.span, tool_name, scope, arguments, reason)
                             if (text := _error_text_of(result)) is not None:
                                 call.fail(text)
+                            else:
+                                self._succeeded(pending)
                     finally:
-                        self._settle(tool_name, fp, refused, box)
+                        _pending.reset(token)
+                        self._release(pending)
                     return call.error if call.error is not None else result
 
                 async_wrapper.__errcompact_mutating__ = mutating  # type: ignore[attr-defined]
@@ -324,15 +328,19 @@ class ToolBoundary:
                 refused = self._refuse(tool_name, fp, scope, arguments)
                 if isinstance(refused, ToolErrorText):
                     return refused
-                box: list[ToolCall] = []
+                pending = _Pending(tool_name, fp, refused)
+                token = _pending.set(pending)
                 try:
                     with self.call(tool_name, arguments=arguments, on_error=on_error) as call:
-                        box.append(call)
+                        self._admitted(pending)
                         result = policy.retrying(before_sleep=_note_retry(call.span))(fn, *args, **kwargs)
                         if (text := _error_text_of(result)) is not None:
                             call.fail(text)
+                        else:
+                            self._succeeded(pending)
                 finally:
-                    self._settle(tool_name, fp, refused, box)
+                    _pending.reset(token)
+                    self._release(pending)
                 return call.error if call.error is not None else result
 
             wrapper.__errcompact_mutating__ = mutating  # type: ignore[attr-defined]
@@ -351,7 +359,7 @@ class ToolBoundary:
                 return self._cancelled(span, name, scope, arguments, reason)
         if self.breakers is None:
             return None
-        admission = self.breakers.admit(name, fp)
+        admission = self.breakers.admit(name, fp, notify=False)
         if admission.allowed:
             return admission
         text = circuit_open_text(admission, self.breakers.clock())
@@ -374,27 +382,38 @@ class ToolBoundary:
             self._processor.note_returned_error(text)
         return ToolErrorText(text, None, circuit_open=True)
 
-    def _settle(self, name: str, fp: str, admission: ToolErrorText | Admission | None, box: list[ToolCall]) -> None:
-        """After a call: tell the breaker how it went (a cancelled call gives back a probe, counts nothing)."""
-        if self.breakers is None:
+    # The breaker hears how a call went while its tool span is still live, so its state changes are
+    # events on that span: the admission's change at the start, the success or failure at the end.
+
+    def _admitted(self, pending: _Pending) -> None:
+        if self.breakers is not None and isinstance(pending.admission, Admission):
+            self.breakers.notify(pending.admission.changes)
+
+    def _succeeded(self, pending: _Pending) -> None:
+        if self.breakers is not None and not pending.settled:
+            pending.settled = True
+            self.breakers.success(pending.tool, pending.fp)
+
+    def _failed_call(self, outcome: Outcome) -> None:
+        """A call failed (called from ``_failed`` inside the tool span): count it for its breaker."""
+        pending = _pending.get()
+        if self.breakers is None or pending is None or pending.settled:
             return
-        admitted = admission if isinstance(admission, Admission) else Admission(True)
-        call = box[0] if box else None
-        error = call.error if call is not None else None
-        if call is None or (error is not None and error.cancelled):
-            self.breakers.release(admitted)
-        elif error is not None and error.outcome is not None:
-            digest = error.outcome.digest
-            if digest.error_class == "aborted":
-                self.breakers.release(admitted)
-            else:
-                with self._digests_lock:
-                    self._digests[digest.key] = digest
-                    while len(self._digests) > 1024:
-                        self._digests.pop(next(iter(self._digests)))
-                self.breakers.failure(name, digest.key, fp, digest.line)
-        elif error is None:
-            self.breakers.success(name, fp)
+        digest = outcome.digest
+        if digest.error_class == "aborted":
+            return
+        pending.settled = True
+        with self._digests_lock:
+            self._digests[digest.key] = digest
+            while len(self._digests) > 1024:
+                self._digests.pop(next(iter(self._digests)))
+        self.breakers.failure(pending.tool, digest.key, pending.fp, digest.line)
+
+    def _release(self, pending: _Pending) -> None:
+        """A call ended without a verdict (cancelled, halted): a half-open probe is given back."""
+        if self.breakers is not None and not pending.settled and isinstance(pending.admission, Admission):
+            pending.settled = True
+            self.breakers.release(pending.admission)
 
     def _cancel_reason(self, scope: str) -> str | None:
         aborted = self.aborts.aborted(scope)
@@ -462,10 +481,23 @@ class ToolBoundary:
                     exception_type=exc_type,
                 )
             )
+        self._failed_call(outcome)
         text = ToolErrorText(_agent_text(outcome), outcome)
         if self._processor is not None:
             self._processor.note_returned_error(text)
         return text
+
+
+class _Pending:
+    """The breaker verdict a decorated call still owes (tool, argument fingerprint, admission)."""
+
+    __slots__ = ("admission", "fp", "settled", "tool")
+
+    def __init__(self, tool: str, fp: str, admission: Admission | None) -> None:
+        self.tool, self.fp, self.admission, self.settled = tool, fp, admission, False
+
+
+_pending: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar("otel_errcompact_pending", default=None)
 
 
 def _agent_text(outcome: Outcome) -> str:

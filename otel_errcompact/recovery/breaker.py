@@ -108,15 +108,21 @@ class CircuitBreakers:
         with self._lock:
             self._listeners.append(listener)
 
-    def admit(self, tool: str, fp: str) -> Admission:
-        """May a call of ``tool`` with argument fingerprint ``fp`` run now?"""
+    def admit(self, tool: str, fp: str, *, notify: bool = True) -> Admission:
+        """May a call of ``tool`` with argument fingerprint ``fp`` run now? (``notify=False``: the caller
+        passes ``admission.changes`` to :meth:`notify` itself, e.g. once the call's span is open.)"""
         try:
             admission = self.store.breaker_admit(tool, fp, self.clock())
         except Exception:
             _log.exception("otel-errcompact: breaker store failed; admitting the call")
             return Admission(True)
-        self._tell(admission.changes)
+        if notify:
+            self._tell(admission.changes)
         return admission
+
+    def notify(self, changes: tuple[BreakerChange, ...]) -> None:
+        """Tell the listeners about ``changes`` (see :meth:`admit`)."""
+        self._tell(changes)
 
     def failure(self, tool: str, key: str, fp: str, digest: str) -> BreakerUpdate:
         """Count a failure of (tool, key) made by a call with fingerprint ``fp``."""
