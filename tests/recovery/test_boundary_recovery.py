@@ -218,10 +218,12 @@ def test_the_library_halt_is_not_recorded_as_a_tool_failure(make_otel: Callable[
 
     with otel.ec.conversation("conv-halted"):
         lookup("user_id")  # breach: the next boundary call raises
-        with pytest.raises(ErrorBudgetExceeded):  # a framework's tool span around the halted call
-            with otel.tracer.start_as_current_span("execute_tool lookup", attributes={
-                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}):  # fmt: skip
-                lookup("user_id")
+        framework_attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
+        with (
+            pytest.raises(ErrorBudgetExceeded),  # a framework's tool span around the halted call
+            otel.tracer.start_as_current_span("execute_tool lookup", attributes=framework_attributes),
+        ):
+            lookup("user_id")
     (framework,) = [s for s in otel.spans("execute_tool lookup") if s.instrumentation_scope.name == "tests.agent"]
     assert [e.name for e in framework.events] == ["exception"]  # the halt did end it with an exception
     records = otel.records()
