@@ -34,10 +34,14 @@ from opentelemetry import trace
 
 from otel_errcompact.api import ErrCompact, init
 from otel_errcompact.boundary import ToolErrorText
+from otel_errcompact.demo_recovery import run_recovery_demo
 from otel_errcompact.exceptions import ErrorBudgetExceeded
+from otel_errcompact.recovery.breaker import BreakerPolicy
 from otel_errcompact.tokens import count_tokens
 
 __all__ = ["run_demo"]
+
+_BREAKER_COOLDOWN_S = 1.0
 
 _RATE_LIMIT_BODY: dict[str, Any] = {
     "error": {
@@ -191,7 +195,11 @@ def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines:
     settings: dict[str, Any] = {}
     if sqlite_path is not None:
         settings["sqlite_path"] = sqlite_path
-    ec = init(service_name=os.environ.get("OTEL_SERVICE_NAME") or "errcompact-demo", **settings)
+    ec = init(
+        service_name=os.environ.get("OTEL_SERVICE_NAME") or "errcompact-demo",
+        breaker=BreakerPolicy(threshold=3, cooldown_s=_BREAKER_COOLDOWN_S),  # short, so the demo can wait it out
+        **settings,
+    )
     conversation_id = f"demo-{uuid.uuid4().hex[:8]}"
     raw_errors: list[str] = []
 
@@ -267,5 +275,6 @@ def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines:
         say("Trajectories: the SQLite store is off (OTEL_ERRCOMPACT_SQLITE_PATH is empty).")
     if endpoint:
         say(f"  and exported over OTLP to {endpoint} (traces, logs, metrics).")
+    run_recovery_demo(ec, say, cooldown_s=_BREAKER_COOLDOWN_S)
     ec.shutdown()
     return 0
