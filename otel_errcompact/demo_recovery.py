@@ -57,10 +57,13 @@ def _events(exporter: InMemorySpanExporter | None, names: tuple[str, ...]) -> li
 
 def run_recovery_demo(ec: ErrCompact, say: Callable[[str], None], *, cooldown_s: float = 1.0) -> None:
     """Print the four recoveries; ``ec``'s breaker policy should have a short cooldown (the demo waits it)."""
-    import openai  # an optional dependency of the demo only
-
-    exporter = _exporter()
     say("")
+    try:
+        import openai  # the demo's only optional dependency
+    except ImportError:
+        say("RECOVERY — skipped: `pip install openai` to see it (the real client against a local server)")
+        return
+    exporter = _exporter()
     say("RECOVERY — the real openai client (max_retries=0) against a local model server on 127.0.0.1")
     with serve() as (server, url):
         client = openai.OpenAI(api_key="sk-demo", base_url=url + "/v1", max_retries=0)

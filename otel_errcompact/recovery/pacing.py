@@ -11,15 +11,16 @@ Headers understood (case-insensitive):
 
 The rule (the seed's "usage outruns the elapsed window fraction"), per budget, before each request::
 
-    used    = (limit - remaining) / limit         # after this request's own unit is taken
+    used    = (limit - remaining + in_flight) / limit   # in_flight: reserved, response not back yet
     elapsed = 1 - (reset_at - now) / window
-    delay   = max(0, (used - elapsed) * window)  =  max(0, (reset_at - now) - remaining * window / limit)
+    delay   = max(0, (used - elapsed) * window)  =  max(0, (reset_at - now) - (remaining - in_flight) * window / limit)
 
 i.e. the remaining units, spread evenly, must last until the reset. The window is the IETF policy's ``w``;
 the providers do not send one, so it is inferred from their token bucket (``reset`` is the time to refill
 ``limit - remaining`` units, so ``window = reset * limit / (limit - remaining)``), or 60 s (their
-per-minute limits) when the budget is full. Each request reserves one unit of every ``requests`` budget
-(token budgets are paced by what the server reports; a request's token cost is not known beforehand). A
+per-minute limits) when the budget is full. Each request reserves one unit of every ``requests`` budget until
+its response is back (token budgets are paced by what the server reports; a request's token cost is not
+known beforehand). A
 429 with ``retry-after`` holds every caller of that host until then. The delay of one call is capped
 (``max_delay_s``, default 60 s) so pacing never parks an agent indefinitely.
 
