@@ -13,7 +13,7 @@ import atexit
 import logging
 import os
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -174,7 +174,7 @@ class ErrCompact:
         return pace(client, self.pacer)
 
     def recovery_loop(
-        self, model: ModelAdapter, tools: dict[str, Callable[..., Any]] | None = None, **options: Any
+        self, model: ModelAdapter, tools: Mapping[str, Callable[..., Any]] | None = None, **options: Any
     ) -> RecoveryLoop:
         """A :class:`~otel_errcompact.recovery.loop.RecoveryLoop` wired to this handle: its scope is the
         current conversation (so ``abort()`` reaches it), its transitions are span events on its

@@ -14,6 +14,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
@@ -79,7 +80,7 @@ def run_recovery_demo(ec: ErrCompact, say: Callable[[str], None], *, cooldown_s:
             proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
             return f"exit status {proc.returncode}\n{proc.stderr}"
 
-        tools = {"read_notes": ec.tool(read_notes), "run_check": run_check}
+        tools: dict[str, Callable[..., Any]] = {"read_notes": ec.tool(read_notes), "run_check": run_check}
         scenarios: list[tuple[str, list[Reply]]] = [
             ("a 429 recovered after its retry-after", [Reply("rate_limited", retry_after_s=0.5), Reply(text="done")]),
             ("a prompt too long, compacted once", [

@@ -387,6 +387,8 @@ class RecoveryLoop:
     def _result(
         self, run: _Run, event: TransitionEvent, text: str = "", error: BaseException | None = None
     ) -> LoopResult:
+        if event.transition == "aborted_streaming":
+            self.aborts.clear(self.scope)  # this run consumed the abort: the next run starts clean
         return LoopResult(event.transition, event.reason, run.messages, text, run.turns, run.transitions, error)
 
     def _end(self, run: _Run, span: trace.Span | None, event: TransitionEvent, text: str = "") -> LoopResult:

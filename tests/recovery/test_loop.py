@@ -218,3 +218,14 @@ def test_transitions_are_span_events_and_counted(make_otel: Any, wire: tuple[Mod
     assert [e.attributes["errcompact.attempt"] for e in events] == [1, 2, 3]  # type: ignore[index]
     points = {p.attributes["errcompact.transition"]: p.value for p in otel.metric_points("errcompact.transitions")}
     assert points == {"retry_wait": 1, "max_output_tokens_recovery": 1, "completed": 1}
+
+
+def test_an_aborted_run_consumes_the_abort(wire: tuple[ModelWireServer, str]) -> None:
+    server, url = wire
+    loop = RecoveryLoop(adapters(url)[0])
+    loop.aborts.abort(loop.scope)  # before the run: it ends at its first step
+    first = loop.run([{"role": "user", "content": "x"}])
+    assert first.transition == "aborted_streaming" and first.turns == 0 and server.requests == []
+    server.add(Reply("text", text="again"))
+    second = loop.run([{"role": "user", "content": "x"}])
+    assert (second.transition, second.text) == ("completed", "again")
