@@ -36,6 +36,7 @@ from otel_errcompact.config import Settings, load_settings
 from otel_errcompact.history import ErrorHistory, Escalation, Limits, Thresholds
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, ExceptionLogProcessor, SpanPredicate
+from otel_errcompact.prometheus import prometheus_requested, start_prometheus
 from otel_errcompact.recovery.breaker import BreakerPolicy, CircuitBreakers
 from otel_errcompact.recovery.loop import ModelAdapter, RecoveryLoop
 from otel_errcompact.recovery.observe import RecoveryTelemetry
@@ -62,6 +63,12 @@ def _otlp_endpoint(signal: str) -> bool:
         os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT")
         or os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_ENDPOINT")
     )
+
+
+def _otlp_metrics() -> bool:
+    """An OTLP endpoint is set and ``OTEL_METRICS_EXPORTER`` (default ``otlp``) does not rule OTLP out."""
+    names = {n.strip().lower() for n in os.environ.get("OTEL_METRICS_EXPORTER", "otlp").split(",")}
+    return _otlp_endpoint("metrics") and "otlp" in names
 
 
 def _protocol(signal: str) -> str:
@@ -375,12 +382,18 @@ def _build(
         current_mp = metrics_api.get_meter_provider()
         if isinstance(current_mp, MeterProvider):
             mp = current_mp
-        elif config.enabled and _otlp_endpoint("metrics"):
-            mp = MeterProvider(
-                resource=resource, metric_readers=[PeriodicExportingMetricReader(_metric_exporter())]
-            )
+        elif config.enabled and (otlp_metrics := _otlp_metrics()) | prometheus_requested():
+            readers: list[Any] = []
+            if otlp_metrics:
+                readers.append(PeriodicExportingMetricReader(_metric_exporter()))
+            endpoint = start_prometheus() if prometheus_requested() else None
+            if endpoint is not None:
+                readers.append(endpoint.reader)
+            mp = MeterProvider(resource=resource, metric_readers=readers)
             metrics_api.set_meter_provider(mp)
             owned.append(mp)
+            if endpoint is not None:
+                owned.append(endpoint)
         else:
             mp = current_mp
 
@@ -410,6 +423,7 @@ def _build(
     if config.enabled:
         metrics = ErrorMetrics(mp.get_meter(_SCOPE_NAME))
         pipeline.add_failure_listener(metrics.on_failure)
+        pipeline.add_success_listener(metrics.on_success)
         pipeline.add_escalation_listener(metrics.on_escalation)
         if lp is not None:
             pipeline.add_escalation_listener(EscalationLog(lp.get_logger(_SCOPE_NAME)).on_escalation)

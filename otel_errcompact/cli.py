@@ -6,6 +6,8 @@
     otel-errcompact compact [FILE] [--json] [--explain] [--exit-code N] [--command CMD] [--kind KIND]
     otel-errcompact trajectories list [--db PATH] [--conversation ID] [--key KEY] [--limit N] [--json]
     otel-errcompact trajectories show ID [--db PATH]
+    otel-errcompact tonnage INPUT... [--json] [--plot PNG | --no-plot]
+    otel-errcompact viewer [--db PATH] [--host 127.0.0.1] [--port 8001] [--trace-url TEMPLATE]
 """
 
 from __future__ import annotations
@@ -68,11 +70,11 @@ def _cmd_list(args: argparse.Namespace) -> int:
         if not rows:
             print(f"no trajectory records in {store.path}")
             return 0
-        print(f"{'record':<12} {'recorded (UTC)':<19} {'tool':<14} {'×':>3} {'esc':<3} digest")
+        print(f"{'record':<12} {'recorded (UTC)':<19} {'trace id':<32} {'tool':<14} {'×':>3} {'esc':<3} digest")
         for r in rows:
             when = r.recorded_at.strftime("%Y-%m-%d %H:%M:%S")
-            print(f"{r.record_id[:12]:<12} {when:<19} {(r.tool_name or '-')[:14]:<14} {r.count or 1:>3} "
-                  f"{'yes' if r.escalated else '':<3} {r.digest_line or '(not compacted)'}")
+            print(f"{r.record_id[:12]:<12} {when:<19} {r.trace_id or '-':<32} {(r.tool_name or '-')[:14]:<14} "
+                  f"{r.count or 1:>3} {'yes' if r.escalated else '':<3} {r.digest_line or '(not compacted)'}")
         print(f"{len(rows)} of {store.count()} records in {store.path}; "
               "`otel-errcompact trajectories show ID` prints one in full")
     return 0
@@ -95,6 +97,40 @@ def _cmd_show(args: argparse.Namespace) -> int:
             return 0
         print(record.model_dump_json(indent=2))
     return 0
+
+
+def _cmd_tonnage(args: argparse.Namespace) -> int:
+    from otel_errcompact.ops import tonnage
+
+    try:
+        result = tonnage.report([tonnage.load(path) for path in args.inputs])
+    except ValueError as exc:
+        print(f"otel-errcompact: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        print(json.dumps(result.to_dict(), ensure_ascii=False, indent=2))
+    else:
+        sys.stdout.write(result.render())
+    if not args.no_plot and result.classes:
+        png = tonnage.plot(result, args.plot)
+        print(f"plot: {png}", file=sys.stderr if args.json else sys.stdout)
+    return 0
+
+
+def _cmd_viewer(args: argparse.Namespace) -> int:
+    from otel_errcompact.ops import viewer
+
+    path = args.db or _store_path()
+    return viewer.serve(path, host=args.host, port=args.port, trace_url=args.trace_url)
+
+
+def _store_path() -> Path:
+    from otel_errcompact.config import load_settings
+
+    path = load_settings().sqlite_path
+    if path is None:
+        raise OSError("no trajectory database: pass --db or set OTEL_ERRCOMPACT_SQLITE_PATH")
+    return Path(path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,6 +173,28 @@ def build_parser() -> argparse.ArgumentParser:
     show.add_argument("--db", type=Path, default=None, help="SQLite file (default: settings)")
     show.add_argument("--raw", action="store_true", help="print only the raw error, byte for byte")
     show.set_defaults(func=_cmd_show)
+
+    ton = sub.add_parser(
+        "tonnage", help="how much of the context is error text, and what compaction would save"
+    )
+    ton.add_argument(
+        "inputs", nargs="+", type=Path, metavar="INPUT",
+        help="trajectory store (SQLite), OTLP JSON trace file, or OpenAI/Anthropic transcript (JSON/JSONL)",
+    )
+    ton.add_argument("--json", action="store_true", help="print the report as JSON")
+    ton.add_argument("--plot", type=Path, default=Path("errcompact-tonnage.png"), help="PNG to write")
+    ton.add_argument("--no-plot", action="store_true", help="do not write the PNG")
+    ton.set_defaults(func=_cmd_tonnage)
+
+    view = sub.add_parser("viewer", help="browse the trajectory store in a local, read-only web viewer")
+    view.add_argument("--db", type=Path, default=None, help="SQLite file (default: settings)")
+    view.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
+    view.add_argument("--port", type=int, default=8001, help="port (default 8001)")
+    view.add_argument(
+        "--trace-url", default=None,
+        help="link to a trace, with {trace_id} (default: OTEL_ERRCOMPACT_TRACE_URL, else Jaeger on localhost)",
+    )
+    view.set_defaults(func=_cmd_viewer)
     return parser
 
 

@@ -27,7 +27,7 @@ from otel_errcompact.history import ErrorHistory, Escalation, Observation
 from otel_errcompact.sinks import TrajectoryWriter
 from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord
 
-__all__ = ["ErrorPipeline", "EscalationListener", "Failure", "FailureListener", "Outcome"]
+__all__ = ["ErrorPipeline", "EscalationListener", "Failure", "FailureListener", "Outcome", "SuccessListener"]
 
 _log = logging.getLogger("otel_errcompact")
 
@@ -60,6 +60,9 @@ class Failure:
     exit_code: int | None = None
     command: str | None = None
     kind: str | None = None
+    model_text: str | None = None
+    """What the agent would have received for this failure without otel-errcompact (a framework's own
+    error message), when the caller knows it: the basis of the token-savings metrics."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +76,7 @@ class Outcome:
 
 EscalationListener = Callable[[Escalation, Failure], None]
 FailureListener = Callable[[Failure, Outcome], None]
+SuccessListener = Callable[[str | None], None]
 
 
 class ErrorPipeline:
@@ -92,10 +96,23 @@ class ErrorPipeline:
         self._compact = compactor.compact if compactor is not None else compact_text
         self._on_failure = list(on_failure)
         self._on_escalation = list(on_escalation)
+        self._on_success: list[SuccessListener] = []
 
     def add_failure_listener(self, listener: FailureListener) -> None:
         """Call ``listener(failure, outcome)`` after each failure is counted (metrics, annotations)."""
         self._on_failure.append(listener)
+
+    def add_success_listener(self, listener: SuccessListener) -> None:
+        """Call ``listener(tool_name)`` for each successful tool call (the error ratio's denominator)."""
+        self._on_success.append(listener)
+
+    def succeeded(self, scope: str, tool_name: str | None, *, counted: bool = True) -> None:
+        """A tool call in ``scope`` succeeded: reset its consecutive counter and, when ``counted``, tell
+        the success listeners (``counted=False`` for a span that only wraps a call already counted)."""
+        self.history.observe_success(scope)
+        if counted:
+            for listener in self._on_success:
+                _call(listener, tool_name)
 
     def add_escalation_listener(self, listener: EscalationListener) -> None:
         """Call ``listener(escalation, failure)`` when a failure breaches the thresholds."""

@@ -125,6 +125,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         # consecutive counter. Known two ways: a failure was handled inside it (its span id is here), or
         # its recorded output carries an error text the boundary returned (a prefix of it is here).
         self._failed_parents: OrderedDict[int, None] = OrderedDict()
+        self._tool_parents: OrderedDict[int, None] = OrderedDict()  # parents of tool spans seen ending
         self._returned_errors: deque[str] = deque(maxlen=_MAX_RETURNED_ERRORS)
         self._saw_on_ending = False
         self._closed = False
@@ -189,6 +190,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             self._anchor_ids.clear()
             self._pending.clear()
             self._failed_parents.clear()
+            self._tool_parents.clear()
             self._returned_errors.clear()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
@@ -263,9 +265,15 @@ class ErrorCompactionProcessor(SpanProcessor):
         failed = span.status.status_code is StatusCode.ERROR or semconv.ERROR_TYPE in attrs
         with self._lock:
             held = self._pending.pop(context.span_id, None)
+            # A tool span around a tool span (a framework's span around an @ec.tool span) is one call.
+            wraps_a_call = self._tool_parents.pop(context.span_id, 0) is None
+            if parent is not None:
+                self._tool_parents[parent.span_id] = None
+                while len(self._tool_parents) > _MAX_FAILED_PARENTS:
+                    self._tool_parents.popitem(last=False)
         if not failed:
             if not self._wraps_a_failure(context.span_id, attrs):
-                self.pipeline.history.observe_success(scope)
+                self.pipeline.succeeded(scope, semconv.tool_name(attrs, span.name), counted=not wraps_a_call)
             return None
         exception = semconv.exception_from_events(span.events) or held
         if _not_a_tool_failure(exception, attrs):

@@ -5,11 +5,27 @@ Instruments (all counters, on the meter ``otel_errcompact``):
 =============================  ==========  ==========================================================
 name                           unit        attributes
 =============================  ==========  ==========================================================
+``errcompact.tool.calls``      {call}      ``gen_ai.tool.name``, ``errcompact.outcome`` (``ok``/``error``)
 ``errcompact.errors``          {error}     ``gen_ai.tool.name``, ``error.type``, ``errcompact.new_class``
+``errcompact.classes.new``     {class}     ``gen_ai.tool.name``, ``error.type``: first sight of a dedup key
+                                           in this process (not per conversation)
 ``errcompact.escalations``     {escalation} ``gen_ai.tool.name``, ``errcompact.reason``, ``errcompact.action``
-``errcompact.tokens.raw``      {token}     ``gen_ai.tool.name``: tokens of the raw errors
-``errcompact.tokens.compact``  {token}     ``gen_ai.tool.name``: tokens of their digest lines
+``errcompact.tokens.raw``      {token}     ``gen_ai.tool.name``, ``errcompact.basis``: tokens of what the
+                                           agent would have received without otel-errcompact
+``errcompact.tokens.compact``  {token}     ``gen_ai.tool.name``, ``errcompact.basis``: tokens of their
+                                           digest lines
 =============================  ==========  ==========================================================
+
+``errcompact.tool.calls`` is the denominator of an error ratio: every tool span is one call, and a
+framework's tool span that wraps an ``@ec.tool`` span is not counted again. ``errcompact.new_class`` on
+``errcompact.errors`` means new *in its conversation*; ``errcompact.classes.new`` counts a class once per
+process (the last :data:`MAX_SEEN_KEYS` keys are remembered), so 1,000 conversations hitting the same two
+errors count 2, not 2,000. Summed over a fleet of N workers it counts a class at most N times.
+
+The token basis (``errcompact.basis``) says what the savings are measured against: ``model_text`` when the
+caller knows the text the agent would have received instead (a framework's own error message, passed as
+``Failure.model_text`` by the bridges), else ``raw_error`` (the full raw error, an upper bound: some
+frameworks never put the full traceback into the context).
 
 Attributes stay low-cardinality: tool names and error types only, and error types beyond the first
 :data:`MAX_ERROR_TYPES` distinct ones are reported as ``other``. Never the message, the key or the scope.
@@ -22,6 +38,7 @@ failed tool span, so log-based alerting works without metrics.
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Any
 
 from opentelemetry import trace
@@ -33,9 +50,10 @@ from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import Failure, Outcome
 from otel_errcompact.tokens import count_tokens
 
-__all__ = ["MAX_ERROR_TYPES", "ErrorMetrics", "EscalationLog", "span_context_of"]
+__all__ = ["MAX_ERROR_TYPES", "MAX_SEEN_KEYS", "ErrorMetrics", "EscalationLog", "span_context_of"]
 
 MAX_ERROR_TYPES = 64
+MAX_SEEN_KEYS = 65_536
 
 
 def span_context_of(trace_id: str | None, span_id: str | None) -> Any:
@@ -55,9 +73,18 @@ class ErrorMetrics:
     """Counts failures, escalations and tokens; plug into a pipeline as failure/escalation listener."""
 
     def __init__(self, meter: Meter) -> None:
+        self._calls = meter.create_counter(
+            "errcompact.tool.calls", unit="{call}", description="Tool calls seen by otel-errcompact, by outcome"
+        )
         self._errors = meter.create_counter(
             "errcompact.errors", unit="{error}", description="Failed tool calls seen by otel-errcompact"
         )
+        self._new_classes = meter.create_counter(
+            "errcompact.classes.new",
+            unit="{class}",
+            description="Error classes (dedup keys) seen for the first time by this process",
+        )
+        self._seen_keys: OrderedDict[str, None] = OrderedDict()
         self._escalations = meter.create_counter(
             "errcompact.escalations", unit="{escalation}", description="Error-threshold breaches"
         )
@@ -82,18 +109,38 @@ class ErrorMetrics:
                 return type_
         return "other"
 
+    def _first_sight(self, key: str) -> bool:
+        with self._types_lock:
+            if key in self._seen_keys:
+                self._seen_keys.move_to_end(key)
+                return False
+            self._seen_keys[key] = None
+            if len(self._seen_keys) > MAX_SEEN_KEYS:
+                self._seen_keys.popitem(last=False)
+            return True
+
+    def on_success(self, tool_name: str | None) -> None:
+        """Success listener: count one successful tool call."""
+        self._calls.add(1, {"gen_ai.tool.name": tool_name or "unknown", "errcompact.outcome": "ok"})
+
     def on_failure(self, failure: Failure, outcome: Outcome) -> None:
         """Failure listener: count the error and queue its token counts."""
         tool = {"gen_ai.tool.name": failure.tool_name or "unknown"}
+        error_type = self._error_type(outcome.digest.type)
+        self._calls.add(1, {**tool, "errcompact.outcome": "error"})
         self._errors.add(
             1,
             {
                 **tool,
-                "error.type": self._error_type(outcome.digest.type),
+                "error.type": error_type,
                 "errcompact.new_class": outcome.observation.is_new,
             },
         )
-        self._tokens.submit((failure.raw_error, outcome.digest.line, tool))
+        if self._first_sight(outcome.digest.key):
+            self._new_classes.add(1, {**tool, "error.type": error_type})
+        basis = "model_text" if failure.model_text is not None else "raw_error"
+        baseline = failure.model_text if failure.model_text is not None else failure.raw_error
+        self._tokens.submit((baseline, outcome.digest.line, {**tool, "errcompact.basis": basis}))
 
     def on_escalation(self, escalation: Escalation, failure: Failure) -> None:
         """Escalation listener: count the breach."""

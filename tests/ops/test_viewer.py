@@ -1,0 +1,145 @@
+"""The trajectory viewer, checked in a real headless Chromium as a person would see it.
+
+The store comes from the demo (an agent whose tools really fail). The viewer runs as installed
+(``otel-errcompact viewer``) on 127.0.0.1; Chromium renders each page and the test reads the rendered DOM:
+conversations → failures with digest, count, escalation and a trace link, then one record's raw error.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import shutil
+import socket
+import sqlite3
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+pytestmark = [
+    pytest.mark.skipif(CHROMIUM is None, reason="chromium (Debian package) not installed"),
+    pytest.mark.skipif(
+        shutil.which("otel-errcompact") is None and not Path(sys.executable).with_name("otel-errcompact").exists(),
+        reason="the otel-errcompact console script is not installed",
+    ),
+]
+TRACE_URL = "http://127.0.0.1:16686/trace/{trace_id}"
+
+
+def _cli() -> str:
+    local = Path(sys.executable).with_name("otel-errcompact")
+    return str(local) if local.exists() else str(shutil.which("otel-errcompact"))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _render(url: str, profile: Path, screenshot: Path | None = None) -> str:
+    """The page as Chromium renders it (the DOM after scripts), and optionally a screenshot."""
+    flags = [
+        str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        "--disable-background-networking", "--disable-component-update", "--disable-sync",
+        f"--user-data-dir={profile}", "--window-size=1400,1000", "--virtual-time-budget=3000",
+    ]
+    if screenshot is not None:
+        subprocess.run([*flags, f"--screenshot={screenshot}", url], capture_output=True, timeout=120, check=True)
+    done = subprocess.run([*flags, "--dump-dom", url], capture_output=True, text=True, timeout=120, check=True)
+    return done.stdout
+
+
+def _text(dom: str) -> str:
+    return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom)))
+
+
+@pytest.fixture(scope="module")
+def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
+    tmp = tmp_path_factory.mktemp("viewer")
+    db = tmp / "store.sqlite3"
+    env = {**os.environ, "OTEL_ERRCOMPACT_SQLITE_PATH": str(db)}
+    for name in [n for n in env if n.startswith("OTEL_EXPORTER_OTLP")]:
+        env.pop(name)
+    demo = subprocess.run([_cli(), "demo", "--db", str(db)], capture_output=True, text=True, env=env, timeout=300)
+    assert demo.returncode == 0, demo.stdout + demo.stderr
+    port = _free_port()
+    server = subprocess.Popen(
+        [_cli(), "viewer", "--db", str(db), "--port", str(port), "--trace-url", TRACE_URL],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+    )
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{base}/-/versions.json", timeout=2).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                server.kill()
+                output = server.stdout.read() if server.stdout else ""
+                raise AssertionError(f"viewer did not start: {output}") from None
+            time.sleep(0.3)
+    try:
+        yield base, db
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_the_viewer_binds_loopback_only(viewer: tuple[str, Path]) -> None:
+    base, _db = viewer
+    assert base.startswith("http://127.0.0.1:")
+
+
+def test_a_person_goes_from_conversations_to_a_failure_and_its_trace(
+    viewer: tuple[str, Path], tmp_path: Path
+) -> None:
+    base, db = viewer
+    rows = sqlite3.connect(db).execute(
+        "select coalesce(conversation_id, scope), trace_id, digest_line, count, record_id from trajectory "
+        "where escalated = 1"
+    ).fetchall()
+    assert rows, "the demo escalates"
+    conversation, trace_id, digest, count, record_id = rows[0]
+
+    shot = tmp_path / "conversations.png"
+    page = _render(f"{base}/trajectories/conversations", tmp_path / "profile", screenshot=shot)
+    assert shot.stat().st_size > 10_000
+    text = _text(page)
+    assert "Conversations" in text and conversation in text
+    failures_url = f"{base}/trajectories/failures?conversation={conversation}"
+    assert f'href="{html.escape(failures_url)}"' in page or f'href="{failures_url}"' in page
+
+    page = _render(failures_url, tmp_path / "profile")
+    text = _text(page)
+    assert digest in text
+    assert "consecutive" in text  # the escalated failure says why
+    assert re.search(rf"\b{count}\b", text)
+    trace_link = TRACE_URL.format(trace_id=trace_id)
+    assert f'href="{trace_link}"' in page  # a clickable link to the trace UI
+
+    record_page = _render(f"{base}/trajectories/trajectory/{record_id}", tmp_path / "profile")
+    record_text = _text(record_page)
+    assert "Traceback (most recent call last)" in record_text  # the raw error, in full
+    assert "no such table" in record_text
+
+
+def test_the_viewer_is_read_only(viewer: tuple[str, Path]) -> None:
+    base, db = viewer
+    before = sqlite3.connect(db).execute("select count(*) from trajectory").fetchone()[0]
+    url = f"{base}/trajectories.json?sql=delete+from+trajectory&_shape=array"
+    try:
+        with urllib.request.urlopen(url, timeout=10) as response:
+            body = response.read().decode()
+    except urllib.error.HTTPError as exc:
+        body = exc.read().decode()
+    assert "delete" not in body.lower() or "error" in body.lower()
+    assert sqlite3.connect(db).execute("select count(*) from trajectory").fetchone()[0] == before
