@@ -107,6 +107,17 @@ _TRY_AGAIN = re.compile(
     r"(?i)(?:try again in|retry after|retry in|retry-after:?|retryDelay\"?:?\s*\"?)\s*"
     r"(?:(\d+)m)?\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?)?\b"
 )
+# Words one of which each pattern needs: a substring test on lowered text skips the regex for most errors.
+_PROMPT_WORDS = ("context", "too long", "tokens", "too_large", "max_length", "too many", "limit")
+_TRUNCATED_WORDS = ("finish_reason", "stop_reason", "max_tokens", "lengthfinish", "truncated")
+_QUOTA_WORDS = ("quota", "billing", "credit")
+_RATE_WORDS = ("rate", "too many", "throttl", "exhausted", "requests per")
+
+
+def _mentions(lowered: str, words: tuple[str, ...]) -> bool:
+    return any(w in lowered for w in words)
+
+
 _RETRY_HEADER = re.compile(r"(?im)^\s*(?:<\s*)?(retry-after-ms|retry-after)\s*:\s*([^\r\n]{1,40})$")
 
 
@@ -151,6 +162,9 @@ def retry_after_from_text(text: str) -> float | None:
     62.5
     """
     head = text[:16_384]
+    lowered = head.lower()
+    if "retry" not in lowered and "try again" not in lowered:
+        return None  # the cheap test first: most errors say nothing about when to retry
     for m in _RETRY_HEADER.finditer(head):
         name, value = m.group(1).lower(), m.group(2).strip()
         seconds = retry_after_from_headers({name: value})
@@ -173,15 +187,16 @@ def classify_text(
     Classification(error_class='rate_limited', retry_after_s=20.0, reason='status 429')
     """
     text = f"{type_}\n{cause}\n{raw[:_RAW_CHARS]}"
+    lowered = text.lower()
     retry_after = retry_after_from_text(cause) or (retry_after_from_text(raw[:_RAW_CHARS]) if raw else None)
     bare_type = type_.rsplit(".", 1)[-1]
     if bare_type in _ABORT_TYPES:
         return Classification("aborted", None, f"type {bare_type}")
-    if status == 413 or _PROMPT_TOO_LONG.search(text):
+    if status == 413 or (_mentions(lowered, _PROMPT_WORDS) and _PROMPT_TOO_LONG.search(text)):
         return Classification("prompt_too_long", None, "context length")
-    if _TRUNCATED.search(text):
+    if _mentions(lowered, _TRUNCATED_WORDS) and _TRUNCATED.search(text):
         return Classification("output_truncated", None, "output truncated")
-    if _QUOTA.search(text):
+    if _mentions(lowered, _QUOTA_WORDS) and _QUOTA.search(text):
         return Classification("permanent", None, "quota exhausted")
     if fmt == "http" and status is not None:
         if status == 429:
@@ -189,7 +204,7 @@ def classify_text(
         if retryable:
             return Classification("transient", retry_after, f"status {status}")
         return Classification("permanent", None, f"status {status}")
-    if _RATE.search(f"{type_}\n{cause}"):
+    if _mentions(lowered, _RATE_WORDS) and _RATE.search(f"{type_}\n{cause}"):
         return Classification("rate_limited", retry_after, "rate limit")
     if retryable:
         return Classification("transient", retry_after, "transient")
