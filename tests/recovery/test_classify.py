@@ -107,3 +107,29 @@ def test_genai_span_attributes() -> None:
     assert classify_span({"error.type": "529"}).error_class == "transient"  # type: ignore[union-attr]
     bad = classify_span({"error.type": "anthropic.BadRequestError"}, "prompt is too long: 215034 tokens > 200000")
     assert bad is not None and bad.error_class == "prompt_too_long"
+
+
+class _Hostile(Exception):
+    """An exception whose attributes blow up when read, as a broken SDK wrapper might."""
+
+    @property
+    def status_code(self) -> int:
+        raise RuntimeError("boom")
+
+    @property
+    def response(self) -> object:
+        raise RuntimeError("boom")
+
+
+def test_hostile_and_odd_input_gets_a_bounded_answer() -> None:
+    assert classify_exception(_Hostile("x")).error_class == "permanent"
+    assert retry_after_from_headers(object()) is None
+    assert retry_after_from_headers({"retry-after": "nan"}) is None
+    assert retry_after_from_headers({"retry-after": "1e12"}) == 24 * 3600.0  # capped
+    assert retry_after_from_text("x" * 1_000_000 + "try again in 5s") is None  # only the head is read
+    assert classify_span({"gen_ai.response.finish_reasons": object()}) is None
+    from otel_errcompact.recovery.pacing import parse_rate_limit_headers
+
+    assert parse_rate_limit_headers(object(), 0.0) == {}
+    odd = {"x-ratelimit-limit-requests": "0", "x-ratelimit-remaining-requests": "x"}
+    assert parse_rate_limit_headers(odd, 0.0) == {}
