@@ -8,9 +8,9 @@ halt (an escalation with the ``halt`` action) cancels the scope's other in-fligh
 way (:meth:`AbortRegistry.cancel_tools`).
 
 Cancellation is not failure: the boundary records a cancelled call in the trajectory and as an
-``errcompact.cancelled`` span event, never in the error history. Sync tools and sync model calls cannot be
-cancelled from outside a thread; for them the abort takes effect at the next step boundary (use the async
-loop for sub-100 ms aborts).
+``errcompact.cancelled`` span event, never in the error history. Sync code cannot be cancelled from outside
+its thread: the sync loop waits for its model call on a worker thread and stops waiting within 20 ms of an
+abort (the request finishes in the background, its answer dropped); sync tools stop at the next step.
 """
 
 from __future__ import annotations

@@ -35,10 +35,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import inspect
 import json
 import logging
 import random
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -423,7 +425,9 @@ class RecoveryLoop:
                     return self._end(run, span, TransitionEvent("max_turns", f"{run.turns} model calls", run.turns))
                 run.turns += 1
                 try:
-                    turn = self.model.call(run.messages, run.max_tokens)
+                    turn = self._call_abortable(run)
+                except _AbortedCall:
+                    return self._end(run, span, TransitionEvent("aborted_streaming", "abort", run.turns, "aborted"))
                 except Exception as exc:
                     event = self._emit(run, span, self._on_error(run, exc))
                     if event.terminal:
@@ -440,6 +444,32 @@ class RecoveryLoop:
                     return outcome
                 results = [self._run_tool_sync(call) for call in turn.tool_calls]
                 run.messages.extend(self.model.tool_results(results))
+
+    def _call_abortable(self, run: _Run) -> ModelTurn:
+        """The sync model call on a worker thread, so that ``abort(scope)`` ends the wait at once (within
+        20 ms). A sync HTTP request cannot be cancelled from outside: it finishes in the background and its
+        answer is dropped. The worker runs in a copy of this context (spans stay in the agent's trace)."""
+        box: dict[str, Any] = {}
+        done = threading.Event()
+        messages, max_tokens = list(run.messages), run.max_tokens
+
+        def work() -> None:
+            try:
+                box["turn"] = self.model.call(messages, max_tokens)
+            except BaseException as exc:  # handed to the loop's thread below
+                box["error"] = exc
+            finally:
+                done.set()
+
+        context = contextvars.copy_context()
+        threading.Thread(target=context.run, args=(work,), name="errcompact-model-call", daemon=True).start()
+        while not done.wait(0.02):
+            if self.aborts.aborted(self.scope):
+                raise _AbortedCall
+        if "error" in box:
+            raise box["error"]
+        turn: ModelTurn = box["turn"]
+        return turn
 
     def _sleep_unless_aborted(self, seconds: float) -> None:
         end = time.monotonic() + seconds
@@ -552,6 +582,10 @@ class RecoveryLoop:
         except Exception as exc:
             return call, f"Error: {_digest_line(_format(exc))}", True
         return call, _as_text(value), _is_error_text(value)
+
+
+class _AbortedCall(Exception):
+    """Internal: an abort ended the wait for a sync model call."""
 
 
 class _Retry(Exception):

@@ -229,3 +229,17 @@ def test_an_aborted_run_consumes_the_abort(wire: tuple[ModelWireServer, str]) ->
     server.add(Reply("text", text="again"))
     second = loop.run([{"role": "user", "content": "x"}])
     assert (second.transition, second.text) == ("completed", "again")
+
+
+def test_sync_loop_abort_ends_the_wait_for_an_in_flight_model_call(wire: tuple[ModelWireServer, str]) -> None:
+    import threading
+
+    server, url = wire
+    server.add(Reply("text", delay_s=5))
+    loop = RecoveryLoop(adapters(url)[0])
+    timer = threading.Timer(0.3, loop.aborts.abort, args=(loop.scope,))
+    started = time.perf_counter()
+    timer.start()
+    result = loop.run([{"role": "user", "content": "x"}])
+    assert result.transition == "aborted_streaming" and result.turns == 1
+    assert time.perf_counter() - started < 2.0  # not the 5 s the server holds the answer back
