@@ -9,10 +9,12 @@ For N runs (default 100) of each variant, interleaved, an async ``RecoveryLoop``
 
 * ``model call``: a model call is in flight (the server holds its answer back for 10 s);
 * ``read-only tool``: a tool is running (it would sleep 10 s);
-* ``rate-limit wait``: the loop sleeps out a 10 s retry-after.
+* ``rate-limit wait``: the loop sleeps out a 10 s retry-after;
+* ``sync model call``: the sync loop (``run``, the sync ``Anthropic`` client on another thread of this
+  process) with a model call in flight.
 
-The time is ``abort()`` called → ``await loop.arun(...)`` returned, on the same event loop (median, p99,
-max). Target: < 100 ms. A mutating tool is let finish by design, so it is not part of this measure.
+The time is ``abort()`` called → ``arun``/``run`` returned (median, p99, max). Target: < 100 ms. A
+mutating tool is let finish by design, so it is not part of this measure.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import statistics
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -32,6 +35,7 @@ from otel_errcompact.recovery.loop import AnthropicMessages, RecoveryLoop
 from otel_errcompact.wire_server import ModelWireServer, Reply, serve
 
 VARIANTS = ("model call", "read-only tool", "rate-limit wait")
+SYNC = "sync model call"
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -77,8 +81,28 @@ async def main(n: int) -> dict[str, list[float]]:
             order = VARIANTS if i % 2 == 0 else tuple(reversed(VARIANTS))
             for variant in order:
                 times[variant].append(await one(server, model, variant))
+        sync_model = AnthropicMessages(anthropic.Anthropic(api_key="sk-bench", base_url=url, max_retries=0), "bench")
+        times[SYNC] = [one_sync(server, sync_model) for _ in range(n)]
         server.script.clear()
     return times
+
+
+def one_sync(server: ModelWireServer, model: AnthropicMessages) -> float:
+    server.add(Reply("text", delay_s=10))
+    loop = RecoveryLoop(model)
+    before = len(server.requests)
+    returned: list[float] = []
+    runner = threading.Thread(
+        target=lambda: (loop.run([{"role": "user", "content": "go"}]), returned.append(time.perf_counter()))
+    )
+    runner.start()
+    while len(server.requests) == before:
+        time.sleep(0.002)
+    time.sleep(0.05)
+    started = time.perf_counter()
+    loop.aborts.abort(loop.scope)
+    runner.join()
+    return returned[0] - started
 
 
 if __name__ == "__main__":

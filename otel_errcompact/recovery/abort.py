@@ -9,7 +9,7 @@ way (:meth:`AbortRegistry.cancel_tools`).
 
 Cancellation is not failure: the boundary records a cancelled call in the trajectory and as an
 ``errcompact.cancelled`` span event, never in the error history. Sync code cannot be cancelled from outside
-its thread: the sync loop waits for its model call on a worker thread and stops waiting within 20 ms of an
+its thread: the sync loop waits for its model call on a worker thread and stops waiting within 10 ms of an
 abort (the request finishes in the background, its answer dropped); sync tools stop at the next step.
 """
 

@@ -447,7 +447,7 @@ class RecoveryLoop:
 
     def _call_abortable(self, run: _Run) -> ModelTurn:
         """The sync model call on a worker thread, so that ``abort(scope)`` ends the wait at once (within
-        20 ms). A sync HTTP request cannot be cancelled from outside: it finishes in the background and its
+        10 ms). A sync HTTP request cannot be cancelled from outside: it finishes in the background and its
         answer is dropped. The worker runs in a copy of this context (spans stay in the agent's trace)."""
         box: dict[str, Any] = {}
         done = threading.Event()
@@ -463,7 +463,7 @@ class RecoveryLoop:
 
         context = contextvars.copy_context()
         threading.Thread(target=context.run, args=(work,), name="errcompact-model-call", daemon=True).start()
-        while not done.wait(0.02):
+        while not done.wait(0.01):
             if self.aborts.aborted(self.scope):
                 raise _AbortedCall
         if "error" in box:
