@@ -113,3 +113,18 @@ def test_pace_rejects_what_it_cannot_hook() -> None:
         assert "httpx client" in str(exc)
     else:  # pragma: no cover
         raise AssertionError("pace(object()) should have raised")
+
+
+def test_clients_paced_by_one_handle_share_the_budget(make_otel: Any) -> None:
+    otel = make_otel()
+    bucket = TokenBucket(capacity=6, rate=6)
+    with serve(ModelWireServer(bucket=bucket)) as (_, url):
+        clients = [otel.ec.pace(openai.OpenAI(api_key="k", base_url=url + "/v1", max_retries=0)) for _ in range(2)]
+        turn = iter(range(1_000_000))
+
+        def call() -> None:  # the workers alternate between the two clients
+            client = clients[next(turn) % 2]
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "x"}])
+
+        done = _hammer(call, 1.5)
+    assert bucket.refused == 0 and done >= 6
