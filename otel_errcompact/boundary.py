@@ -42,7 +42,7 @@ from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor
 from otel_errcompact.recovery.abort import AbortRegistry
 from otel_errcompact.recovery.breaker import CircuitBreakers, circuit_open_text, fingerprint
-from otel_errcompact.recovery.classify import classify_exception
+from otel_errcompact.recovery.classify import RETRY_AFTER_ATTRIBUTE, classify_exception
 from otel_errcompact.recovery.retry import NO_RETRY, RetryPolicy
 from otel_errcompact.recovery.state import Admission
 from otel_errcompact.trajectory import TrajectoryRecord
@@ -241,6 +241,8 @@ class ToolBoundary:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 span.set_attribute(semconv.ERROR_TYPE, _qualified_name(type(exc)))
+                if (wait := classify_exception(exc).retry_after_s) is not None:  # from the response headers
+                    span.set_attribute(RETRY_AFTER_ATTRIBUTE, wait)
                 call.error = self._failed(span, name, call_id, raw, exc_type=type(exc).__name__)
                 if (on_error or self._on_error) == "raise":
                     raise

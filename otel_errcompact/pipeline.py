@@ -24,6 +24,7 @@ from typing import Any, Literal
 from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Escalation, Observation
+from otel_errcompact.recovery.classify import with_retry_after_attribute
 from otel_errcompact.sinks import TrajectoryWriter
 from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord
 
@@ -124,6 +125,7 @@ class ErrorPipeline:
         digest = self._compact(
             failure.raw_error, exit_code=failure.exit_code, command=failure.command, kind=failure.kind
         )
+        digest = with_retry_after_attribute(digest, failure.attributes)
         observation = self.history.observe(failure.scope, digest)
         if record is not None and self.writer is not None:
             try:

@@ -48,6 +48,7 @@ __all__ = [
     "retry_after_from_headers",
     "retry_after_from_text",
     "with_raw_text",
+    "with_retry_after_attribute",
 ]
 
 ErrorClass = Literal["transient", "rate_limited", "prompt_too_long", "output_truncated", "permanent", "aborted"]
@@ -218,6 +219,23 @@ def with_raw_text(digest: Digest, raw: str) -> Digest:
         return digest
     seconds = retry_after_from_text(raw[:_RAW_CHARS])
     return digest if seconds is None else dataclasses.replace(digest, retry_after_s=seconds)
+
+
+RETRY_AFTER_ATTRIBUTE = "errcompact.retry_after_s"
+"""Span attribute with the retry-after an exception carried in its response headers (set by the tool
+boundary): the raw traceback does not show headers, so the digest takes the wait from here."""
+
+
+def with_retry_after_attribute(digest: Digest, attributes: Mapping[str, Any]) -> Digest:
+    """``digest`` with the retry-after of :data:`RETRY_AFTER_ATTRIBUTE`, when its text named none."""
+    try:
+        value = attributes.get(RETRY_AFTER_ATTRIBUTE)
+        if value is None or digest.retry_after_s is not None or digest.error_class not in RETRYABLE_CLASSES:
+            return digest
+        seconds = _bounded(float(value))
+        return digest if seconds is None else dataclasses.replace(digest, retry_after_s=seconds)
+    except Exception:
+        return digest
 
 
 def _type_names(exc: BaseException) -> list[str]:
