@@ -480,13 +480,14 @@ class RecoveryLoop:
             self._sleep(min(left, 0.05))
 
     def _after_turn(self, run: _Run, span: trace.Span | None, turn: ModelTurn) -> LoopResult | None:
-        """Handle a reply: truncated → retry, no tool call → completed, else tool_use (returns None)."""
+        """Handle a reply: no tool call → completed, tool calls → tool_use (returns None), truncated →
+        ``max_output_tokens_recovery`` (raises :class:`_Retry`: call the model again at once)."""
         if turn.truncated:
             event = self._emit(run, span, self._truncated(run))
             if event.terminal:
                 return self._result(run, event, turn.text)
             self._apply(run, event)
-            return self._continue()
+            raise _Retry
         run.retries = 0
         run.messages.append(turn.message)
         if not turn.tool_calls:
@@ -494,10 +495,6 @@ class RecoveryLoop:
         names = ", ".join(c.name for c in turn.tool_calls)
         self._emit(run, span, TransitionEvent("tool_use", names, run.turns))
         return None
-
-    @staticmethod
-    def _continue() -> LoopResult | None:
-        raise _Retry
 
     def _run_tool_sync(self, call: ToolRequest) -> tuple[ToolRequest, str, bool]:
         fn = self._tool_fn(call.name)
