@@ -21,6 +21,7 @@ from otel_errcompact.exceptions import (
     ErrorBudgetExceeded,
 )
 from otel_errcompact.history import Action, ErrorHistory, Escalation, Limits, Observation, Thresholds
+from otel_errcompact.messages import compact_messages
 from otel_errcompact.parsers import Frame, Hints, Parsed
 from otel_errcompact.redact import redact
 from otel_errcompact.tokens import count_tokens
@@ -86,6 +87,8 @@ __all__ += [
     "read_jsonl",
 ]
 
+__all__ += ["compact_messages"]
+
 from otel_errcompact.recovery import (  # noqa: E402
     AbortRegistry,
     AnthropicMessages,
@@ -102,7 +105,6 @@ from otel_errcompact.recovery import (  # noqa: E402
     RetryPolicy,
     TransitionEvent,
     classify_exception,
-    compact_messages,
     pace,
 )
 
@@ -122,6 +124,5 @@ __all__ += [
     "RetryPolicy",
     "TransitionEvent",
     "classify_exception",
-    "compact_messages",
     "pace",
 ]

@@ -34,6 +34,7 @@ from otel_errcompact.boundary import OnError, ToolBoundary, conversation
 from otel_errcompact.compactor import Compactor
 from otel_errcompact.config import Settings, load_settings
 from otel_errcompact.history import ErrorHistory, Escalation, Limits, Thresholds
+from otel_errcompact.messages import MessageFormat, compact_messages
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, ExceptionLogProcessor, SpanPredicate
 from otel_errcompact.prometheus import prometheus_requested, start_prometheus
@@ -217,6 +218,11 @@ class ErrCompact:
                 conversation_id=scope,
             )
         )
+
+    def compact_messages(self, messages: Sequence[Any], format: MessageFormat = "openai") -> list[Any]:
+        """A copy of a message list whose raw tool errors are digests with counts (see
+        :func:`otel_errcompact.messages.compact_messages`); the input is never changed."""
+        return compact_messages(messages, format)
 
     @property
     def sqlite_path(self) -> Path | None:

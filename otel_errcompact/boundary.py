@@ -145,6 +145,9 @@ class ToolCall:
         self.span = span
         self.error: ToolErrorText | None = None
         self._data_error: str | None = None
+        self.model_text: Callable[[BaseException], str] | None = None
+        """Set by a framework bridge: the text its framework would have given the agent for an exception
+        (the basis of the token-savings metrics, ``Failure.model_text``)."""
 
     def fail(self, text: str) -> None:
         """Report that the tool failed without raising (its result carries the error)."""
@@ -243,7 +246,10 @@ class ToolBoundary:
                 span.set_attribute(semconv.ERROR_TYPE, _qualified_name(type(exc)))
                 if (wait := classify_exception(exc).retry_after_s) is not None:  # from the response headers
                     span.set_attribute(RETRY_AFTER_ATTRIBUTE, wait)
-                call.error = self._failed(span, name, call_id, raw, exc_type=type(exc).__name__)
+                model_text = _model_text(call, exc)
+                call.error = self._failed(
+                    span, name, call_id, raw, exc_type=type(exc).__name__, model_text=model_text
+                )
                 if (on_error or self._on_error) == "raise":
                     raise
                 return
@@ -463,11 +469,18 @@ class ToolBoundary:
     # -- internals ---------------------------------------------------------------------------------------
 
     def _failed(
-        self, span: trace.Span, name: str, call_id: str | None, raw: str, *, exc_type: str
+        self,
+        span: trace.Span,
+        name: str,
+        call_id: str | None,
+        raw: str,
+        *,
+        exc_type: str,
+        model_text: str | None = None,
     ) -> ToolErrorText:
         outcome: Outcome | None = None
         if self._processor is not None and isinstance(span, SdkSpan) and span.is_recording():
-            outcome = self._processor.handle_live(span)
+            outcome = self._processor.handle_live(span, model_text=model_text)
         if outcome is None:  # no SDK pipeline to read the span from: describe the failure directly
             span_context = span.get_span_context()
             outcome = self._pipeline.handle(
@@ -481,6 +494,7 @@ class ToolBoundary:
                     trace_id=f"{span_context.trace_id:032x}" if span_context.is_valid else None,
                     span_id=f"{span_context.span_id:016x}" if span_context.is_valid else None,
                     exception_type=exc_type,
+                    model_text=model_text,
                 )
             )
         self._failed_call(outcome)
@@ -500,6 +514,15 @@ class _Pending:
 
 
 _pending: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar("otel_errcompact_pending", default=None)
+
+
+def _model_text(call: ToolCall, exc: BaseException) -> str | None:
+    if call.model_text is None:
+        return None
+    try:
+        return call.model_text(exc)
+    except Exception:
+        return None
 
 
 def _agent_text(outcome: Outcome) -> str:

@@ -109,7 +109,7 @@ class Escalation:
             what = f"the same error {self.count} times in a row (threshold {self.threshold})"
         else:
             what = f"{self.count} failures in this run (budget {self.threshold})"
-        asks = "halting" if self.action == "halt" else "human review requested"
+        asks = "halt requested" if self.action == "halt" else "human review requested"
         return f"error threshold breached: {what}: {self.digest}; {asks}"
 
     def to_dict(self) -> dict[str, str | int]:

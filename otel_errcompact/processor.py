@@ -17,6 +17,7 @@ tool spans cost a few attribute look-ups.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import re
 import threading
@@ -31,6 +32,8 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from otel_errcompact import semconv
+from otel_errcompact.claims import current_claim
+from otel_errcompact.halted import HaltedTraces
 from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.trajectory import span_id_hex, trace_id_hex, utc_from_ns
@@ -128,6 +131,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._tool_parents: OrderedDict[int, None] = OrderedDict()  # parents of tool spans seen ending
         self._returned_errors: deque[str] = deque(maxlen=_MAX_RETURNED_ERRORS)
         self._saw_on_ending = False
+        self._halted = HaltedTraces()
         self._closed = False
         # Recovery listeners for model (chat) spans: ``listener(span, live agent span or None)``.
         self.model_span_listeners: list[Callable[[ReadableSpan, Span | None], None]] = []
@@ -160,6 +164,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             return
         self._saw_on_ending = True
         try:
+            if self._halted.pending:
+                self._halted.on_ending(span)
             if self._is_candidate(span):
                 self._process(span, writable=span)
         except Exception:
@@ -219,6 +225,10 @@ class ErrorCompactionProcessor(SpanProcessor):
         attrs = _attributes_of(span)
         if "errcompact.key" in attrs or "errcompact.cancelled" in attrs or "errcompact.circuit_open" in attrs:
             return  # handled at the tool boundary while live, or a cancelled / refused call: not a result
+        claim = current_claim()
+        if claim is not None:  # a framework bridge handles this call's failure on its own span
+            claim.note(span.status.status_code is StatusCode.ERROR, span.events)
+            return
         failure = self.failure_of(span)
         if failure is None:
             return
@@ -227,12 +237,15 @@ class ErrorCompactionProcessor(SpanProcessor):
         if writable is not None:
             _annotate(writable, _annotations(outcome))
 
-    def handle_live(self, span: Span) -> Outcome | None:
+    def handle_live(self, span: Span, *, model_text: str | None = None) -> Outcome | None:
         """Handle a failed tool span that is still open (the tool boundary's path): the digest is set
-        on it with the public API, and ``_on_ending`` will skip it."""
+        on it with the public API, and ``_on_ending`` will skip it. ``model_text``: what the agent's
+        framework would have fed back instead (see ``Failure.model_text``)."""
         failure = self.failure_of(span)
         if failure is None:
             return None
+        if model_text is not None:
+            failure = dataclasses.replace(failure, model_text=model_text)
         outcome = self.pipeline.handle(failure)
         self._note_failed_parent(span)
         span.set_attributes(_annotations(outcome))
@@ -371,6 +384,7 @@ class ErrorCompactionProcessor(SpanProcessor):
     def _add_escalation_event(self, escalation: Escalation, failure: Failure) -> None:
         if failure.trace_id is None:
             return
+        self._halted.note(int(failure.trace_id, 16), escalation)
         anchor = self._live_anchor(int(failure.trace_id, 16))
         if anchor is None or not anchor.is_recording():
             return

@@ -1,0 +1,156 @@
+"""One tool call run by a framework bridge: scope, parent span, claim, digest, halt.
+
+Both bridges reduce to the same steps around the framework's own execution of the tool:
+
+1. a standing breach in the scope stops the call before the tool runs;
+2. the call runs inside an ``execute_tool`` span of the library, opened as a child of the framework's
+   span when the framework's instrumentation has one (so it sits in the framework's trace), carrying the
+   scope as ``gen_ai.conversation.id``, the tool-call id and the agent's name;
+3. while the tool runs, the call is *claimed* (:mod:`otel_errcompact.claims`): a failed tool span the
+   instrumentation ends inside it is not counted a second time;
+4. a failure becomes the :class:`~otel_errcompact.boundary.ToolErrorText` (digest line and count); the
+   failure that breaches a ``halt`` threshold raises at once, so the run stops at the threshold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
+from typing import TypeVar
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+
+from otel_errcompact import semconv
+from otel_errcompact.api import ErrCompact
+from otel_errcompact.boundary import ToolCall, ToolErrorText, conversation
+from otel_errcompact.claims import Claim, claimed
+from otel_errcompact.exceptions import ErrorBudgetExceeded
+from otel_errcompact.history import Escalation
+
+__all__ = ["HaltFactory", "run_async", "run_sync"]
+
+T = TypeVar("T")
+HaltFactory = Callable[[Escalation], BaseException]
+"""Builds the exception that stops the framework's run (a subclass the framework lets through)."""
+
+
+@contextmanager
+def _bridged(
+    ec: ErrCompact,
+    *,
+    name: str,
+    call_id: str | None,
+    arguments: object,
+    scope: str,
+    agent_name: str | None,
+    parent: trace.Span | None,
+    halt: HaltFactory,
+    model_text: Callable[[BaseException], str] | None,
+) -> Iterator[ToolCall]:
+    token = None
+    if parent is not None and parent.get_span_context().is_valid:
+        token = otel_context.attach(trace.set_span_in_context(parent))
+    try:
+        with conversation(scope):
+            try:
+                ec.check(scope)
+            except ErrorBudgetExceeded as exc:
+                raise halt(exc.escalation) from None
+            with ec.tool_call(name, call_id=call_id, arguments=arguments) as call:
+                if agent_name:
+                    call.span.set_attribute(semconv.GEN_AI_AGENT_NAME, agent_name)
+                call.model_text = model_text
+                yield call
+    finally:
+        if token is not None:
+            otel_context.detach(token)
+
+
+def _outcome(call: ToolCall, halt: HaltFactory) -> ToolErrorText | None:
+    error = call.error
+    if error is None:
+        return None
+    escalation = error.outcome.observation.escalation if error.outcome is not None else None
+    if escalation is not None and escalation.action == "halt":
+        raise halt(escalation)
+    return error
+
+
+def _fail_on_data_error(call: ToolCall, claim: Claim, result: T, data_error: Callable[[T], str | None] | None) -> None:
+    text = data_error(result) if data_error is not None else None
+    if text is not None:
+        call.fail(claim.stacktraces[-1] if claim.stacktraces else text)
+
+
+def run_sync(
+    ec: ErrCompact,
+    run: Callable[[], T],
+    *,
+    name: str,
+    call_id: str | None,
+    arguments: object,
+    scope: str,
+    agent_name: str | None,
+    parent: trace.Span | None,
+    halt: HaltFactory,
+    data_error: Callable[[T], str | None] | None = None,
+    model_text: Callable[[BaseException], str] | None = None,
+) -> T | ToolErrorText:
+    """Run ``run()`` as one bridged tool call: its result, or the digest text of its failure.
+
+    ``data_error(result)`` returns the error text of a result that reports a failure the framework
+    caught itself (else None); the stack trace its instrumentation recorded is used when there is one.
+    ``model_text(exc)`` is what the framework would have fed back for ``exc`` (``Failure.model_text``).
+    """
+    result: T | None = None
+    with _bridged(
+        ec,
+        name=name,
+        call_id=call_id,
+        arguments=arguments,
+        scope=scope,
+        agent_name=agent_name,
+        parent=parent,
+        halt=halt,
+        model_text=model_text,
+    ) as call:
+        with claimed() as claim:
+            result = run()
+        _fail_on_data_error(call, claim, result, data_error)
+    error = _outcome(call, halt)
+    return error if error is not None else result
+
+
+async def run_async(
+    ec: ErrCompact,
+    run: Callable[[], Awaitable[T]],
+    *,
+    name: str,
+    call_id: str | None,
+    arguments: object,
+    scope: str,
+    agent_name: str | None,
+    parent: trace.Span | None,
+    halt: HaltFactory,
+    data_error: Callable[[T], str | None] | None = None,
+    model_text: Callable[[BaseException], str] | None = None,
+) -> T | ToolErrorText:
+    """The ``async`` form of :func:`run_sync`."""
+    result: T | None = None
+    with _bridged(
+        ec,
+        name=name,
+        call_id=call_id,
+        arguments=arguments,
+        scope=scope,
+        agent_name=agent_name,
+        parent=parent,
+        halt=halt,
+        model_text=model_text,
+    ) as call:
+        with claimed() as claim:
+            result = await run()
+        _fail_on_data_error(call, claim, result, data_error)
+    error = _outcome(call, halt)
+    return error if error is not None else result

@@ -1,0 +1,210 @@
+"""OpenAI Agents SDK bridge: digests from the tool's real exception, halts the SDK lets through, one
+scope per conversation.
+
+Wiring::
+
+    import otel_errcompact
+    from otel_errcompact.openai_agents import AgentsBridge
+
+    ec = otel_errcompact.init(service_name="orders-agent")
+    bridge = AgentsBridge(ec)
+    agent = Agent(
+        name="orders-agent",
+        instructions=bridge.instructions("Answer questions about orders."),
+        tools=[bridge.function_tool(count_orders)],
+    )
+    result = await bridge.run(agent, "How many orders does acme have?", session=session)
+
+- :meth:`AgentsBridge.failure_error_function` (``function_tool(fn, failure_error_function=…)``, which
+  :meth:`AgentsBridge.function_tool` sets) receives the tool's real exception, so the digest comes from
+  its stack trace even when the SDK redacts span data; the model gets ``Error: <digest> (×N)``.
+- A breach with the ``halt`` action raises :class:`RunHalted`, an
+  :class:`~otel_errcompact.ErrorBudgetExceeded` that is also an ``agents.exceptions.AgentsException``:
+  the SDK re-raises its own exception type unchanged instead of turning it into a tool output, so the
+  run stops at the failure that breached and the caller catches ``ErrorBudgetExceeded``.
+- :meth:`AgentsBridge.instructions` makes the agent's instructions dynamic: the ``[RECENT ERRORS]``
+  block of the scope is appended for each model call (so it replaces the previous one, never piles up
+  in the conversation), and a standing breach stops the next turn.
+- The scope is, like the SDK's own run grouping: the ``conversation_id``, else the session's id, else
+  ``RunConfig.group_id``, else the run's trace. :meth:`AgentsBridge.run` / :meth:`AgentsBridge.run_sync`
+  take ``Runner.run``'s arguments and set the scope from them; a plain ``Runner.run`` gets the scope
+  from ``group_id`` (read from the tool's run config or the SDK's current trace).
+- With OpenInference's openai-agents instrumentation active, the library's ``execute_tool`` span is a
+  child of the SDK's function span, and the escalation event lands on the agent's span.
+"""
+
+from __future__ import annotations
+
+import traceback
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, function_tool
+from agents.exceptions import AgentsException
+from agents.run_context import RunContextWrapper
+from agents.tool import default_tool_error_function
+from agents.tool_context import ToolContext
+from agents.tracing import get_current_trace
+from opentelemetry import trace
+from opentelemetry.sdk.trace import Span as SdkSpan
+
+from otel_errcompact import semconv
+from otel_errcompact.api import ErrCompact
+from otel_errcompact.boundary import conversation, current_conversation
+from otel_errcompact.exceptions import ErrorBudgetExceeded
+from otel_errcompact.history import Escalation
+
+__all__ = ["AgentsBridge", "RunHalted", "run_scope"]
+
+T = TypeVar("T")
+
+
+class RunHalted(ErrorBudgetExceeded, AgentsException):
+    """A breach that stops an Agents SDK run: catch it as :class:`~otel_errcompact.ErrorBudgetExceeded`.
+    Being an ``AgentsException`` is what makes the SDK re-raise it rather than hand it to the model."""
+
+    def __init__(self, escalation: Escalation) -> None:
+        ErrorBudgetExceeded.__init__(self, escalation)
+        self.run_data = None
+
+
+def run_scope(
+    *, conversation_id: str | None = None, session: Any = None, run_config: RunConfig | None = None
+) -> str | None:
+    """The scope of a run, in the SDK's own grouping order: conversation id, session id, group id."""
+    if conversation_id and conversation_id.strip():
+        return conversation_id.strip()
+    session_id = getattr(session, "session_id", None) if session is not None else None
+    if isinstance(session_id, str) and session_id.strip():
+        return session_id.strip()
+    group_id = run_config.group_id if run_config is not None else None
+    if group_id and group_id.strip():
+        return group_id.strip()
+    return None
+
+
+class AgentsBridge:
+    """The pieces that wire one :class:`~otel_errcompact.ErrCompact` handle into the Agents SDK."""
+
+    def __init__(self, ec: ErrCompact) -> None:
+        self.ec = ec
+
+    # -- tools -----------------------------------------------------------------------------------------
+
+    def function_tool(self, fn: Callable[..., Any], **kwargs: Any) -> FunctionTool:
+        """``agents.function_tool(fn, failure_error_function=self.failure_error_function, **kwargs)``."""
+        return function_tool(fn, failure_error_function=self.failure_error_function, **kwargs)
+
+    def failure_error_function(self, ctx: RunContextWrapper[Any], error: Exception) -> str:
+        """The tool output for a failed call: the digest of ``error`` with its count. Raises
+        :class:`RunHalted` on the failure that breaches a ``halt`` threshold (and on a standing breach)."""
+        if isinstance(error, ErrorBudgetExceeded):  # an @ec.tool inside refused to run: stop the run
+            raise RunHalted(error.escalation) from None
+        scope = self._scope(ctx)
+        self._check(scope)
+        tool_ctx = ctx if isinstance(ctx, ToolContext) else None
+        name = tool_ctx.tool_name if tool_ctx is not None else "tool"
+        framework_span = trace.get_current_span()
+        with (
+            conversation(scope),
+            self.ec.tool_call(
+                name,
+                call_id=tool_ctx.tool_call_id if tool_ctx is not None else None,
+                arguments=tool_ctx.tool_arguments if tool_ctx is not None else None,
+            ) as call,
+        ):
+            call.model_text = lambda _exc: default_tool_error_function(ctx, error)  # the savings basis
+            agent = getattr(ctx, "agent", None)
+            if agent is not None and getattr(agent, "name", None):
+                call.span.set_attribute(semconv.GEN_AI_AGENT_NAME, str(agent.name))
+            raise error.with_traceback(error.__traceback__)
+        text = call.error
+        if text is None:  # the boundary could not describe it; never leave the model without an answer
+            return "Error: " + "".join(traceback.format_exception_only(type(error), error)).strip()
+        _mark_handled(framework_span, text.outcome)
+        escalation = text.outcome.observation.escalation if text.outcome is not None else None
+        if escalation is not None and escalation.action == "halt":
+            raise RunHalted(escalation)
+        return str(text)
+
+    # -- the model's input -------------------------------------------------------------------------------
+
+    def instructions(
+        self, base: str | Callable[[RunContextWrapper[Any], Agent[Any]], str]
+    ) -> Callable[[RunContextWrapper[Any], Agent[Any]], str]:
+        """Dynamic instructions: ``base`` followed by the scope's ``[RECENT ERRORS]`` block, rebuilt for
+        each model call. A standing breach raises :class:`RunHalted` before the model is called."""
+
+        def build(ctx: RunContextWrapper[Any], agent: Agent[Any]) -> str:
+            scope = self._scope(ctx)
+            self._check(scope)
+            text = base(ctx, agent) if callable(base) else base
+            block = self.ec.context(scope)
+            return f"{text}\n\n{block}" if block else text
+
+        return build
+
+    # -- runs --------------------------------------------------------------------------------------------
+
+    async def run(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
+        """``Runner.run`` with the scope set from its ``conversation_id``, ``session`` or ``run_config``."""
+        scope = run_scope(
+            conversation_id=kwargs.get("conversation_id"),
+            session=kwargs.get("session"),
+            run_config=kwargs.get("run_config"),
+        )
+        if scope is None:
+            return await Runner.run(starting_agent, input, **kwargs)
+        with conversation(scope):
+            return await Runner.run(starting_agent, input, **kwargs)
+
+    def run_sync(self, starting_agent: Agent[Any], input: Any, **kwargs: Any) -> RunResult:
+        """``Runner.run_sync`` with the scope set as :meth:`run` does."""
+        scope = run_scope(
+            conversation_id=kwargs.get("conversation_id"),
+            session=kwargs.get("session"),
+            run_config=kwargs.get("run_config"),
+        )
+        if scope is None:
+            return Runner.run_sync(starting_agent, input, **kwargs)
+        with conversation(scope):
+            return Runner.run_sync(starting_agent, input, **kwargs)
+
+    # -- internals ---------------------------------------------------------------------------------------
+
+    def _scope(self, ctx: RunContextWrapper[Any]) -> str:
+        explicit = current_conversation()
+        if explicit:
+            return explicit
+        run_config = getattr(ctx, "run_config", None)
+        found = run_scope(run_config=run_config if isinstance(run_config, RunConfig) else None)
+        if found:
+            return found
+        current = get_current_trace()
+        group_id = getattr(current, "group_id", None) if current is not None else None
+        if isinstance(group_id, str) and group_id.strip():
+            return group_id.strip()
+        trace_id = getattr(current, "trace_id", None) if current is not None else None
+        if isinstance(trace_id, str) and trace_id and trace_id != "no-op":
+            return f"agents:{trace_id}"
+        return self.ec.boundary.current_scope()
+
+    def _check(self, scope: str) -> None:
+        try:
+            self.ec.check(scope)
+        except ErrorBudgetExceeded as exc:
+            raise RunHalted(exc.escalation) from None
+
+
+def _mark_handled(span: trace.Span, outcome: Any) -> None:
+    """Put the digest on the SDK's own tool span (when it is an SDK span still open), which also tells
+    the span processor that this failure is already counted."""
+    if outcome is None or not isinstance(span, SdkSpan) or not span.is_recording():
+        return
+    span.set_attributes(
+        {
+            "errcompact.digest": outcome.digest.line,
+            "errcompact.key": outcome.digest.key,
+            "errcompact.count": outcome.observation.count,
+        }
+    )

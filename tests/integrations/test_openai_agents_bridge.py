@@ -1,0 +1,200 @@
+"""``otel_errcompact.openai_agents`` with the real OpenAI Agents SDK: an ``Agent`` driven offline by a
+scripted ``Model``, tools that really fail (a missing SQLite table 6 times, then a missing file 4 times),
+traced by OpenInference's openai-agents instrumentation into the ``make_otel`` pipeline.
+
+Each behaviour is checked in the documented wiring (``bridge.function_tool`` + ``bridge.instructions`` +
+``bridge.run_sync``) and against the SDK's own default failure handling.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.integrations import require
+
+require("agents", "openinference.instrumentation.openai_agents")
+
+from agents import (  # noqa: E402
+    Agent,
+    RunConfig,
+    Runner,
+    SQLiteSession,
+    ToolCallOutputItem,
+    function_tool,
+)
+from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor  # noqa: E402
+from opentelemetry.trace import StatusCode  # noqa: E402
+
+from otel_errcompact import ErrorBudgetExceeded, Thresholds  # noqa: E402
+from otel_errcompact.openai_agents import AgentsBridge, RunHalted  # noqa: E402
+from tests.conftest import OTel  # noqa: E402
+from tests.integrations.agents_script import AGENT, INSTRUCTIONS, ScriptedModel  # noqa: E402
+from tests.integrations.failing_tools import GIVE_UP, make_read_invoice  # noqa: E402
+from tests.integrations.orders import TOOL_FILE, failing_line, make_count_orders  # noqa: E402
+
+SDK_DEFAULT_TOOL_ERROR = "An error occurred while running the tool. Please try again."
+
+
+@pytest.fixture
+def traced(make_otel: Callable[..., OTel]) -> Iterator[Callable[..., OTel]]:
+    instrumentor = OpenAIAgentsInstrumentor()
+    made: list[OTel] = []
+
+    def build(**kwargs: Any) -> OTel:
+        otel = make_otel(**kwargs)
+        instrumentor.instrument(tracer_provider=otel.tracer_provider)
+        made.append(otel)
+        return otel
+
+    try:
+        yield build
+    finally:
+        if made:
+            instrumentor.uninstrument()
+
+
+@pytest.fixture
+def fns(db: Path, tmp_path: Path) -> list[Callable[..., Any]]:
+    return [make_count_orders(db), make_read_invoice(tmp_path)]
+
+
+def bridged_agent(bridge: AgentsBridge, fns: list[Callable[..., Any]], model: ScriptedModel) -> Agent[Any]:
+    return Agent(
+        name=AGENT,
+        instructions=bridge.instructions(INSTRUCTIONS),
+        model=model,
+        tools=[bridge.function_tool(f) for f in fns],
+    )
+
+
+def outputs(result: Any) -> list[str]:
+    return [str(item.output) for item in result.new_items if isinstance(item, ToolCallOutputItem)]
+
+
+def where(db: Path) -> str:
+    return f"{TOOL_FILE}:{failing_line(make_count_orders(db))} in count_orders: no such table: orders"
+
+
+# -- the documented wiring ----------------------------------------------------------------------------
+
+
+def test_the_run_stops_at_the_threshold(traced: Callable[..., OTel], fns: list[Callable[..., Any]], db: Path) -> None:
+    otel = traced(consecutive=3)
+    bridge = AgentsBridge(otel.ec)
+    model = ScriptedModel()
+    with pytest.raises(ErrorBudgetExceeded) as raised:
+        bridge.run_sync(bridged_agent(bridge, fns, model), "How many orders?", run_config=RunConfig(group_id="chat-42"))
+    assert isinstance(raised.value, RunHalted)
+    assert raised.value.escalation.count == 3 and raised.value.escalation.scope == "chat-42"
+    assert model.calls == 3
+
+    # Digests come from the real exception although the SDK redacts span data by default.
+    records = otel.records()
+    assert [(r.scope, r.agent_name, r.tool_call_id, r.count) for r in records] == [
+        ("chat-42", AGENT, f"call_{i}", i) for i in (1, 2, 3)
+    ]
+    assert all(r.digest is not None and r.digest.line.endswith(where(db)) for r in records)
+    assert all(f"line {failing_line(fns[0])}, in count_orders" in (r.exception_stacktrace or "") for r in records)
+    # Token savings are measured against the SDK's own failure text.
+    [point] = otel.metric_points("errcompact.tokens.raw")
+    assert dict(point.attributes)["errcompact.basis"] == "model_text"
+
+    # The library's spans are children of the SDK's function spans, in the run's trace; the escalation
+    # is an event on the agent span; the SDK's own failed tool spans carry the digest and are not
+    # counted a second time.
+    spans = otel.spans()
+    by_id = {s.context.span_id: s for s in spans}
+    ours = otel.spans("execute_tool count_orders")
+    assert len(ours) == 3
+    [agent_span] = [s for s in spans if (s.attributes or {}).get("agent.name") == AGENT]
+    for span in ours:
+        assert span.parent is not None
+        parent = by_id[span.parent.span_id]
+        assert parent.name == "count_orders" and (parent.attributes or {}).get("openinference.span.kind") == "TOOL"
+        assert str((parent.attributes or {})["errcompact.digest"]).endswith(where(db))
+        assert span.context.trace_id == agent_span.context.trace_id
+    assert len([e for e in agent_span.events if e.name == "errcompact.escalation"]) == 1
+    assert agent_span.status.status_code is StatusCode.ERROR
+    [root] = [s for s in spans if s.parent is None]
+    assert root.status.status_code is StatusCode.ERROR  # the instrumentation set OK; see otel_errcompact.halted
+    assert "error threshold breached" in (root.status.description or "")
+
+
+def test_the_block_is_in_the_instructions_and_counts_are_exact(
+    traced: Callable[..., OTel], fns: list[Callable[..., Any]], db: Path
+) -> None:
+    otel = traced(thresholds=Thresholds(consecutive=20, budget=None))
+    bridge = AgentsBridge(otel.ec)
+    model = ScriptedModel()
+    result = bridge.run_sync(
+        bridged_agent(bridge, fns, model), "How many orders?", run_config=RunConfig(group_id="chat-7"), max_turns=20
+    )
+    assert result.final_output == GIVE_UP
+    fed_back = outputs(result)
+    assert len(fed_back) == 10
+    assert fed_back[0].startswith("Error: [OperationalError] at ") and fed_back[0].endswith(where(db))
+    assert fed_back[5].endswith(f"{where(db)} (×6)")
+    assert fed_back[6].startswith("Error: [FileNotFoundError]") and "(×" not in fed_back[6]
+    assert fed_back[9].endswith("(×4)") and "in read_invoice" in fed_back[9]
+
+    # One block per model call, in the instructions, rebuilt each time (never in the conversation).
+    assert model.instructions[0] == INSTRUCTIONS
+    for i, sent in enumerate(model.instructions[1:], start=1):
+        assert sent is not None and sent.startswith(INSTRUCTIONS) and sent.count("[RECENT ERRORS]") == 1
+        assert f"\n{i} tool failure(s)" in sent
+    last = model.instructions[-1] or ""
+    assert f"{where(db)} (×6)" in last and re.search(r"in read_invoice: .* \(×4\)", last)
+    assert [r.count for r in otel.records()] == [1, 2, 3, 4, 5, 6, 1, 2, 3, 4]
+
+
+def test_scope_follows_session_group_and_conversation(
+    traced: Callable[..., OTel], fns: list[Callable[..., Any]], tmp_path: Path
+) -> None:
+    otel = traced(consecutive=3)
+    bridge = AgentsBridge(otel.ec)
+    session = SQLiteSession("session-1", str(tmp_path / "sessions.sqlite3"))
+    one = ("count_orders",)
+    # Two turns of one chat (one session): one scope, counts carry over between runs.
+    bridge.run_sync(bridged_agent(bridge, fns, ScriptedModel(one)), "first", session=session)
+    bridge.run_sync(bridged_agent(bridge, fns, ScriptedModel(one)), "second", session=session)
+    assert "(×2)" in otel.ec.context("session-1")
+    # A plain Runner.run with a group id: the group is the scope.
+    Runner.run_sync(bridged_agent(bridge, fns, ScriptedModel(one)), "x", run_config=RunConfig(group_id="group-9"))
+    assert "in count_orders" in otel.ec.context("group-9") and "(×" not in otel.ec.context("group-9")
+    # A conversation id comes first, as in the SDK's own grouping.
+    from otel_errcompact.openai_agents import run_scope
+
+    assert run_scope(conversation_id="conv-1", session=session, run_config=RunConfig(group_id="g")) == "conv-1"
+    assert run_scope(session=session, run_config=RunConfig(group_id="g")) == "session-1"
+    # A breached chat does not block another one.
+    with pytest.raises(RunHalted):
+        bridge.run_sync(bridged_agent(bridge, fns, ScriptedModel()), "third", session=session)
+    other = ScriptedModel(one)
+    result = bridge.run_sync(bridged_agent(bridge, fns, other), "hi", run_config=RunConfig(group_id="group-10"))
+    assert result.final_output == GIVE_UP and other.calls == 2
+    # The breached chat's next run stops before its model is called.
+    again = ScriptedModel(one)
+    with pytest.raises(RunHalted):
+        bridge.run_sync(bridged_agent(bridge, fns, again), "fourth", session=session)
+    assert again.calls == 0
+
+
+# -- the SDK's own failure handling, without the bridge --------------------------------------------------
+
+
+def test_default_failure_handling_never_stops(traced: Callable[..., OTel], fns: list[Callable[..., Any]]) -> None:
+    otel = traced(consecutive=3)
+    model = ScriptedModel()
+    agent = Agent(name=AGENT, instructions=INSTRUCTIONS, model=model, tools=[function_tool(f) for f in fns])
+    result = Runner.run_sync(agent, "How many orders?", run_config=RunConfig(group_id="chat-1"), max_turns=20)
+    assert outputs(result) == [SDK_DEFAULT_TOOL_ERROR] * 10
+    assert model.calls == 11  # the breach after the third failure stopped nothing
+    # Scope is the run's trace, not the group; digests describe only the redacted span status.
+    [scope] = otel.ec.history.scopes()
+    assert scope.startswith("trace:")
+    assert all(r.exception_stacktrace is None for r in otel.records())
