@@ -96,3 +96,41 @@ __all__ += [
 ]
 
 __all__ += ["compact_messages"]
+
+from otel_errcompact.recovery import (  # noqa: E402
+    AbortRegistry,
+    AnthropicMessages,
+    BreakerPolicy,
+    CircuitBreakers,
+    Classification,
+    InMemoryStateStore,
+    LoopPolicy,
+    LoopResult,
+    OpenAIChat,
+    Pacer,
+    RecoveryLoop,
+    RecoveryStateStore,
+    RetryPolicy,
+    TransitionEvent,
+    classify_exception,
+    pace,
+)
+
+__all__ += [
+    "AbortRegistry",
+    "AnthropicMessages",
+    "BreakerPolicy",
+    "CircuitBreakers",
+    "Classification",
+    "InMemoryStateStore",
+    "LoopPolicy",
+    "LoopResult",
+    "OpenAIChat",
+    "Pacer",
+    "RecoveryLoop",
+    "RecoveryStateStore",
+    "RetryPolicy",
+    "TransitionEvent",
+    "classify_exception",
+    "pace",
+]

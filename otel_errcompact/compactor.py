@@ -39,6 +39,7 @@ from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, inner
 from otel_errcompact.parsers import fallback as _fallback
 from otel_errcompact.parsers import python as _python
 from otel_errcompact.parsers._base import clip
+from otel_errcompact.recovery.classify import classify_text, with_raw_text
 from otel_errcompact.structured import parse_exception
 from otel_errcompact.unwrap import unwrap
 
@@ -157,8 +158,9 @@ class Compactor:
                     return cached
             hints = Hints(exit_code=exit_code, command=command, kind=kind)
             text, hints = unwrap(text, hints)
-            digest = self.from_parsed(
-                self._parse(text, hints, exception_type, exception_message), hints, raw_chars
+            digest = with_raw_text(
+                self.from_parsed(self._parse(text, hints, exception_type, exception_message), hints, raw_chars),
+                text,
             )
             if cache_key is not None:
                 with self._cache_lock:
@@ -287,6 +289,8 @@ class Compactor:
             if parsed.retryable is not None
             else is_retryable(type_, cause, status, parsed.format)
         )
+        klass = classify_text(type_, full_cause, status, parsed.format, retryable)
+        retryable = klass.retryable
         where = ""
         if location is not None:
             where = short_file(location.file)
@@ -305,6 +309,8 @@ class Compactor:
             key_parts=key,
             raw_chars=raw_chars,
             line=line,
+            error_class=klass.error_class,
+            retry_after_s=klass.retry_after_s,
         )
 
 

@@ -39,10 +39,14 @@ from opentelemetry import trace
 from otel_errcompact.api import ErrCompact, init
 from otel_errcompact.boundary import ToolErrorText
 from otel_errcompact.config import setting_origin
+from otel_errcompact.demo_recovery import run_recovery_demo
 from otel_errcompact.exceptions import ErrorBudgetExceeded
+from otel_errcompact.recovery.breaker import BreakerPolicy
 from otel_errcompact.tokens import count_tokens
 
 __all__ = ["run_demo"]
+
+_BREAKER_COOLDOWN_S = 1.0
 
 _RATE_LIMIT_BODY: dict[str, Any] = {
     "error": {
@@ -209,7 +213,11 @@ def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines:
         sqlite_path = Path(tempfile.mkdtemp(prefix="otel-errcompact-demo-")) / "trajectories.sqlite3"
     if sqlite_path is not None:
         settings["sqlite_path"] = sqlite_path
-    ec = init(service_name=os.environ.get("OTEL_SERVICE_NAME") or "errcompact-demo", **settings)
+    ec = init(
+        service_name=os.environ.get("OTEL_SERVICE_NAME") or "errcompact-demo",
+        breaker=BreakerPolicy(threshold=3, cooldown_s=_BREAKER_COOLDOWN_S),  # short, so the demo can wait it out
+        **settings,
+    )
     conversation_id = f"demo-{uuid.uuid4().hex[:8]}"
     raw_errors: list[str] = []
 
@@ -288,5 +296,6 @@ def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines:
         say("Trajectories: the SQLite store is off (OTEL_ERRCOMPACT_SQLITE_PATH is empty).")
     if endpoint:
         say(f"  and exported over OTLP to {endpoint} (traces, logs, metrics).")
+    run_recovery_demo(ec, say, cooldown_s=_BREAKER_COOLDOWN_S)
     ec.shutdown()
     return 0

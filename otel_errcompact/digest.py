@@ -74,6 +74,11 @@ class Digest:
 
     ``raw_chars`` is the size of the raw error this digest replaces (characters, or bytes for binary
     input); the raw text itself is not kept here: it belongs to the trajectory record.
+
+    ``error_class`` is what recovery acts on (``transient``, ``rate_limited``, ``prompt_too_long``,
+    ``output_truncated``, ``permanent``, ``aborted``; see :mod:`otel_errcompact.recovery.classify`);
+    ``retryable`` is True exactly for ``transient`` and ``rate_limited``. ``retry_after_s`` is the wait
+    the failure asked for (``Retry-After``, ``retry-after-ms``, ``try again in 6s``), when it did.
     """
 
     type: str
@@ -85,6 +90,8 @@ class Digest:
     key_parts: DedupKey
     raw_chars: int
     line: str
+    error_class: str = "permanent"
+    retry_after_s: float | None = None
 
     @property
     def key(self) -> str:

@@ -16,6 +16,7 @@ from opentelemetry import trace
 
 from otel_errcompact.boundary import OnError, ToolBoundary, ToolCall
 from otel_errcompact.pipeline import ErrorPipeline
+from otel_errcompact.recovery.retry import RetryPolicy
 
 __all__ = ["InertToolBoundary"]
 
@@ -33,6 +34,8 @@ class InertToolBoundary(ToolBoundary):
         *,
         name: str | None = None,
         on_error: OnError | None = None,
+        retry: RetryPolicy | int | None = None,
+        mutating: bool = False,
     ) -> Any:
         """The function, unwrapped (``@ec.tool`` and ``@ec.tool(name=...)`` alike)."""
 

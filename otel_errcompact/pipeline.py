@@ -30,6 +30,7 @@ from pydantic import BaseModel
 from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Escalation, Observation
+from otel_errcompact.recovery.classify import with_retry_after_attribute
 from otel_errcompact.sinks import TrajectoryWriter
 from otel_errcompact.statuscode import with_status
 from otel_errcompact.trajectory import (
@@ -148,6 +149,7 @@ class ErrorPipeline:
                 exception_message=failure.exception_message if structured else None,
             )
             digest = with_status(digest, failure.attributes)  # an HTTP status / exit code joins the type
+            digest = with_retry_after_attribute(digest, failure.attributes)
             observation = self.history.observe(failure.scope, digest)
         finally:
             record_id = self._audit(failure, digest, observation)
@@ -243,6 +245,8 @@ def _construct(failure: Failure, digest: Digest | None, observation: Observation
             key_type=digest.key_parts.type,
             key_where=digest.key_parts.where,
             key_message=digest.key_parts.message,
+            error_class=digest.error_class,
+            retry_after_s=digest.retry_after_s,
         )
     escalation = observation.escalation if observation is not None else None
     return _unvalidated(

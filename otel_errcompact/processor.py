@@ -60,6 +60,7 @@ never ended (an abandoned agent run) would otherwise stay here forever."""
 ANCHOR_IDLE_S = 3600.0
 """A trace's anchors not touched (a new anchor, a failure looking them up) for this long are forgotten."""
 _MAX_ANCHORS_PER_TRACE = 64
+_MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 
 
 def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
@@ -149,6 +150,8 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._halted = HaltedTraces()
         self._closed = False
         self._resource_cache: tuple[Any, dict[str, Any]] | None = None
+        # Recovery listeners for model (chat) spans: ``listener(span, live agent span or None)``.
+        self.model_span_listeners: list[Callable[[ReadableSpan, Span | None], None]] = []
         pipeline.add_escalation_listener(self._add_escalation_event)
 
     @property
@@ -198,6 +201,14 @@ class ErrorCompactionProcessor(SpanProcessor):
         try:
             if not self._saw_on_ending and self._is_candidate(span):
                 self._process(span, writable=None)
+            if (
+                self.model_span_listeners
+                and span.context is not None
+                and _attributes_of(span).get(semconv.GEN_AI_OPERATION_NAME) in _MODEL_OPERATIONS
+            ):
+                anchor = self._live_anchor(span.context.trace_id)
+                for listener in self.model_span_listeners:
+                    listener(span, anchor)
             self._forget_anchor(span)
         except Exception:
             _log.exception("otel-errcompact: on_end failed")
@@ -236,8 +247,9 @@ class ErrorCompactionProcessor(SpanProcessor):
         return semconv.is_tool_span(_attributes_of(span))
 
     def _process(self, span: ReadableSpan, writable: Span | None) -> None:
-        if "errcompact.key" in (_attributes_of(span)):
-            return  # already handled at the tool boundary, while the span was live
+        attrs = _attributes_of(span)
+        if "errcompact.key" in attrs or "errcompact.cancelled" in attrs or "errcompact.circuit_open" in attrs:
+            return  # handled at the tool boundary while live, or a cancelled / refused call: not a result
         claim = current_claim()
         if claim is not None:  # a framework bridge handles this call's failure on its own span
             claim.note(span.status.status_code is StatusCode.ERROR, span.events)
@@ -312,6 +324,8 @@ class ErrorCompactionProcessor(SpanProcessor):
                 self.pipeline.succeeded(scope, semconv.tool_name(attrs, span.name), counted=not wraps_a_call)
             return None
         exception = semconv.exception_from_events(span.events) or held
+        if _not_a_tool_failure(exception, attrs):
+            return None
         description = span.status.description
         return Failure(
             scope=scope,
@@ -465,6 +479,18 @@ class ErrorCompactionProcessor(SpanProcessor):
         if failure.tool_name:
             attributes[semconv.GEN_AI_TOOL_NAME] = tool_label(failure.tool_name)
         anchor.add_event("errcompact.escalation", attributes)
+
+
+_NOT_FAILURES = frozenset({"ErrorBudgetExceeded", "CancelledError", "KeyboardInterrupt", "GeneratorExit"})
+
+
+def _not_a_tool_failure(exception: tuple[str | None, str | None, str | None] | None, attrs: Mapping[str, Any]) -> bool:
+    """The library's own halt, and cancellations, end a tool span with an exception but are not tool
+    failures: counting them would record the halt as the failure it reports (pointing at history.py)."""
+    names = [str(attrs.get(semconv.ERROR_TYPE) or "")]
+    if exception is not None and exception[0]:
+        names.append(exception[0])
+    return any(n.rsplit(".", 1)[-1] in _NOT_FAILURES for n in names if n)
 
 
 def _annotations(outcome: Outcome) -> dict[str, str | int]:

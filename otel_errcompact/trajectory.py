@@ -219,6 +219,11 @@ class DigestInfo(BaseModel):
     key_type: str = Field(description="Key component: the error type.")
     key_where: str = Field(description="Key component: in-app file and function (no line number).")
     key_message: str = Field(description="Key component: the message with variable parts masked.")
+    error_class: str | None = Field(
+        default=None,
+        description="transient, rate_limited, prompt_too_long, output_truncated, permanent or aborted.",
+    )
+    retry_after_s: float | None = Field(default=None, description="The wait the failure asked for, if any.")
 
     @classmethod
     def from_digest(cls, d: Digest) -> DigestInfo:
@@ -238,6 +243,8 @@ class DigestInfo(BaseModel):
             key_type=d.key_parts.type,
             key_where=d.key_parts.where,
             key_message=d.key_parts.message,
+            error_class=d.error_class,
+            retry_after_s=d.retry_after_s,
         )
 
 

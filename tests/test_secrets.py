@@ -298,7 +298,7 @@ def test_the_corpus_covers_forty_kinds() -> None:
 def test_no_secret_leaves_through_digests_blocks_spans_or_logs(
     kind: Kind, api: str, tmp_path: Path, make_otel: Callable[..., OTel]
 ) -> None:
-    otel = make_otel(consecutive=2, action="human", capture_arguments=True)
+    otel = make_otel(consecutive=2, budget=2, action="human", capture_arguments=True)
     env = Env(api, _closed_port(), tmp_path)
 
     @otel.ec.tool(name="call_service")

@@ -18,7 +18,9 @@ from otel_errcompact import ErrorBudgetExceeded
 
 def main() -> None:
     unique = "--unique" in sys.argv
-    ec = otel_errcompact.init(service_name="ops-agent")
+    # breaker_threshold=0: every call reaches its tool (the process-wide circuit breaker would refuse the
+    # repeated identical failures after three), so the panels measure real failures.
+    ec = otel_errcompact.init(service_name="ops-agent", breaker_threshold=0)
 
     @ec.tool
     def lookup(city: str) -> str:

@@ -1,0 +1,304 @@
+"""Recovery at the tool boundary: retry, circuit breaker, escalation fixes, abort and halt cancellation.
+
+The failing tools make real HTTP calls with httpx to a server on 127.0.0.1 that answers with a scripted
+status sequence, or raise real Python errors.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
+import httpx
+import pytest
+
+from otel_errcompact import BreakerPolicy, ErrorBudgetExceeded, RetryPolicy, Thresholds, ToolErrorText
+from tests.conftest import OTel
+from tests.realerrors import loopback_server
+
+QUICK = RetryPolicy(initial_s=0.01, max_s=0.02, jitter_s=0.01)
+
+
+class Upstream:
+    """A loopback HTTP service answering each GET with the next scripted (status, headers)."""
+
+    def __init__(self) -> None:
+        self.script: deque[tuple[int, dict[str, str]]] = deque()
+        self.hits = 0
+        self.lock = threading.Lock()
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        upstream = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                with upstream.lock:
+                    upstream.hits += 1
+                    status, headers = upstream.script.popleft() if upstream.script else (200, {})
+                body = b'{"ok": true}' if status == 200 else b'{"error": {"message": "upstream unavailable"}}'
+                self.send_response(status)
+                for k, v in headers.items():
+                    self.send_header(k, v)
+                self.send_header("content-length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        return Handler
+
+
+@pytest.fixture
+def upstream() -> Iterator[tuple[Upstream, str]]:
+    u = Upstream()
+    with loopback_server(u.handler()) as url:
+        yield u, url
+
+
+def fetch_tool(otel: OTel, url: str, **options: Any) -> Callable[[str], Any]:
+    @otel.ec.tool(name="fetch", **options)
+    def fetch(path: str) -> Any:
+        response = httpx.get(url + path, timeout=5)
+        response.raise_for_status()
+        return response.json()
+
+    return fetch
+
+
+def events(otel: OTel, name: str) -> list[dict[str, Any]]:
+    return [dict(e.attributes or {}) for s in otel.spans() for e in s.events if e.name == name]
+
+
+def test_transient_failure_is_retried_once_with_retry_after(make_otel: Callable[..., OTel], upstream: Any) -> None:
+    otel = make_otel(retry=QUICK)
+    server, url = upstream
+    fetch = fetch_tool(otel, url)
+    server.script.extend([(429, {"retry-after": "0.2"}), (200, {})])
+    assert fetch("/items") == {"ok": True}
+    assert server.hits == 2
+    (retry,) = events(otel, "errcompact.retry")
+    assert retry["errcompact.error_class"] == "rate_limited" and retry["errcompact.wait_s"] >= 0.2
+    assert otel.ec.context("default") == ""  # recovered: nothing for the agent to see
+
+    server.script.extend([(503, {}), (503, {})])
+    result = fetch("/items")
+    assert isinstance(result, ToolErrorText) and "503 Service Unavailable" in result
+    assert server.hits == 4  # one retry, then surface
+    assert result.outcome is not None and result.outcome.digest.error_class == "transient"
+
+
+def test_permanent_failures_surface_at_once(make_otel: Callable[..., OTel], upstream: Any) -> None:
+    otel = make_otel(retry=QUICK)
+    server, url = upstream
+    fetch = fetch_tool(otel, url)
+    server.script.append((404, {}))
+    result = fetch("/missing")
+    assert isinstance(result, ToolErrorText) and server.hits == 1
+    calls = []
+
+    @otel.ec.tool(retry=3)
+    def lookup(key: str) -> int:
+        calls.append(key)
+        return {"a": 1}[key]
+
+    assert isinstance(lookup("user_id"), ToolErrorText) and calls == ["user_id"]
+    assert events(otel, "errcompact.retry") == []
+
+
+def test_breaker_opens_refuses_half_opens_and_closes(make_otel: Callable[..., OTel], upstream: Any) -> None:
+    otel = make_otel(
+        retry=RetryPolicy(attempts=1), breaker=BreakerPolicy(threshold=3, cooldown_s=0.3),
+        thresholds=Thresholds(consecutive=100, budget=None),
+    )  # fmt: skip
+    server, url = upstream
+    fetch = fetch_tool(otel, url)
+
+    @otel.ec.tool
+    def other_tool() -> str:
+        return "fine"
+
+    server.script.extend([(503, {})] * 3)
+    for _ in range(3):
+        assert "503 Service Unavailable" in fetch("/down")
+    refused = fetch("/down")
+    assert isinstance(refused, ToolErrorText) and refused.circuit_open
+    assert refused.startswith("circuit open: [HTTPStatusError 503] at ") and "(×3); retry after 0s" in refused
+    assert server.hits == 3  # the tool was not called
+    assert fetch("/up") == {"ok": True}  # other arguments of the same tool run
+    assert other_tool() == "fine"  # other tools run
+
+    time.sleep(0.35)  # the cooldown
+    server.script.append((503, {}))
+    assert "503 Service Unavailable" in fetch("/down")  # the half-open probe fails: open again
+    assert fetch("/down").circuit_open  # type: ignore[attr-defined]
+    time.sleep(0.35)
+    assert fetch("/down") == {"ok": True}  # the probe succeeds: closed
+    assert fetch("/down") == {"ok": True}
+
+    changes = [(e["errcompact.breaker.from"], e["errcompact.breaker.state"]) for e in events(otel, "errcompact.breaker")
+               if "errcompact.breaker.from" in e]  # fmt: skip
+    assert changes == [
+        ("closed", "open"), ("open", "half_open"), ("half_open", "open"), ("open", "half_open"), ("half_open", "closed")
+    ]  # fmt: skip
+    points = {(p.attributes["errcompact.breaker.from"], p.attributes["errcompact.breaker.state"]): p.value
+              for p in otel.metric_points("errcompact.breaker.changes")}  # fmt: skip
+    assert points[("closed", "open")] == 1 and points[("half_open", "closed")] == 1
+    # refusals are in the history (a loop against an open breaker still escalates), not extra tool failures
+    assert "(×6)" in otel.ec.context("default")  # 4 failures + 2 refusals
+    assert otel.metric_sum("errcompact.errors") == 4
+
+
+def test_a_different_error_class_of_the_same_tool_counts_apart(make_otel: Callable[..., OTel], tmp_path: Any) -> None:
+    otel = make_otel(thresholds=Thresholds(consecutive=100, budget=None))
+
+    @otel.ec.tool
+    def read(path: str) -> str:
+        with open(path) as f:
+            return f.read()
+
+    missing, folder = str(tmp_path / "missing.txt"), str(tmp_path)
+    for _ in range(2):
+        assert "FileNotFoundError" in read(missing)
+        assert "IsADirectoryError" in read(folder)
+    assert "FileNotFoundError" in read(missing)  # the third identical failure: open
+    assert read(missing).circuit_open  # type: ignore[attr-defined]
+    assert "IsADirectoryError" in read(folder)  # its class is at 3 now, and was never refused
+    assert read(folder).circuit_open  # type: ignore[attr-defined]
+
+
+def test_rate_limits_are_not_stuck_but_the_budget_caps_them(make_otel: Callable[..., OTel], upstream: Any) -> None:
+    otel = make_otel(retry=RetryPolicy(attempts=1), breaker_threshold=0, thresholds=Thresholds(consecutive=3, budget=6))
+    server, url = upstream
+    fetch = fetch_tool(otel, url)
+    server.script.extend([(429, {"retry-after": "1"})] * 6)
+    for _ in range(5):
+        result = fetch("/x")
+        assert not result.escalated  # type: ignore[attr-defined]
+    result = fetch("/x")
+    assert result.escalated  # type: ignore[attr-defined]
+    breach = otel.ec.history.escalation("default")
+    assert breach is not None and breach.reason == "budget"
+    record = otel.records()[-1]
+    assert record.digest is not None  # the wait came from the response's header, not the traceback
+    assert (record.digest.error_class, record.digest.retry_after_s) == ("rate_limited", 1.0)
+
+
+def test_a_standing_breach_does_not_hide_a_later_stuck_loop(make_otel: Callable[..., OTel]) -> None:
+    otel = make_otel(thresholds=Thresholds(consecutive=2, budget=None, action="human"), human_review=lambda e: None)
+
+    @otel.ec.tool
+    def lookup(key: str) -> int:
+        return {"a": 1}[key]
+
+    @otel.ec.tool
+    def parse(text: str) -> int:
+        return int(text)
+
+    lookup("user_id")
+    assert lookup("user_id").escalated  # type: ignore[attr-defined]
+    parse("seven")
+    later = parse("seven")
+    assert later.escalated  # type: ignore[attr-defined]
+    breach = otel.ec.history.escalation("default")
+    assert breach is not None and breach.error_type == "ValueError"
+    assert otel.metric_sum("errcompact.escalations") == 2
+
+
+def test_the_library_halt_is_not_recorded_as_a_tool_failure(make_otel: Callable[..., OTel]) -> None:
+    otel = make_otel(thresholds=Thresholds(consecutive=1, budget=None), breaker_threshold=0)
+
+    @otel.ec.tool
+    def lookup(key: str) -> int:
+        return {"a": 1}[key]
+
+    with otel.ec.conversation("conv-halted"):
+        lookup("user_id")  # breach: the next boundary call raises
+        framework_attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
+        with (
+            pytest.raises(ErrorBudgetExceeded),  # a framework's tool span around the halted call
+            otel.tracer.start_as_current_span("execute_tool lookup", attributes=framework_attributes),
+        ):
+            lookup("user_id")
+    (framework,) = [s for s in otel.spans("execute_tool lookup") if s.instrumentation_scope.name == "tests.agent"]
+    assert [e.name for e in framework.events] == ["exception"]  # the halt did end it with an exception
+    records = otel.records()
+    assert len(records) == 1 and "history.py" not in str(records[0].digest)
+    assert otel.metric_sum("errcompact.errors") == 1
+
+
+def test_a_halt_cancels_in_flight_sibling_tools(make_otel: Callable[..., OTel]) -> None:
+    otel = make_otel(thresholds=Thresholds(consecutive=1, budget=None), breaker_threshold=0)
+    finished: list[str] = []
+
+    @otel.ec.tool
+    async def slow_search(q: str) -> str:
+        await asyncio.sleep(2)
+        finished.append("search")
+        return "results"
+
+    @otel.ec.tool(mutating=True)
+    async def save(name: str) -> str:
+        await asyncio.sleep(0.3)
+        finished.append("save")
+        return "saved"
+
+    @otel.ec.tool
+    async def broken(key: str) -> int:
+        await asyncio.sleep(0.05)
+        return {"a": 1}[key]
+
+    async def main() -> list[Any]:
+        with otel.ec.conversation("conv-halt"):
+            return await asyncio.gather(slow_search("q"), save("a.txt"), broken("user_id"))
+
+    started = time.perf_counter()
+    search, saved, failed = asyncio.run(main())
+    assert time.perf_counter() - started < 1.5  # not the 2 s of the search
+    assert isinstance(failed, ToolErrorText) and failed.escalated
+    assert isinstance(search, ToolErrorText) and search.cancelled and search == "Cancelled: slow_search (halt)"
+    assert saved == "saved" and finished == ["save"]  # the mutating tool finished
+    assert otel.ec.history.escalation("conv-halt") is not None
+    assert "(×1)" not in otel.ec.context("conv-halt") and "1 tool failure(s)" in otel.ec.context("conv-halt")
+    cancelled = [r for r in otel.records() if r.exception_type == "CancelledError"]
+    assert [(r.tool_name, r.raw_error) for r in cancelled] == [("slow_search", "cancelled: halt")]
+    assert events(otel, "errcompact.cancelled") == [{"errcompact.reason": "halt", "gen_ai.tool.name": "slow_search"}]
+
+
+def test_abort_cancels_read_only_tools_and_lets_mutating_ones_finish(make_otel: Callable[..., OTel]) -> None:
+    otel = make_otel()
+    finished: list[str] = []
+
+    @otel.ec.tool
+    async def grep(pattern: str) -> str:
+        await asyncio.sleep(5)
+        return "matches"
+
+    @otel.ec.tool(mutating=True)
+    async def write(name: str) -> str:
+        await asyncio.sleep(0.3)
+        finished.append(name)
+        return "written"
+
+    async def main() -> tuple[Any, ...]:
+        with otel.ec.conversation("conv-abort"):
+            tasks = asyncio.gather(grep("TODO"), write("notes.md"))
+            await asyncio.sleep(0.1)
+            cancelled = otel.ec.abort()
+            results = await tasks
+            after = await grep("again")  # an abort stands: the next call does not run
+            return (cancelled, *results, after)
+
+    started = time.perf_counter()
+    cancelled, grep_result, write_result, after = asyncio.run(main())
+    assert time.perf_counter() - started < 2
+    assert cancelled == 1 and write_result == "written" and finished == ["notes.md"]
+    assert grep_result.cancelled and after.cancelled
+    assert otel.ec.context("conv-abort") == ""  # cancellations are not failures
+    assert otel.metric_sum("errcompact.errors") == 0
+    assert [r.raw_error for r in otel.records()] == ["cancelled: abort", "cancelled: abort"]

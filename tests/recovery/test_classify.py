@@ -1,0 +1,135 @@
+"""Classification of real SDK exceptions, of their digests, and of GenAI span attributes."""
+
+from __future__ import annotations
+
+import anthropic
+import openai
+import pytest
+
+from otel_errcompact import compact_text
+from otel_errcompact.recovery.classify import (
+    classify_exception,
+    classify_span,
+    retry_after_from_headers,
+    retry_after_from_text,
+)
+from otel_errcompact.trajectory import DigestInfo
+from otel_errcompact.wire_server import ModelWireServer, Reply
+
+CASES = [
+    ("rate_limited", "rate_limited", 2.0),
+    ("prompt_too_long", "prompt_too_long", None),
+    ("unauthorized", "permanent", None),
+    ("overloaded", "transient", None),
+]
+
+
+def _openai_error(client: openai.OpenAI) -> BaseException:
+    with pytest.raises(openai.APIError) as info:
+        client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+    return info.value
+
+
+def _anthropic_error(client: anthropic.Anthropic) -> BaseException:
+    with pytest.raises(anthropic.APIError) as info:
+        client.messages.create(model="m", max_tokens=16, messages=[{"role": "user", "content": "hi"}])
+    return info.value
+
+
+@pytest.mark.parametrize(("kind", "expected", "retry_after"), CASES)
+def test_sdk_exceptions_and_their_digests(
+    wire: tuple[ModelWireServer, str],
+    openai_client: openai.OpenAI,
+    anthropic_client: anthropic.Anthropic,
+    kind: str,
+    expected: str,
+    retry_after: float | None,
+) -> None:
+    server, _ = wire
+    for call, client in ((_openai_error, openai_client), (_anthropic_error, anthropic_client)):
+        server.add(Reply(kind, retry_after_s=2))  # type: ignore[arg-type]
+        exc = call(client)  # type: ignore[operator]
+        got = classify_exception(exc)
+        assert got.error_class == expected, (type(exc), got)
+        assert got.retry_after_s == retry_after
+        digest = compact_text(str(exc))
+        assert digest.error_class == expected
+        assert digest.retryable is (expected in ("transient", "rate_limited"))
+        info = DigestInfo.from_digest(digest)
+        assert info.error_class == expected
+
+
+def test_openai_rate_limit_digest_carries_retry_after_from_the_body(
+    wire: tuple[ModelWireServer, str], openai_client: openai.OpenAI
+) -> None:
+    wire[0].add(Reply("rate_limited", retry_after_s=6.5))
+    digest = compact_text(str(_openai_error(openai_client)))
+    assert (digest.error_class, digest.retry_after_s) == ("rate_limited", 6.5)
+
+
+def test_connection_refused_and_timeouts_are_transient() -> None:
+    client = openai.OpenAI(api_key="sk", base_url="http://127.0.0.1:9/v1", max_retries=0, timeout=2)
+    exc = _openai_error(client)
+    assert type(exc).__name__ == "APIConnectionError"
+    assert classify_exception(exc).error_class == "transient"
+    assert classify_exception(TimeoutError("timed out")).error_class == "transient"
+
+
+def test_cancellation_is_aborted_and_plain_bugs_permanent() -> None:
+    import asyncio
+
+    assert classify_exception(asyncio.CancelledError()).error_class == "aborted"
+    try:
+        {}["user_id"]
+    except KeyError as exc:
+        assert classify_exception(exc).error_class == "permanent"
+
+
+def test_quota_exhaustion_is_permanent_though_it_is_a_429() -> None:
+    raw = 'Error code: 429 - {"error": {"message": "You exceeded your current quota", "code": "insufficient_quota"}}'
+    d = compact_text(raw)
+    assert (d.status, d.error_class, d.retryable) == (429, "permanent", False)
+
+
+def test_retry_after_forms() -> None:
+    assert retry_after_from_headers({"retry-after": "Wed, 21 Oct 2015 07:28:10 GMT"}, now=1445412480.0) == 10.0
+    assert retry_after_from_headers({"retry-after": "soon"}) is None
+    assert retry_after_from_text("HTTP/1.1 429 Too Many Requests\nRetry-After: 7\n\n{}") == 7.0
+    assert retry_after_from_text('{"retryDelay": "20s"}') == 20.0
+    assert retry_after_from_text("Please try again in 120ms.") == 0.12
+    assert retry_after_from_text("nothing here") is None
+
+
+def test_genai_span_attributes() -> None:
+    assert classify_span({"gen_ai.response.finish_reasons": ("stop",)}) is None
+    assert classify_span({"gen_ai.response.finish_reasons": ["max_tokens"]}).error_class == "output_truncated"  # type: ignore[union-attr]
+    assert classify_span({"error.type": "openai.RateLimitError"}).error_class == "rate_limited"  # type: ignore[union-attr]
+    assert classify_span({"error.type": "529"}).error_class == "transient"  # type: ignore[union-attr]
+    bad = classify_span({"error.type": "anthropic.BadRequestError"}, "prompt is too long: 215034 tokens > 200000")
+    assert bad is not None and bad.error_class == "prompt_too_long"
+
+
+class _Hostile(Exception):
+    """An exception whose attributes blow up when read, as a broken SDK wrapper might."""
+
+    @property
+    def status_code(self) -> int:
+        raise RuntimeError("boom")
+
+    @property
+    def response(self) -> object:
+        raise RuntimeError("boom")
+
+
+def test_hostile_and_odd_input_gets_a_bounded_answer() -> None:
+    assert classify_exception(_Hostile("x")).error_class == "permanent"
+    assert retry_after_from_headers(object()) is None
+    assert retry_after_from_headers({"retry-after": "nan"}) is None
+    assert retry_after_from_headers({"retry-after": "1e12"}) == 24 * 3600.0  # capped
+    assert retry_after_from_text("x" * 1_000_000 + "try again in 5s") is None  # only the head is read
+    assert classify_span({"gen_ai.response.finish_reasons": object()}) is None
+    from otel_errcompact.recovery.pacing import parse_rate_limit_headers
+
+    assert parse_rate_limit_headers(object(), 0.0) == {}
+    odd = {"x-ratelimit-limit-requests": "0", "x-ratelimit-remaining-requests": "x"}
+    assert parse_rate_limit_headers(odd, 0.0) == {}

@@ -1,0 +1,111 @@
+"""The in-memory recovery state store: breaker transitions, the single half-open probe, pacing reservations."""
+
+from __future__ import annotations
+
+import threading
+
+from otel_errcompact.recovery.state import InMemoryStateStore, RateBudget, RecoveryStateStore, pacing_delay
+
+
+def fail(store: InMemoryStateStore, key: str = "k", fp: str = "a", now: float = 0.0):  # type: ignore[no-untyped-def]
+    return store.breaker_failure("fetch", key, fp, f"[HTTP 503] {key}", now, threshold=3, cooldown_s=30.0)
+
+
+def test_is_a_recovery_state_store() -> None:
+    assert isinstance(InMemoryStateStore(), RecoveryStateStore)
+
+
+def test_opens_at_threshold_and_refuses_only_the_fingerprints_that_tripped_it() -> None:
+    s = InMemoryStateStore()
+    assert fail(s).snapshot.state == "closed"  # type: ignore[union-attr]
+    assert fail(s).changes == ()
+    update = fail(s)
+    assert update.snapshot is not None and update.snapshot.state == "open"
+    assert [(c.old, c.new, c.failures) for c in update.changes] == [("closed", "open", 3)]
+    refused = s.breaker_admit("fetch", "a", 10.0)
+    assert not refused.allowed and refused.breaker is not None and refused.breaker.retry_at == 30.0
+    assert s.breaker_admit("fetch", "other-args", 10.0).allowed
+    assert s.breaker_admit("search", "a", 10.0).allowed
+
+
+def test_other_keys_of_the_same_tool_count_apart() -> None:
+    s = InMemoryStateStore()
+    fail(s, "k1")
+    fail(s, "k2")
+    fail(s, "k1")
+    assert s.breaker_snapshot("fetch", "k1").state == "closed"  # type: ignore[union-attr]
+    assert s.breaker_snapshot("fetch", "k2").failures == 1  # type: ignore[union-attr]
+
+
+def test_cooldown_gives_exactly_one_probe_to_many_threads() -> None:
+    s = InMemoryStateStore()
+    for _ in range(3):
+        fail(s)
+    admitted: list[bool] = []
+    barrier = threading.Barrier(8)
+
+    def attempt() -> None:
+        barrier.wait()
+        admitted.append(s.breaker_admit("fetch", "a", 31.0).probe)
+
+    threads = [threading.Thread(target=attempt) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(admitted) == [False] * 7 + [True]
+    assert s.breaker_snapshot("fetch", "k").state == "half_open"  # type: ignore[union-attr]
+
+
+def test_probe_success_closes_probe_failure_reopens_release_gives_probe_back() -> None:
+    s = InMemoryStateStore()
+    for _ in range(3):
+        fail(s)
+    assert s.breaker_admit("fetch", "a", 31.0).probe
+    s.breaker_release("fetch", "k")
+    assert s.breaker_admit("fetch", "a", 31.5).probe
+    reopened = fail(s, now=32.0)
+    assert [(c.old, c.new) for c in reopened.changes] == [("half_open", "open")]
+    assert reopened.snapshot is not None and reopened.snapshot.retry_at == 62.0
+    assert not s.breaker_admit("fetch", "a", 40.0).allowed
+    assert s.breaker_admit("fetch", "a", 62.0).probe
+    closed = s.breaker_success("fetch", "a", 63.0)
+    assert [(c.old, c.new) for c in closed] == [("half_open", "closed")]
+    assert s.breaker_snapshot("fetch", "k") is None
+    assert s.breaker_admit("fetch", "a", 63.0) .allowed
+
+
+def test_bounded() -> None:
+    s = InMemoryStateStore(max_entries=4)
+    for i in range(50):
+        s.breaker_failure("t", f"k{i}", "a", "d", 0.0, threshold=3, cooldown_s=1)
+        s.pace_settle({f"b{i}": RateBudget(10, 5, 1.0, 1.0)}, 0.0, None)
+    assert len(s._breakers) == 4 and len(s._paces) == 4
+
+
+def test_pacing_delay_formula() -> None:
+    budget = RateBudget(limit=100, remaining=40, reset_at=36.0, window_s=60.0)
+    # used 60 % of the window's units with 40 % of the window gone: wait until 60 % has gone
+    assert pacing_delay(budget, now=0.0) == 36.0 - 40 * 0.6
+    assert pacing_delay(RateBudget(100, 90, 6.0, 60.0), now=0.0) == 0.0
+    assert pacing_delay(budget, now=37.0) == 0.0  # the window has reset
+
+
+def test_reservations_spread_concurrent_callers_until_responses_release_them() -> None:
+    s = InMemoryStateStore(reservation_ttl_s=30.0)
+    assert s.pace_reserve({"api:requests": 1}, 0.0) == 0.0  # nothing reported yet
+    report = RateBudget(limit=10, remaining=5, reset_at=5.0, window_s=10.0)
+    s.pace_settle({"api:requests": report}, 0.0, {"api:requests": 1})
+    delays = [s.pace_reserve({"api:requests": 1}, 0.0) for _ in range(4)]
+    assert delays == [1.0, 2.0, 3.0, 4.0]  # each reservation in flight is one more slot of window/limit
+    for _ in range(4):  # the responses arrive and report the server's count
+        s.pace_settle({"api:requests": RateBudget(10, 1, 9.0, 10.0)}, 0.1, {"api:requests": 1})
+    assert s.pace_reserve({"api:requests": 1}, 0.1) == 8.9  # the 1 left is this reservation's: wait to the reset
+    assert s.pace_reserve({"api:requests": 1}, 40.0) == 0.0  # reservations expired, the window refilled
+
+
+def test_pacing_budget_and_reservations_bounded() -> None:
+    s = InMemoryStateStore(max_entries=2)
+    for i in range(10):
+        s.pace_reserve({f"b{i}": 1}, 0.0)
+    assert len(s._paces) == 2
