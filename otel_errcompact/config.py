@@ -67,7 +67,11 @@ class Settings(BaseSettings):
     schedule_delay_s: float = Field(default=0.2, gt=0)
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
 
-    @field_validator("sqlite_path", "jsonl_path", "budget", mode="before")
+    redis_url: str | None = None
+    """Share circuit breakers and rate-limit pacing with every worker pointed at this Redis
+    (``redis://host:6379/0``); empty: each process keeps its own state."""
+
+    @field_validator("sqlite_path", "jsonl_path", "budget", "redis_url", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         if isinstance(value, str) and value.strip().lower() in {"", "none", "off", "false"}:

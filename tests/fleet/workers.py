@@ -90,3 +90,27 @@ def churn(url: str, up: Queue[Any], stop: Any, results: Queue[Any]) -> None:
             errors.append(repr(exc))
         time.sleep(0.005)
     results.put((os.getpid(), calls, errors, degraded, store.degraded))
+
+
+def paced_requests(base_url: str, redis_url: str | None, seconds: float, start_at: float, results: Queue[Any]) -> None:
+    """A worker calling a rate-limited model API through the real ``openai`` client, paced by the
+    rate-limit headers, with its pacing state in Redis (shared) or in the process (``redis_url=None``)."""
+    import openai
+
+    from otel_errcompact.recovery.fleet import fleet_store
+    from otel_errcompact.recovery.pacing import Pacer, pace
+
+    client = openai.OpenAI(base_url=f"{base_url}/v1", api_key="test-key", max_retries=0)
+    pacer = Pacer(fleet_store(redis_url))
+    pace(client, pacer)
+    ok = limited = 0
+    while time.time() < start_at:
+        time.sleep(0.001)
+    deadline = time.time() + seconds
+    while time.time() < deadline:
+        try:
+            client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            ok += 1
+        except openai.RateLimitError:
+            limited += 1
+    results.put((os.getpid(), ok, limited, time.time(), pacer.delayed_s))
