@@ -85,3 +85,43 @@ __all__ += [
     "instance",
     "read_jsonl",
 ]
+
+from otel_errcompact.recovery import (  # noqa: E402
+    AbortRegistry,
+    AnthropicMessages,
+    BreakerPolicy,
+    CircuitBreakers,
+    Classification,
+    InMemoryStateStore,
+    LoopPolicy,
+    LoopResult,
+    OpenAIChat,
+    Pacer,
+    RecoveryLoop,
+    RecoveryStateStore,
+    RetryPolicy,
+    TransitionEvent,
+    classify_exception,
+    compact_messages,
+    pace,
+)
+
+__all__ += [
+    "AbortRegistry",
+    "AnthropicMessages",
+    "BreakerPolicy",
+    "CircuitBreakers",
+    "Classification",
+    "InMemoryStateStore",
+    "LoopPolicy",
+    "LoopResult",
+    "OpenAIChat",
+    "Pacer",
+    "RecoveryLoop",
+    "RecoveryStateStore",
+    "RetryPolicy",
+    "TransitionEvent",
+    "classify_exception",
+    "compact_messages",
+    "pace",
+]

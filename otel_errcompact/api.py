@@ -36,6 +36,12 @@ from otel_errcompact.config import Settings, load_settings
 from otel_errcompact.history import ErrorHistory, Escalation, Limits, Thresholds
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, ExceptionLogProcessor, SpanPredicate
+from otel_errcompact.recovery.breaker import BreakerPolicy, CircuitBreakers
+from otel_errcompact.recovery.loop import ModelAdapter, RecoveryLoop
+from otel_errcompact.recovery.observe import RecoveryTelemetry
+from otel_errcompact.recovery.pacing import Pacer, pace
+from otel_errcompact.recovery.retry import RetryPolicy
+from otel_errcompact.recovery.state import InMemoryStateStore, RecoveryStateStore
 from otel_errcompact.sinks import JSONLSink, OTLPLogSink, SQLiteSink, TrajectorySink, TrajectoryWriter
 from otel_errcompact.telemetry import ErrorMetrics, EscalationLog
 
@@ -153,6 +159,34 @@ class ErrCompact:
         """Context manager: tool calls inside share ``conversation_id`` as their scope."""
         return conversation(conversation_id)
 
+    # -- recovery ------------------------------------------------------------------------------------
+
+    recovery_telemetry: RecoveryTelemetry | None = None
+    pacer: Pacer | None = None
+
+    def abort(self, scope: str | None = None, reason: str = "abort") -> int:
+        """Abort ``scope`` (default: the current one): cancel its in-flight model calls and read-only
+        tools (mutating tools finish); loops on it end ``aborted_streaming``. Returns the tasks cancelled."""
+        return self.boundary.aborts.abort(scope if scope is not None else self.boundary.current_scope(), reason)
+
+    def pace(self, client: Any) -> Any:
+        """Pace an httpx client, or an ``openai``/``anthropic`` client, by its rate-limit headers."""
+        return pace(client, self.pacer)
+
+    def recovery_loop(
+        self, model: ModelAdapter, tools: dict[str, Callable[..., Any]] | None = None, **options: Any
+    ) -> RecoveryLoop:
+        """A :class:`~otel_errcompact.recovery.loop.RecoveryLoop` wired to this handle: its scope is the
+        current conversation (so ``abort()`` reaches it), its transitions are span events on its
+        ``invoke_agent`` span and counted in ``errcompact.transitions``."""
+        telemetry = self.recovery_telemetry
+        options.setdefault("scope", self.boundary.current_scope())
+        options.setdefault("aborts", self.boundary.aborts)
+        options.setdefault("tracer", self.boundary._tracer)
+        if telemetry is not None:
+            options.setdefault("on_transition", telemetry.on_transition)
+        return RecoveryLoop(model, tools, **options)
+
     def record_error(
         self,
         raw: str,
@@ -246,6 +280,9 @@ def init(
     compactor: Compactor | None = None,
     sinks: Sequence[TrajectorySink] = (),
     on_tool_error: OnError | None = None,
+    breaker: BreakerPolicy | None = None,
+    retry: RetryPolicy | None = None,
+    state_store: RecoveryStateStore | None = None,
     **settings: Any,
 ) -> ErrCompact:
     """Instrument the process: failed tool spans become trajectory records, digests and escalations.
@@ -254,7 +291,9 @@ def init(
     (exporting over OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or a per-signal endpoint is set).
     ``settings`` are the fields of :class:`otel_errcompact.config.Settings` (``sqlite_path=...``,
     ``jsonl_path=...``, ``consecutive=...``); ``OTEL_ERRCOMPACT_*`` variables fill the rest. ``sinks`` adds
-    trajectory sinks of your own. Idempotent: a second call returns the first handle.
+    trajectory sinks of your own. ``breaker``, ``retry`` and ``state_store`` configure recovery at the
+    tool boundary (defaults: open after 3 identical failures for 30 s; one retry of transient failures;
+    process-wide in-memory state). Idempotent: a second call returns the first handle.
     """
     global _INSTANCE
     with _INSTANCE_LOCK:
@@ -274,6 +313,7 @@ def init(
             tool_predicate=tool_predicate,
             compactor=compactor,
             extra_sinks=sinks,
+            recovery=(breaker, retry, state_store),
         )
         _INSTANCE = handle
     atexit.register(handle.shutdown)
@@ -293,6 +333,7 @@ def _build(
     tool_predicate: SpanPredicate | None,
     compactor: Compactor | None,
     extra_sinks: Sequence[TrajectorySink],
+    recovery: tuple[BreakerPolicy | None, RetryPolicy | None, RecoveryStateStore | None] = (None, None, None),
 ) -> ErrCompact:
     owned: list[Any] = []
     resource = Resource.create({"service.name": service_name} if service_name else {})
@@ -398,14 +439,33 @@ def _build(
             lp.add_log_record_processor(ExceptionLogProcessor(processor))
 
     tracer = (tp or trace_api.get_tracer_provider()).get_tracer(_SCOPE_NAME)
+    breaker_policy, retry_policy, state_store = recovery
+    store = state_store or InMemoryStateStore()
+    if breaker_policy is None and config.breaker_threshold > 0:
+        breaker_policy = BreakerPolicy(config.breaker_threshold, config.breaker_cooldown_s)
+    breakers = CircuitBreakers(breaker_policy, store)
     boundary = ToolBoundary(
         pipeline,
         tracer,
         processor,
         on_error=config.on_tool_error,
         capture_arguments=config.capture_arguments,
+        breakers=breakers if config.enabled and breaker_policy is not None else None,
+        retry=retry_policy or RetryPolicy(attempts=config.retry_attempts),
     )
-    return ErrCompact(
+
+    def halt_siblings(escalation: Escalation, _failure: Failure) -> None:
+        if escalation.action == "halt":  # a halt cancels the scope's other in-flight read-only tools
+            boundary.aborts.cancel_tools(escalation.scope, reason="halt")
+
+    pipeline.add_escalation_listener(halt_siblings)
+    telemetry: RecoveryTelemetry | None = None
+    if config.enabled:
+        telemetry = RecoveryTelemetry(mp.get_meter(_SCOPE_NAME))
+        breakers.add_listener(telemetry.on_breaker_change)
+        if processor is not None:
+            processor.model_span_listeners.append(telemetry.on_model_span)
+    handle = ErrCompact(
         config,
         history=history,
         pipeline=pipeline,
@@ -416,3 +476,6 @@ def _build(
         metrics=metrics,
         review_queue=review_queue,
     )
+    handle.recovery_telemetry = telemetry
+    handle.pacer = Pacer(store)
+    return handle

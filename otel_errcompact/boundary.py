@@ -6,30 +6,50 @@ sets status ERROR and ``error.type`` — also when the tool *returns* an error a
 ``error.type = tool_error``) — and hands the agent a :class:`ToolErrorText` (a ``str``: the digest line)
 instead of the exception. When the scope has breached its thresholds with the ``halt`` action, the next
 call raises :class:`~otel_errcompact.exceptions.ErrorBudgetExceeded` instead of running the tool.
+
+Recovery at this boundary (decorator form, :mod:`otel_errcompact.recovery`): transient failures are
+retried (``retry=``, one retry by default, tenacity backoff with jitter, retry-after honoured; each retry is
+an ``errcompact.retry`` span event); a circuit breaker keyed by (tool, dedup key) refuses calls that keep
+failing the same way (the model gets ``circuit open: <digest> (×3); retry after 30s``); async tools run as
+tasks that ``abort(scope)`` and a halt can cancel, unless declared ``mutating=True``. A cancelled or
+refused call is recorded (trajectory, span event) but is not a tool failure.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextvars
 import functools
 import inspect
 import json
+import logging
+import threading
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
+import tenacity
 from opentelemetry import trace
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_errcompact import semconv
+from otel_errcompact.digest import Digest
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import ErrorHistory
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor
+from otel_errcompact.recovery.abort import AbortRegistry
+from otel_errcompact.recovery.breaker import CircuitBreakers, circuit_open_text, fingerprint
+from otel_errcompact.recovery.classify import classify_exception
+from otel_errcompact.recovery.retry import NO_RETRY, RetryPolicy
+from otel_errcompact.recovery.state import Admission
+from otel_errcompact.trajectory import TrajectoryRecord
 
 __all__ = ["ToolBoundary", "ToolCall", "ToolErrorText", "conversation", "current_conversation"]
+
+_log = logging.getLogger("otel_errcompact")
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -70,11 +90,17 @@ class ToolErrorText(str):
 
     outcome: Outcome | None
     escalated: bool
+    cancelled: bool
+    circuit_open: bool
 
-    def __new__(cls, text: str, outcome: Outcome | None = None) -> ToolErrorText:
+    def __new__(
+        cls, text: str, outcome: Outcome | None = None, *, cancelled: bool = False, circuit_open: bool = False
+    ) -> ToolErrorText:
         self = super().__new__(cls, text)
         self.outcome = outcome
         self.escalated = bool(outcome is not None and outcome.observation.escalation is not None)
+        self.cancelled = cancelled
+        self.circuit_open = circuit_open
         return self
 
     @property
@@ -101,6 +127,10 @@ class ToolDecorator(Protocol):
     :class:`ToolErrorText` to its return type."""
 
     def __call__(self, fn: Callable[P, R], /) -> Callable[P, R | ToolErrorText]: ...
+
+
+RetrySpec = RetryPolicy | int | None
+"""``retry=``: a :class:`RetryPolicy`, a number of attempts (``1`` = no retry), or None for the default."""
 
 
 class ToolCall:
@@ -132,12 +162,20 @@ class ToolBoundary:
         *,
         on_error: OnError = "digest",
         capture_arguments: bool = True,
+        breakers: CircuitBreakers | None = None,
+        aborts: AbortRegistry | None = None,
+        retry: RetryPolicy | None = None,
     ) -> None:
         self._pipeline = pipeline
         self._tracer = tracer
         self._processor = processor
         self._on_error = on_error
         self._capture_arguments = capture_arguments
+        self.breakers = breakers
+        self._digests: dict[str, Digest] = {}  # dedup key -> latest digest, for refused calls' history
+        self._digests_lock = threading.Lock()
+        self.aborts = aborts or AbortRegistry()
+        self.retry = retry or RetryPolicy()
 
     @property
     def history(self) -> ErrorHistory:
@@ -218,7 +256,15 @@ class ToolBoundary:
     def tool(self, func: Callable[P, R], /) -> Callable[P, R | ToolErrorText]: ...
 
     @overload
-    def tool(self, /, *, name: str | None = None, on_error: OnError | None = None) -> ToolDecorator: ...
+    def tool(
+        self,
+        /,
+        *,
+        name: str | None = None,
+        on_error: OnError | None = None,
+        retry: RetrySpec = None,
+        mutating: bool = False,
+    ) -> ToolDecorator: ...
 
     def tool(
         self,
@@ -227,8 +273,16 @@ class ToolBoundary:
         *,
         name: str | None = None,
         on_error: OnError | None = None,
+        retry: RetrySpec = None,
+        mutating: bool = False,
     ) -> Any:
-        """Decorate a sync or async tool function. ``@ec.tool`` or ``@ec.tool(name="search")``."""
+        """Decorate a sync or async tool function. ``@ec.tool`` or ``@ec.tool(name="search")``.
+
+        ``retry``: a :class:`~otel_errcompact.recovery.retry.RetryPolicy` or a number of attempts (default:
+        the boundary's policy, one retry of transient failures). ``mutating=True``: the tool changes the
+        world (writes, sends, pays): an abort lets it finish instead of cancelling it.
+        """
+        policy = self.retry if retry is None else (retry if isinstance(retry, RetryPolicy) else _attempts(retry))
 
         def decorate(fn: Callable[P, Any]) -> Callable[P, Any]:
             tool_name = name or str(getattr(fn, "__name__", "tool"))
@@ -236,25 +290,154 @@ class ToolBoundary:
 
                 @functools.wraps(fn)
                 async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                    with self.call(tool_name, arguments=_arguments(fn, args, kwargs), on_error=on_error) as call:
-                        result = await _await(fn(*args, **kwargs))
-                        if (text := _error_text_of(result)) is not None:
-                            call.fail(text)
+                    arguments = _arguments(fn, args, kwargs)
+                    fp, scope = fingerprint(_as_json(arguments)), self.current_scope()
+                    refused = self._refuse(tool_name, fp, scope, arguments)
+                    if isinstance(refused, ToolErrorText):
+                        return refused
+                    box: list[ToolCall] = []
+                    try:
+                        with self.call(tool_name, arguments=arguments, on_error=on_error) as call:
+                            box.append(call)
+                            inner = asyncio.ensure_future(_retried_async(policy, call.span, fn, args, kwargs))
+                            try:
+                                with self.aborts.track(scope, inner, "tool", mutating=mutating):
+                                    result = await inner
+                            except asyncio.CancelledError:
+                                reason = self._cancel_reason(scope)
+                                if reason is None or not inner.cancelled():
+                                    raise  # the host cancelled this task: not ours to swallow
+                                return self._cancelled(call.span, tool_name, scope, arguments, reason)
+                            if (text := _error_text_of(result)) is not None:
+                                call.fail(text)
+                    finally:
+                        self._settle(tool_name, fp, refused, box)
                     return call.error if call.error is not None else result
 
+                async_wrapper.__errcompact_mutating__ = mutating  # type: ignore[attr-defined]
                 return async_wrapper
 
             @functools.wraps(fn)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                with self.call(tool_name, arguments=_arguments(fn, args, kwargs), on_error=on_error) as call:
-                    result = fn(*args, **kwargs)
-                    if (text := _error_text_of(result)) is not None:
-                        call.fail(text)
+                arguments = _arguments(fn, args, kwargs)
+                fp, scope = fingerprint(_as_json(arguments)), self.current_scope()
+                refused = self._refuse(tool_name, fp, scope, arguments)
+                if isinstance(refused, ToolErrorText):
+                    return refused
+                box: list[ToolCall] = []
+                try:
+                    with self.call(tool_name, arguments=arguments, on_error=on_error) as call:
+                        box.append(call)
+                        result = policy.retrying(before_sleep=_note_retry(call.span))(fn, *args, **kwargs)
+                        if (text := _error_text_of(result)) is not None:
+                            call.fail(text)
+                finally:
+                    self._settle(tool_name, fp, refused, box)
                 return call.error if call.error is not None else result
 
+            wrapper.__errcompact_mutating__ = mutating  # type: ignore[attr-defined]
             return wrapper
 
         return decorate(func) if func is not None else decorate
+
+    # -- recovery: breaker, abort, cancellation ----------------------------------------------------------
+
+    def _refuse(self, name: str, fp: str, scope: str, arguments: Any) -> ToolErrorText | Admission | None:
+        """Before a call: the halt check, an abort standing for the scope, then the breaker's admission."""
+        self.check(scope)
+        reason = self.aborts.aborted(scope)
+        if reason is not None:
+            with self._tracer.start_as_current_span(f"execute_tool {name}", attributes=self._attrs(name)) as span:
+                return self._cancelled(span, name, scope, arguments, reason)
+        if self.breakers is None:
+            return None
+        admission = self.breakers.admit(name, fp)
+        if admission.allowed:
+            return admission
+        text = circuit_open_text(admission, self.breakers.clock())
+        with self._tracer.start_as_current_span(f"execute_tool {name}", attributes=self._attrs(name)) as span:
+            span.set_attribute("errcompact.circuit_open", True)
+            b = admission.breaker
+            span.add_event(
+                "errcompact.breaker",
+                {"errcompact.breaker.state": "open", "errcompact.breaker.refused": True,
+                 "errcompact.key": b.key if b else "", "errcompact.count": b.failures if b else 0},
+            )  # fmt: skip
+        # The agent asked again for a call known to fail: that is the same class once more for the
+        # history (a loop against an open breaker still escalates), though the tool did not run.
+        digest = self._digests.get(b.key) if b is not None else None
+        if digest is not None:
+            observation = self.history.observe(scope, digest)
+            if observation.escalation is not None:
+                text += " — error threshold breached: stop retrying this step."
+        if self._processor is not None:
+            self._processor.note_returned_error(text)
+        return ToolErrorText(text, None, circuit_open=True)
+
+    def _settle(self, name: str, fp: str, admission: ToolErrorText | Admission | None, box: list[ToolCall]) -> None:
+        """After a call: tell the breaker how it went (a cancelled call gives back a probe, counts nothing)."""
+        if self.breakers is None:
+            return
+        admitted = admission if isinstance(admission, Admission) else Admission(True)
+        call = box[0] if box else None
+        error = call.error if call is not None else None
+        if call is None or (error is not None and error.cancelled):
+            self.breakers.release(admitted)
+        elif error is not None and error.outcome is not None:
+            digest = error.outcome.digest
+            if digest.error_class == "aborted":
+                self.breakers.release(admitted)
+            else:
+                with self._digests_lock:
+                    self._digests[digest.key] = digest
+                    while len(self._digests) > 1024:
+                        self._digests.pop(next(iter(self._digests)))
+                self.breakers.failure(name, digest.key, fp, digest.line)
+        elif error is None:
+            self.breakers.success(name, fp)
+
+    def _cancel_reason(self, scope: str) -> str | None:
+        aborted = self.aborts.aborted(scope)
+        if aborted is not None:
+            return aborted
+        breach = self.history.escalation(scope)
+        return "halt" if breach is not None and breach.action == "halt" else None
+
+    def _cancelled(self, span: trace.Span, name: str, scope: str, arguments: Any, reason: str) -> ToolErrorText:
+        """Record a cancelled call: span event and trajectory record, never a failure in the history."""
+        span.set_attribute("errcompact.cancelled", True)
+        span.add_event("errcompact.cancelled", {"errcompact.reason": reason, semconv.GEN_AI_TOOL_NAME: name})
+        writer = self._pipeline.writer
+        if writer is not None:
+            context = span.get_span_context()
+            try:
+                writer.submit(
+                    TrajectoryRecord(
+                        source="tool",
+                        scope=scope,
+                        trace_id=f"{context.trace_id:032x}" if context.is_valid else None,
+                        span_id=f"{context.span_id:016x}" if context.is_valid else None,
+                        conversation_id=current_conversation(),
+                        tool_name=name,
+                        tool_arguments=_as_json(arguments) if self._capture_arguments else None,
+                        exception_type="CancelledError",
+                        raw_error=f"cancelled: {reason}",
+                        attributes={"errcompact.cancelled": True, "errcompact.reason": reason},
+                    )
+                )
+            except Exception:
+                _log.exception("otel-errcompact: could not record a cancelled tool call")
+        return ToolErrorText(f"Cancelled: {name} ({reason})", None, cancelled=True)
+
+    def _attrs(self, name: str) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            semconv.GEN_AI_OPERATION_NAME: "execute_tool",
+            semconv.GEN_AI_TOOL_NAME: name,
+        }
+        conversation_id = current_conversation()
+        if conversation_id:
+            attributes[semconv.GEN_AI_CONVERSATION_ID] = conversation_id
+        return attributes
 
     # -- internals ---------------------------------------------------------------------------------------
 
@@ -297,6 +480,44 @@ def _agent_text(outcome: Outcome) -> str:
 
 async def _await(value: Awaitable[Any]) -> Any:
     return await value
+
+
+def _attempts(n: int) -> RetryPolicy:
+    return NO_RETRY if n <= 1 else RetryPolicy(attempts=n)
+
+
+def _note_retry(span: trace.Span) -> Callable[[tenacity.RetryCallState], None]:
+    """tenacity ``before_sleep``: each retry is a span event on the tool span (the failure is not lost)."""
+
+    def note(state: tenacity.RetryCallState) -> None:
+        try:
+            outcome = state.outcome
+            exc = outcome.exception() if outcome is not None and outcome.failed else None
+            c = classify_exception(exc) if exc is not None else None
+            wait = state.next_action.sleep if state.next_action is not None else 0.0
+            span.add_event(
+                "errcompact.retry",
+                {
+                    "errcompact.attempt": state.attempt_number,
+                    "errcompact.error_class": c.error_class if c else "unknown",
+                    "errcompact.wait_s": round(float(wait), 3),
+                    "exception.type": type(exc).__name__ if exc is not None else "",
+                    "exception.message": str(exc)[:512] if exc is not None else "",
+                },
+            )
+        except Exception:
+            _log.debug("otel-errcompact: could not note a retry", exc_info=True)
+
+    return note
+
+
+async def _retried_async(
+    policy: RetryPolicy, span: trace.Span, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    async for attempt in policy.async_retrying(before_sleep=_note_retry(span)):
+        with attempt:
+            return await _await(fn(*args, **kwargs))
+    raise AssertionError("unreachable: tenacity re-raises the last error")  # pragma: no cover
 
 
 def _qualified_name(exc_type: type[BaseException]) -> str:

@@ -55,6 +55,13 @@ class Settings(BaseSettings):
     capture_arguments: bool = True
     """Record tool-call arguments (``gen_ai.tool.call.arguments``) in trajectory records."""
 
+    breaker_threshold: int = Field(default=3, ge=0)
+    """Open a tool's circuit breaker after this many identical failures (process-wide); 0 turns it off."""
+    breaker_cooldown_s: float = Field(default=30.0, ge=0)
+    """How long an open breaker refuses calls before one half-open probe."""
+    retry_attempts: int = Field(default=2, ge=1)
+    """Attempts of a tool call at the boundary when it fails transiently (2 = one retry)."""
+
     max_classes: int = Field(default=32, ge=1)
     max_scopes: int = Field(default=10_000, ge=1)
     idle_seconds: float = Field(default=3600.0, gt=0)

@@ -4,7 +4,8 @@ A *scope* is one conversation (``gen_ai.conversation.id``) or one agent run. Wit
 dedup key is one *class*: the first occurrence appends a line, a repeat increments its ``(×N)`` counter.
 Two thresholds end a loop that is not getting anywhere:
 
-- ``consecutive``: the same class failed N times in a row (a different class or a success resets it);
+- ``consecutive``: the same class failed N times in a row (a different class or a success resets it;
+  rate-limited and transient failures neither count nor reset: they belong to retry and pacing);
 - ``budget``: the scope has failed N times in all.
 
 A breach is never silent: :meth:`ErrorHistory.observe` returns it in ``Observation.escalation``, it stays
@@ -34,6 +35,8 @@ __all__ = ["Action", "ErrorHistory", "Escalation", "Limits", "Observation", "Rea
 Action = Literal["halt", "human"]
 """What a breach asks for: ``halt`` stops the loop (bounded execution); ``human`` asks for review."""
 Reason = Literal["consecutive", "budget"]
+
+_NOT_STUCK = frozenset({"rate_limited", "transient"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,9 +210,19 @@ class ErrorHistory:
             entry.digest = digest  # the latest line: its line number follows the agent's edits
             entry.last_seen = self._seq
             state.total += 1
-            state.consecutive = state.consecutive + 1 if state.last_key == key else 1
-            state.last_key = key
-            escalation = None if state.breach is not None else self._decide(scope, state, entry)
+            # Rate limits and transient failures go to retry and pacing: they are not the agent being
+            # stuck, so they leave the consecutive-same streak alone (the budget still counts them).
+            waiting = digest.error_class in _NOT_STUCK
+            if not waiting:
+                state.consecutive = state.consecutive + 1 if state.last_key == key else 1
+                state.last_key = key
+            escalation = self._decide(scope, state, entry, budget_only=waiting)
+            standing = state.breach
+            if escalation is not None and standing is not None and not (
+                # a standing breach does not hide a later stuck loop on another class
+                escalation.reason == "consecutive" and (standing.reason != "consecutive" or standing.key != key)
+            ):
+                escalation = None
             if escalation is not None:
                 state.breach = escalation
             return Observation(scope, digest, is_new, entry.count, state.consecutive, state.total, escalation)
@@ -316,10 +329,10 @@ class ErrorHistory:
         if state.last_key == victim_key:
             state.last_key = None
 
-    def _decide(self, scope: str, state: _Scope, entry: _Class) -> Escalation | None:
+    def _decide(self, scope: str, state: _Scope, entry: _Class, *, budget_only: bool = False) -> Escalation | None:
         t = self.thresholds
         digest = entry.digest
-        if state.consecutive >= t.consecutive:
+        if not budget_only and state.consecutive >= t.consecutive:
             reason: Reason = "consecutive"
             count, threshold = state.consecutive, t.consecutive
         elif t.budget is not None and state.total - state.budget_base >= t.budget:

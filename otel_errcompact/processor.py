@@ -49,6 +49,7 @@ _OUTPUT_ATTRIBUTES = ("gen_ai.tool.call.result", "output.value", "traceloop.enti
 # The part of a returned error text that survives JSON escaping unchanged, for matching it in outputs.
 _SAFE_PREFIX = re.compile(r"[A-Za-z0-9 _.,:\[\]()<>/-]+")
 _MAX_ATTRIBUTE_CHARS = 65_536
+_MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 
 
 def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
@@ -127,6 +128,8 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._returned_errors: deque[str] = deque(maxlen=_MAX_RETURNED_ERRORS)
         self._saw_on_ending = False
         self._closed = False
+        # Recovery listeners for model (chat) spans: ``listener(span, live agent span or None)``.
+        self.model_span_listeners: list[Callable[[ReadableSpan, Span | None], None]] = []
         pipeline.add_escalation_listener(self._add_escalation_event)
 
     @property
@@ -167,6 +170,14 @@ class ErrorCompactionProcessor(SpanProcessor):
         try:
             if not self._saw_on_ending and self._is_candidate(span):
                 self._process(span, writable=None)
+            if (
+                self.model_span_listeners
+                and span.context is not None
+                and _attributes_of(span).get(semconv.GEN_AI_OPERATION_NAME) in _MODEL_OPERATIONS
+            ):
+                anchor = self._live_anchor(span.context.trace_id)
+                for listener in self.model_span_listeners:
+                    listener(span, anchor)
             self._forget_anchor(span)
         except Exception:
             _log.exception("otel-errcompact: on_end failed")
@@ -203,8 +214,9 @@ class ErrorCompactionProcessor(SpanProcessor):
         return semconv.is_tool_span(_attributes_of(span))
 
     def _process(self, span: ReadableSpan, writable: Span | None) -> None:
-        if "errcompact.key" in (_attributes_of(span)):
-            return  # already handled at the tool boundary, while the span was live
+        attrs = _attributes_of(span)
+        if "errcompact.key" in attrs or "errcompact.cancelled" in attrs or "errcompact.circuit_open" in attrs:
+            return  # handled at the tool boundary while live, or a cancelled / refused call: not a result
         failure = self.failure_of(span)
         if failure is None:
             return
@@ -256,6 +268,8 @@ class ErrorCompactionProcessor(SpanProcessor):
                 self.pipeline.history.observe_success(scope)
             return None
         exception = semconv.exception_from_events(span.events) or held
+        if _not_a_tool_failure(exception, attrs):
+            return None
         description = span.status.description
         return Failure(
             scope=scope,
@@ -356,6 +370,18 @@ class ErrorCompactionProcessor(SpanProcessor):
         if failure.tool_name:
             attributes[semconv.GEN_AI_TOOL_NAME] = failure.tool_name
         anchor.add_event("errcompact.escalation", attributes)
+
+
+_NOT_FAILURES = frozenset({"ErrorBudgetExceeded", "CancelledError", "KeyboardInterrupt", "GeneratorExit"})
+
+
+def _not_a_tool_failure(exception: tuple[str | None, str | None, str | None] | None, attrs: Mapping[str, Any]) -> bool:
+    """The library's own halt, and cancellations, end a tool span with an exception but are not tool
+    failures: counting them would record the halt as the failure it reports (pointing at history.py)."""
+    names = [str(attrs.get(semconv.ERROR_TYPE) or "")]
+    if exception is not None and exception[0]:
+        names.append(exception[0])
+    return any(n.rsplit(".", 1)[-1] in _NOT_FAILURES for n in names if n)
 
 
 def _annotations(outcome: Outcome) -> dict[str, str | int]:

@@ -41,7 +41,7 @@ def run_threads(target: Callable[[int], None], n: int) -> list[BaseException]:
 
 
 def test_threads_failing_at_once_are_counted_exactly(make_otel: Callable[..., OTel]) -> None:
-    otel = make_otel(thresholds=NO_ESCALATION)
+    otel = make_otel(thresholds=NO_ESCALATION, breaker_threshold=0)  # every call must reach the tool
     ec = otel.ec
 
     @ec.tool
@@ -94,7 +94,7 @@ def test_threads_failing_at_once_are_counted_exactly(make_otel: Callable[..., OT
 
 
 def test_asyncio_tasks_failing_at_once(make_otel: Callable[..., OTel]) -> None:
-    otel = make_otel(thresholds=NO_ESCALATION)
+    otel = make_otel(thresholds=NO_ESCALATION, breaker_threshold=0)
     ec = otel.ec
 
     @ec.tool
@@ -123,7 +123,7 @@ def test_asyncio_tasks_failing_at_once(make_otel: Callable[..., OTel]) -> None:
 
 
 def test_shutdown_under_load_loses_nothing_that_was_accepted(make_otel: Callable[..., OTel]) -> None:
-    otel = make_otel(thresholds=NO_ESCALATION, schedule_delay_s=0.05)
+    otel = make_otel(thresholds=NO_ESCALATION, schedule_delay_s=0.05, breaker_threshold=0)
     ec = otel.ec
     writer = ec.writer
     assert writer is not None

@@ -21,8 +21,6 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from otel_errcompact.compactor import compact_text
-
 __all__ = ["compact_messages"]
 
 _log = logging.getLogger("otel_errcompact")
@@ -69,6 +67,8 @@ def compact_messages(
     >>> compact_messages(msgs, keep_recent=0)[0]["content"]
     "[KeyError] at app.py:3 in load: 'id'"
     """
+    from otel_errcompact.compactor import compact_text  # here: the compactor imports recovery.classify
+
     out = copy.deepcopy(list(messages))
     results = _tool_results(out)
     older = results[: max(0, len(results) - keep_recent)]

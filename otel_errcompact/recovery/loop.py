@@ -47,7 +47,6 @@ from typing import Any, Literal, Protocol
 
 from opentelemetry import trace
 
-from otel_errcompact.compactor import compact_text
 from otel_errcompact.exceptions import ConfigurationError
 from otel_errcompact.recovery.abort import AbortRegistry
 from otel_errcompact.recovery.classify import classify_exception
@@ -366,7 +365,7 @@ class RecoveryLoop:
                 return TransitionEvent("model_error", f"{c.error_class}: wait cap reached", attempt, c.error_class)
             reason = f"{c.reason}; retry after {base:g}s" if c.retry_after_s is not None else c.reason
             return TransitionEvent("retry_wait", reason, attempt, c.error_class, wait)
-        return TransitionEvent("model_error", compact_text(str(exc)).line, attempt, c.error_class)
+        return TransitionEvent("model_error", _digest_line(str(exc)), attempt, c.error_class)
 
     def _truncated(self, run: _Run) -> TransitionEvent:
         if run.doublings >= self.policy.max_token_doublings:
@@ -477,7 +476,7 @@ class RecoveryLoop:
             if inspect.isawaitable(value):
                 value = asyncio.run(_awaited(value))
         except Exception as exc:
-            return call, f"Error: {compact_text(_format(exc)).line}", True
+            return call, f"Error: {_digest_line(_format(exc))}", True
         return call, _as_text(value), _is_error_text(value)
 
     # -- async -------------------------------------------------------------------------------------------
@@ -532,7 +531,7 @@ class RecoveryLoop:
             if isinstance(value, asyncio.CancelledError):
                 results.append((call, f"cancelled: {self.aborts.aborted(self.scope) or 'halt'}", True))
             elif isinstance(value, BaseException):
-                results.append((call, f"Error: {compact_text(_format(value)).line}", True))
+                results.append((call, f"Error: {_digest_line(_format(value))}", True))
             else:
                 results.append(value)
         return results
@@ -549,7 +548,7 @@ class RecoveryLoop:
                 if inspect.isawaitable(value):
                     value = await value
         except Exception as exc:
-            return call, f"Error: {compact_text(_format(exc)).line}", True
+            return call, f"Error: {_digest_line(_format(exc))}", True
         return call, _as_text(value), _is_error_text(value)
 
 
@@ -567,6 +566,12 @@ class _NoSpan:
 
 async def _awaited(value: Awaitable[Any]) -> Any:
     return await value
+
+
+def _digest_line(raw: str) -> str:
+    from otel_errcompact.compactor import compact_text  # here: the compactor imports recovery.classify
+
+    return compact_text(raw).line
 
 
 def _format(exc: BaseException) -> str:

@@ -184,12 +184,11 @@ class Pacer:
         self.delayed_s = 0.0
 
     def reserve(self, host: str) -> float:
-        """Take one request off ``host``'s budgets; seconds to wait before sending it (0 when none)."""
+        """Reserve one request on ``host``'s budgets; seconds to wait before sending it (0 when none)."""
         try:
-            dimensions = self._dimensions.get(host, frozenset())
-            if not dimensions:
+            costs = self._costs(host)
+            if not costs:
                 return 0.0
-            costs = {f"{host}|{d}": (1.0 if d == "requests" else 0.0) for d in dimensions}
             delay = min(self.max_delay_s, self.store.pace_reserve(costs, self._clock()))
             if delay > 0:
                 with self._lock:
@@ -200,9 +199,15 @@ class Pacer:
             _log.debug("otel-errcompact: pacing failed; not delaying", exc_info=True)
             return 0.0
 
-    def observe(self, host: str, status: int, headers: Mapping[str, str] | Any) -> None:
-        """Store the budgets a response from ``host`` reported (and a 429's retry-after)."""
+    def _costs(self, host: str) -> dict[str, float]:
+        dimensions = self._dimensions.get(host, frozenset())
+        return {f"{host}|{d}": (1.0 if d == "requests" else 0.0) for d in dimensions}
+
+    def observe(self, host: str, status: int, headers: Mapping[str, str] | Any, reserved: bool = True) -> None:
+        """Store the budgets a response from ``host`` reported (and a 429's retry-after); release the
+        request's reservation when it made one."""
         try:
+            release = {k: v for k, v in self._costs(host).items() if v} if reserved else {}
             now = self._clock()
             budgets = parse_rate_limit_headers(headers, now)
             if status == 429:
@@ -211,11 +216,11 @@ class Pacer:
                     held = budgets.get("requests")
                     limit = held.limit if held is not None else 1.0
                     budgets["requests"] = RateBudget(limit, 0.0, now + wait, wait)
-            if not budgets:
-                return
-            with self._lock:
-                self._dimensions[host] = self._dimensions.get(host, frozenset()) | frozenset(budgets)
-            self.store.pace_settle({f"{host}|{d}": b for d, b in budgets.items()}, now)
+            if budgets:
+                with self._lock:
+                    self._dimensions[host] = self._dimensions.get(host, frozenset()) | frozenset(budgets)
+            if budgets or release:
+                self.store.pace_settle({f"{host}|{d}": b for d, b in budgets.items()}, now, release)
         except Exception:
             _log.debug("otel-errcompact: could not read rate-limit headers", exc_info=True)
 
@@ -257,24 +262,28 @@ def pace(client: C, pacer: Pacer | None = None) -> C:
     if inspect.iscoroutinefunction(getattr(http, "send", None)):
 
         async def before_async(request: Any) -> None:
+            request.extensions["errcompact_paced"] = bool(p._costs(_host(request)))
             delay = p.reserve(_host(request))
             if delay > 0:
                 await asyncio.sleep(delay)
 
         async def after_async(response: Any) -> None:
-            p.observe(_host(response.request), response.status_code, response.headers)
+            reserved = bool(response.request.extensions.get("errcompact_paced"))
+            p.observe(_host(response.request), response.status_code, response.headers, reserved)
 
         hooks.setdefault("request", []).append(before_async)
         hooks.setdefault("response", []).append(after_async)
     else:
 
         def before(request: Any) -> None:
+            request.extensions["errcompact_paced"] = bool(p._costs(_host(request)))
             delay = p.reserve(_host(request))
             if delay > 0:
                 time.sleep(delay)
 
         def after(response: Any) -> None:
-            p.observe(_host(response.request), response.status_code, response.headers)
+            reserved = bool(response.request.extensions.get("errcompact_paced"))
+            p.observe(_host(response.request), response.status_code, response.headers, reserved)
 
         hooks.setdefault("request", []).append(before)
         hooks.setdefault("response", []).append(after)

@@ -23,10 +23,11 @@ Breaker operations (keyed by tool name and dedup key; see :mod:`otel_errcompact.
 Pacer operations (keyed by a budget name such as ``api.example:requests``; see
 :mod:`otel_errcompact.recovery.pacing`):
 
-- :meth:`~RecoveryStateStore.pace_reserve` — take the cost of one request off the remaining estimate of
-  several budgets at once and return how long to wait before sending it;
-- :meth:`~RecoveryStateStore.pace_settle` — a response reported budgets: they replace the estimates (the
-  server's count is the truth; a request that never got a response leaves nothing behind).
+- :meth:`~RecoveryStateStore.pace_reserve` — reserve the cost of one request on several budgets at once
+  (it counts as in flight) and return how long to wait before sending it;
+- :meth:`~RecoveryStateStore.pace_settle` — a response arrived: release its reservation and replace the
+  budgets with what it reported (the server's count is the truth). A reservation whose response never
+  came (a dropped connection) expires after ``reservation_ttl_s``, so nothing leaks.
 
 :class:`InMemoryStateStore` is the default and the reference implementation; it is bounded (least
 recently used entries are dropped beyond ``max_entries``).
@@ -35,7 +36,7 @@ recently used entries are dropped beyond ``max_entries``).
 from __future__ import annotations
 
 import threading
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal, Protocol, runtime_checkable
@@ -166,11 +167,13 @@ class RecoveryStateStore(Protocol):
         ...
 
     def pace_reserve(self, costs: Mapping[str, float], now: float) -> float:
-        """Take ``costs`` (budget name → units) off the estimates; return the seconds to wait before sending."""
+        """Reserve ``costs`` (budget name → units) as in flight; return the seconds to wait before sending."""
         ...
 
-    def pace_settle(self, budgets: Mapping[str, RateBudget], now: float) -> None:
-        """Replace the estimates of ``budgets`` with what a response reported."""
+    def pace_settle(
+        self, budgets: Mapping[str, RateBudget], now: float, release: Mapping[str, float] | None = None
+    ) -> None:
+        """Release the reservation ``release`` and replace the estimates of ``budgets`` with a response's."""
         ...
 
 
@@ -190,6 +193,12 @@ class _Breaker:
         )
 
 
+@dataclass(slots=True)
+class _Pace:
+    budget: RateBudget | None = None
+    in_flight: deque[tuple[float, float]] = field(default_factory=deque)  # (expires at, cost), oldest first
+
+
 class InMemoryStateStore:
     """The process-wide default store: dicts behind one lock, bounded to ``max_entries`` breakers and
     ``max_entries`` budgets (least recently used first out; an open breaker is dropped only when every
@@ -202,11 +211,12 @@ class InMemoryStateStore:
     ('open', False, True)
     """
 
-    def __init__(self, max_entries: int = 4096) -> None:
+    def __init__(self, max_entries: int = 4096, *, reservation_ttl_s: float = 60.0) -> None:
         self._max = max(1, max_entries)
+        self._ttl = reservation_ttl_s
         self._lock = threading.Lock()
         self._breakers: OrderedDict[tuple[str, str], _Breaker] = OrderedDict()
-        self._paces: OrderedDict[str, RateBudget] = OrderedDict()
+        self._paces: OrderedDict[str, _Pace] = OrderedDict()
 
     # -- breaker -------------------------------------------------------------------------------------
 
@@ -283,22 +293,41 @@ class InMemoryStateStore:
         with self._lock:
             delay = 0.0
             for name, cost in costs.items():
-                budget = self._paces.get(name)
+                p = self._pace(name)
+                while p.in_flight and p.in_flight[0][0] <= now:  # reservations whose response never came
+                    p.in_flight.popleft()
+                if cost:
+                    p.in_flight.append((now + self._ttl, cost))
+                budget = p.budget
                 if budget is None:
                     continue  # nothing reported yet: nothing to pace by
-                if now >= budget.reset_at:  # replenished since the report: full, and this cost refills soon
-                    refill = cost * budget.window_s / budget.limit if budget.limit > 0 else 0.0
-                    budget = replace(budget, remaining=budget.limit, reset_at=now + refill)
-                budget = replace(budget, remaining=budget.remaining - cost)
-                self._paces[name] = budget
-                self._paces.move_to_end(name)
-                delay = max(delay, pacing_delay(budget, now))
+                if now >= budget.reset_at:  # replenished since the report: full again
+                    budget = p.budget = replace(budget, remaining=budget.limit, reset_at=now)
+                pending = sum(c for _, c in p.in_flight)
+                if now >= budget.reset_at and budget.limit > 0:
+                    budget = replace(budget, reset_at=now + pending * budget.window_s / budget.limit)
+                delay = max(delay, pacing_delay(replace(budget, remaining=budget.remaining - pending), now))
             return delay
 
-    def pace_settle(self, budgets: Mapping[str, RateBudget], now: float) -> None:
+    def pace_settle(
+        self, budgets: Mapping[str, RateBudget], now: float, release: Mapping[str, float] | None = None
+    ) -> None:
         with self._lock:
+            for name, cost in (release or {}).items():
+                p = self._pace(name)
+                for i, (_, c) in enumerate(p.in_flight):
+                    if c == cost:
+                        del p.in_flight[i]
+                        break
             for name, budget in budgets.items():
-                self._paces[name] = budget
-                self._paces.move_to_end(name)
-                while len(self._paces) > self._max:
-                    self._paces.popitem(last=False)
+                self._pace(name).budget = budget
+
+    def _pace(self, name: str) -> _Pace:
+        p = self._paces.get(name)
+        if p is None:
+            while len(self._paces) >= self._max:
+                self._paces.popitem(last=False)
+            p = self._paces[name] = _Pace()
+        else:
+            self._paces.move_to_end(name)
+        return p

@@ -79,7 +79,7 @@ def test_bounded() -> None:
     s = InMemoryStateStore(max_entries=4)
     for i in range(50):
         s.breaker_failure("t", f"k{i}", "a", "d", 0.0, threshold=3, cooldown_s=1)
-        s.pace_settle({f"b{i}": RateBudget(10, 5, 1.0, 1.0)}, 0.0)
+        s.pace_settle({f"b{i}": RateBudget(10, 5, 1.0, 1.0)}, 0.0, None)
     assert len(s._breakers) == 4 and len(s._paces) == 4
 
 
@@ -91,12 +91,21 @@ def test_pacing_delay_formula() -> None:
     assert pacing_delay(budget, now=37.0) == 0.0  # the window has reset
 
 
-def test_reservations_spread_concurrent_callers_and_a_report_replaces_the_estimate() -> None:
-    s = InMemoryStateStore()
+def test_reservations_spread_concurrent_callers_until_responses_release_them() -> None:
+    s = InMemoryStateStore(reservation_ttl_s=30.0)
     assert s.pace_reserve({"api:requests": 1}, 0.0) == 0.0  # nothing reported yet
-    s.pace_settle({"api:requests": RateBudget(limit=10, remaining=5, reset_at=5.0, window_s=10.0)}, 0.0)
+    report = RateBudget(limit=10, remaining=5, reset_at=5.0, window_s=10.0)
+    s.pace_settle({"api:requests": report}, 0.0, {"api:requests": 1})
     delays = [s.pace_reserve({"api:requests": 1}, 0.0) for _ in range(4)]
-    assert delays == [1.0, 2.0, 3.0, 4.0]  # each reservation is one more slot of window/limit
-    s.pace_settle({"api:requests": RateBudget(limit=10, remaining=9, reset_at=1.0, window_s=10.0)}, 0.1)
-    assert s.pace_reserve({"api:requests": 1}, 0.1) == 0.0
-    assert s.pace_reserve({"api:requests": 1}, 20.0) == 0.0  # long after the reset: a fresh window
+    assert delays == [1.0, 2.0, 3.0, 4.0]  # each reservation in flight is one more slot of window/limit
+    for _ in range(4):  # the responses arrive and report the server's count
+        s.pace_settle({"api:requests": RateBudget(10, 1, 9.0, 10.0)}, 0.1, {"api:requests": 1})
+    assert s.pace_reserve({"api:requests": 1}, 0.1) == 8.9  # the 1 left is this reservation's: wait to the reset
+    assert s.pace_reserve({"api:requests": 1}, 40.0) == 0.0  # reservations expired, the window refilled
+
+
+def test_pacing_budget_and_reservations_bounded() -> None:
+    s = InMemoryStateStore(max_entries=2)
+    for i in range(10):
+        s.pace_reserve({f"b{i}": 1}, 0.0)
+    assert len(s._paces) == 2

@@ -1,0 +1,115 @@
+"""Pacing from real rate-limit headers: a real token bucket on 127.0.0.1, real SDK and httpx clients."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+
+from otel_errcompact.recovery.pacing import Pacer, pace, parse_duration, parse_rate_limit_headers
+from otel_errcompact.wire_server import ModelWireServer, TokenBucket, serve
+
+
+def _hammer(call: Any, seconds: float, workers: int = 4) -> int:
+    done = [0]
+    lock = threading.Lock()
+    end = time.monotonic() + seconds
+
+    def work() -> None:
+        while time.monotonic() < end:
+            try:
+                call()
+            except openai.RateLimitError:
+                continue
+            except anthropic.RateLimitError:
+                continue
+            except httpx.HTTPStatusError:
+                continue
+            with lock:
+                done[0] += 1
+
+    threads = [threading.Thread(target=work) for _ in range(workers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return done[0]
+
+
+def test_headers_of_all_three_families_are_read_from_real_responses() -> None:
+    for ietf, path in ((False, "/v1/chat/completions"), (False, "/v1/messages"), (True, "/v1/chat/completions")):
+        with serve(ModelWireServer(bucket=TokenBucket(10, 5), ietf=ietf)) as (_, url):
+            with httpx.Client() as client:
+                for _ in range(4):
+                    response = client.post(url + path, json={})
+            now = time.time()
+            budget = parse_rate_limit_headers(response.headers, now)["requests"]
+            assert budget.limit == 10 and budget.remaining == 6
+            assert 0.5 < budget.reset_at - now <= 1.1  # 4 of 10 used, refilled at 5/s
+            assert 1.2 < budget.window_s <= 2.1  # 10 / 5 per second, inferred or from the policy
+
+
+def test_durations() -> None:
+    assert parse_duration("6m0s") == 360 and parse_duration("12ms") == 0.012 and parse_duration("1h") == 3600
+    assert parse_duration("0.5") == 0.5 and parse_duration("") is None
+
+
+def test_paced_sdk_clients_get_no_429_where_unpaced_ones_do() -> None:
+    for kind in ("openai", "anthropic", "ietf"):
+        counts = {}
+        for paced in (False, True):
+            bucket = TokenBucket(capacity=6, rate=6)
+            with serve(ModelWireServer(bucket=bucket, ietf=kind == "ietf")) as (_, url):
+                if kind == "anthropic":
+                    a = anthropic.Anthropic(api_key="k", base_url=url, max_retries=0)
+                    call: Any = lambda a=a: a.messages.create(  # noqa: E731
+                        model="m", max_tokens=8, messages=[{"role": "user", "content": "x"}]
+                    )
+                    client: Any = a
+                elif kind == "openai":
+                    o = openai.OpenAI(api_key="k", base_url=url + "/v1", max_retries=0)
+                    call = lambda o=o: o.chat.completions.create(  # noqa: E731
+                        model="m", messages=[{"role": "user", "content": "x"}]
+                    )
+                    client = o
+                else:
+                    h = httpx.Client()
+                    call = lambda h=h: h.post(url + "/v1/chat/completions", json={}).raise_for_status()  # noqa: E731
+                    client = h
+                if paced:
+                    pace(client, Pacer())
+                done = _hammer(call, 1.5)
+            counts[paced] = (bucket.refused, done)
+        assert counts[True][0] == 0, (kind, counts)
+        assert counts[False][0] > 0, (kind, counts)
+        assert counts[True][1] >= 6, (kind, counts)  # it did run, at the bucket's pace
+
+
+def test_async_client_and_429_retry_after_holds_every_caller() -> None:
+    bucket = TokenBucket(capacity=2, rate=4)
+    with serve(ModelWireServer(bucket=bucket)) as (_, url):
+
+        async def main() -> tuple[int, int]:
+            pacer = Pacer()
+            client = pace(httpx.AsyncClient(), pacer)
+            assert pace(client, pacer) is client and len(client.event_hooks["request"]) == 1
+            async with client:
+                statuses = [(await client.post(url + "/v1/chat/completions", json={})).status_code for _ in range(8)]
+            return statuses.count(429), pacer.delays
+
+        refused, delays = asyncio.run(main())
+    assert refused == 0 and delays > 0
+
+
+def test_pace_rejects_what_it_cannot_hook() -> None:
+    try:
+        pace(object())
+    except TypeError as exc:
+        assert "httpx client" in str(exc)
+    else:  # pragma: no cover
+        raise AssertionError("pace(object()) should have raised")
