@@ -148,30 +148,69 @@ end
 return 1
 """
 
-# Pacing: each field of the hash is a budget as JSON {"limit", "remaining", "reset_at", "window_s"}.
-_RESERVE = """
-local now = tonumber(ARGV[1])
+# Pacing: each field of the hash is one budget as JSON {"budget": {limit, remaining, reset_at, window_s} | absent,
+# "in_flight": [[expires_at, cost], ...]}: the same bookkeeping as InMemoryStateStore, in one atomic script.
+_PACE_COMMON = """
+local function load(raw)
+  local p = {}
+  if raw then p = cjson.decode(raw) end
+  if type(p.in_flight) ~= 'table' then p.in_flight = {} end
+  return p
+end
+"""
+
+_RESERVE = _PACE_COMMON + """
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
 local delay = 0
-for i = 2, #ARGV, 2 do
+for i = 4, #ARGV, 2 do
   local name, cost = ARGV[i], tonumber(ARGV[i + 1])
-  local raw = redis.call('HGET', KEYS[1], name)
-  if raw then
-    local b = cjson.decode(raw)
+  local p = load(redis.call('HGET', KEYS[1], name))
+  local kept = {}
+  for _, r in ipairs(p.in_flight) do
+    if r[1] > now then table.insert(kept, r) end
+  end
+  if cost > 0 then table.insert(kept, {now + ttl, cost}) end
+  p.in_flight = kept
+  local b = p.budget
+  if b ~= nil and b ~= cjson.null then
     if now >= b.reset_at then
-      local refill = 0
-      if b.limit > 0 then refill = cost * b.window_s / b.limit end
-      b.remaining, b.reset_at = b.limit, now + refill
+      b.remaining, b.reset_at = b.limit, now
     end
-    b.remaining = b.remaining - cost
-    redis.call('HSET', KEYS[1], name, cjson.encode(b))
-    local left = b.reset_at - now
+    local pending = 0
+    for _, r in ipairs(kept) do pending = pending + r[2] end
+    local reset_at = b.reset_at
+    if now >= reset_at and b.limit > 0 then reset_at = now + pending * b.window_s / b.limit end
+    local left = reset_at - now
     if left > 0 and b.limit > 0 and b.window_s > 0 then
-      local wait = math.max(0, math.min(left, left - b.remaining * b.window_s / b.limit))
+      local wait = math.max(0, math.min(left, left - (b.remaining - pending) * b.window_s / b.limit))
       if wait > delay then delay = wait end
     end
   end
+  redis.call('HSET', KEYS[1], name, cjson.encode(p))
 end
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
 return tostring(delay)
+"""
+
+_SETTLE = _PACE_COMMON + """
+local budgets, release = cjson.decode(ARGV[1]), cjson.decode(ARGV[2])
+for name, cost in pairs(release) do
+  local raw = redis.call('HGET', KEYS[1], name)
+  if raw then
+    local p = load(raw)
+    for i, r in ipairs(p.in_flight) do
+      if r[2] == cost then table.remove(p.in_flight, i) break end
+    end
+    redis.call('HSET', KEYS[1], name, cjson.encode(p))
+  end
+end
+for name, b in pairs(budgets) do
+  local p = load(redis.call('HGET', KEYS[1], name))
+  p.budget = b
+  redis.call('HSET', KEYS[1], name, cjson.encode(p))
+end
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
+return 1
 """
 
 
@@ -215,6 +254,7 @@ class RedisStateStore:
         ttl_s: int = 86_400,
         max_breakers_per_tool: int = 64,
         max_fingerprints: int = 16,
+        reservation_ttl_s: float = 60.0,
     ) -> None:
         self.client = client
         self.prefix = prefix
@@ -222,11 +262,13 @@ class RedisStateStore:
         self.ttl_s = ttl_s
         self.max_breakers_per_tool = max_breakers_per_tool
         self.max_fingerprints = max_fingerprints
+        self.reservation_ttl_s = reservation_ttl_s
         self._admit = client.register_script(_ADMIT)
         self._failure = client.register_script(_FAILURE)
         self._success = client.register_script(_SUCCESS)
         self._release = client.register_script(_RELEASE)
         self._reserve = client.register_script(_RESERVE)
+        self._settle = client.register_script(_SETTLE)
 
     def _breakers(self, tool: str) -> str:
         return f"{self.prefix}:breakers:{tool}"
@@ -300,24 +342,24 @@ class RedisStateStore:
     def pace_reserve(self, costs: Mapping[str, float], now: float) -> float:
         if not costs:
             return 0.0
-        args: list[Any] = [repr(now)]
+        args: list[Any] = [repr(now), repr(self.reservation_ttl_s), self.ttl_s]
         for name, cost in costs.items():
             args += [name, repr(float(cost))]
         return float(self._reserve(keys=[self._pace], args=args))
 
-    def pace_settle(self, budgets: Mapping[str, RateBudget], now: float) -> None:
-        if not budgets:
+    def pace_settle(
+        self, budgets: Mapping[str, RateBudget], now: float, release: Mapping[str, float] | None = None
+    ) -> None:
+        if not budgets and not release:
             return
-        fields = {
-            name: json.dumps(
-                {"limit": b.limit, "remaining": b.remaining, "reset_at": b.reset_at, "window_s": b.window_s}
-            )
+        encoded = {
+            name: {"limit": b.limit, "remaining": b.remaining, "reset_at": b.reset_at, "window_s": b.window_s}
             for name, b in budgets.items()
         }
-        with self.client.pipeline(transaction=True) as pipe:
-            pipe.hset(self._pace, mapping=fields)
-            pipe.expire(self._pace, self.ttl_s)
-            pipe.execute()
+        self._settle(
+            keys=[self._pace],
+            args=[json.dumps(encoded) if encoded else "{}", json.dumps(dict(release)) if release else "{}", self.ttl_s],
+        )
 
 
 class FailoverStateStore:
@@ -405,8 +447,10 @@ class FailoverStateStore:
         result: float = self._call("pace_reserve", costs, now)
         return result
 
-    def pace_settle(self, budgets: Mapping[str, RateBudget], now: float) -> None:
-        self._call("pace_settle", budgets, now)
+    def pace_settle(
+        self, budgets: Mapping[str, RateBudget], now: float, release: Mapping[str, float] | None = None
+    ) -> None:
+        self._call("pace_settle", budgets, now, release)
 
 
 def redis_state_store(

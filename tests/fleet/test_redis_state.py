@@ -23,7 +23,8 @@ def _collect(queue: Any, n: int, timeout: float = 60) -> list[Any]:
 
 
 def test_the_redis_store_decides_as_the_in_memory_store_does(redis_server: RedisServer) -> None:
-    """The same operations, the same clock: the same answers, step by step."""
+    """The same operations, the same clock: the same answers, step by step (times to the millisecond:
+    Redis's JSON keeps 14 significant digits, a tenth of a millisecond at today's epoch seconds)."""
     stores = [InMemoryStateStore(), RedisStateStore(redis_server.client())]
     digest = compact_text(workers.real_failure())
     fp, other = fingerprint('{"table": "orders"}'), fingerprint('{"table": "users"}')
@@ -46,7 +47,11 @@ def test_the_redis_store_decides_as_the_in_memory_store_does(redis_server: Redis
         seen.append([(c.old, c.new) for c in store.breaker_success("q", fp, now + 41)])
         seen.append(store.breaker_snapshot("q", digest.key))
         store.pace_settle({"h|requests": RateBudget(60, 10, now + 50, 60)}, now)
-        seen.append(round(store.pace_reserve({"h|requests": 1.0}, now), 6))
+        seen.append(round(store.pace_reserve({"h|requests": 1.0}, now), 3))
+        seen.append(round(store.pace_reserve({"h|requests": 1.0}, now + 1), 3))  # two in flight
+        store.pace_settle({"h|requests": RateBudget(60, 9, now + 49, 60)}, now + 2, {"h|requests": 1.0})
+        seen.append(round(store.pace_reserve({"h|requests": 1.0}, now + 2), 3))
+        seen.append(round(store.pace_reserve({"h|requests": 1.0}, now + 100), 3))  # the window has reset
         seen.append(store.pace_reserve({"unknown|requests": 1.0}, now))
         return seen
 
