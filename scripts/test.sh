@@ -19,6 +19,7 @@ command -v go >/dev/null 2>&1 || need+=(golang-go)
 command -v rustc >/dev/null 2>&1 || need+=(rustc)
 command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "installing toolchains: ${need[*]}"
   $SUDO apt-get update -qq
