@@ -51,6 +51,7 @@ from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, ExceptionLogProcessor, SpanPredicate
 from otel_errcompact.prometheus import prometheus_requested, start_prometheus
 from otel_errcompact.recovery.breaker import BreakerPolicy, CircuitBreakers
+from otel_errcompact.recovery.fleet import FleetMetrics, fleet_store
 from otel_errcompact.recovery.loop import ModelAdapter, RecoveryLoop
 from otel_errcompact.recovery.observe import RecoveryTelemetry
 from otel_errcompact.recovery.pacing import Pacer, pace
@@ -600,7 +601,8 @@ def _build(
 
     tracer = (tp or trace_api.get_tracer_provider()).get_tracer(_SCOPE_NAME)
     breaker_policy, retry_policy, state_store = recovery
-    store = state_store or InMemoryStateStore()
+    fleet_metrics = FleetMetrics(mp.get_meter(_SCOPE_NAME)) if config.enabled else None
+    store = state_store or (fleet_store(config.redis_url, fleet_metrics) if config.enabled else InMemoryStateStore())
     if breaker_policy is None and config.breaker_threshold > 0:
         breaker_policy = BreakerPolicy(config.breaker_threshold, config.breaker_cooldown_s)
     breakers = CircuitBreakers(breaker_policy, store)
@@ -623,6 +625,8 @@ def _build(
     if config.enabled:
         telemetry = RecoveryTelemetry(mp.get_meter(_SCOPE_NAME))
         breakers.add_listener(telemetry.on_breaker_change)
+        if fleet_metrics is not None:
+            breakers.add_refusal_listener(fleet_metrics.on_refusal)
         if processor is not None:
             processor.model_span_listeners.append(telemetry.on_model_span)
     handle = ErrCompact(

@@ -97,6 +97,10 @@ class Settings(BaseSettings):
     schedule_delay_s: float = Field(default=0.2, gt=0)
     shutdown_timeout_s: float = Field(default=30.0, gt=0)
 
+    redis_url: str | None = None
+    """Share circuit breakers and rate-limit pacing with every worker pointed at this Redis
+    (``redis://host:6379/0``); empty: each process keeps its own state."""
+
     trace_url: str | None = None
     """Trace link template with ``{trace_id}`` for ``otel-errcompact viewer`` (declared here so that the
     variable is a known setting; the viewer reads it)."""
@@ -111,7 +115,7 @@ class Settings(BaseSettings):
                 raise ValueError(f"redact pattern {pattern!r} does not compile: {exc}") from None
         return value
 
-    @field_validator("sqlite_path", "jsonl_path", "budget", mode="before")
+    @field_validator("sqlite_path", "jsonl_path", "budget", "redis_url", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         if isinstance(value, str) and value.strip().lower() in {"", "none", "off", "false"}:

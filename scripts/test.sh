@@ -35,6 +35,7 @@ command -v cmake >/dev/null 2>&1 || need+=(cmake)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "installing toolchains: ${need[*]}"
   if [ -n "$SUDO" ] && ! command -v sudo >/dev/null 2>&1; then

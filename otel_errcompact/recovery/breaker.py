@@ -101,12 +101,19 @@ class CircuitBreakers:
         self.store: RecoveryStateStore = store or InMemoryStateStore()
         self.clock = clock
         self._listeners: list[BreakerListener] = []
+        self._refusal_listeners: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
 
     def add_listener(self, listener: BreakerListener) -> None:
         """Call ``listener(change)`` on every state change."""
         with self._lock:
             self._listeners.append(listener)
+
+    def add_refusal_listener(self, listener: Callable[[str], None]) -> None:
+        """Call ``listener(tool)`` for every call an open breaker refuses (a per-worker signal that a
+        fleet-wide alert counts across workers)."""
+        with self._lock:
+            self._refusal_listeners.append(listener)
 
     def admit(self, tool: str, fp: str, *, notify: bool = True) -> Admission:
         """May a call of ``tool`` with argument fingerprint ``fp`` run now? (``notify=False``: the caller
@@ -118,6 +125,12 @@ class CircuitBreakers:
             return Admission(True)
         if notify:
             self._tell(admission.changes)
+        if not admission.allowed:
+            for listener in list(self._refusal_listeners):
+                try:
+                    listener(tool)
+                except Exception:
+                    _log.exception("otel-errcompact: breaker refusal listener %r failed", listener)
         return admission
 
     def notify(self, changes: tuple[BreakerChange, ...]) -> None:

@@ -1,0 +1,476 @@
+"""Breaker and pacer state shared by a fleet of workers through Redis, and a store that survives Redis.
+
+:class:`RedisStateStore` is a peer of :class:`~otel_errcompact.recovery.state.InMemoryStateStore` behind the
+same :class:`~otel_errcompact.recovery.state.RecoveryStateStore` protocol. Every operation is one Lua
+script on one key, so it is atomic across workers and works on a single Redis, a primary with replicas, or a
+cluster:
+
+- all breakers of one tool live in one hash, ``<prefix>:breakers:<tool>``, a field per dedup key holding the
+  breaker as JSON (state, failures, digest, opened/retry times, the argument fingerprints that tripped it,
+  and the probe lease). Three failures from any workers open it for all; the half-open probe is a *lease*
+  (``probe_until``): exactly one worker gets it, and if that worker dies mid-probe the lease runs out after
+  ``probe_timeout_s`` and the next caller gets the probe, so a killed worker leaves nothing stuck;
+- all pacing budgets live in one hash, ``<prefix>:pace``, a field per budget (``host|dimension``). The
+  latest rate-limit headers from any worker replace the estimate; every worker's reservation comes off it.
+
+Footprint is bounded: each hash expires ``ttl_s`` after its last write (default a day), and a tool keeps
+at most ``max_breakers_per_tool`` breakers (closed ones are dropped first).
+
+:class:`FailoverStateStore` wraps the Redis store for production: each call has a bounded timeout (the
+client's socket timeouts); when Redis is down or slow it answers from a local in-memory store instead,
+says so once (a WARNING log and the ``errcompact.state.degraded`` counter), never raises into the host,
+tries Redis again every ``retry_s`` seconds, and says when it is back.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any, cast
+
+from otel_errcompact.recovery.state import (
+    Admission,
+    BreakerChange,
+    BreakerSnapshot,
+    BreakerState,
+    BreakerUpdate,
+    InMemoryStateStore,
+    RateBudget,
+    RecoveryStateStore,
+)
+
+__all__ = ["FailoverStateStore", "RedisStateStore", "redis_state_store"]
+
+_log = logging.getLogger("otel_errcompact")
+
+# Breakers as JSON: {"state", "failures", "digest", "opened_at", "retry_at", "probe_until", "fps": {fp: seen}}.
+# cjson encodes an empty Lua table as {}, which decodes to an empty dict: fps stays an object.
+_LUA_COMMON = """
+local function load(raw)
+  local b = cjson.decode(raw)
+  if type(b.fps) ~= 'table' then b.fps = {} end
+  return b
+end
+local function out(key, b)
+  return {key, b.state, b.failures, b.digest, tostring(b.opened_at or ''), tostring(b.retry_at or ''),
+          tostring(b.probe_until or 0)}
+end
+"""
+
+_ADMIT = _LUA_COMMON + """
+local fp, now, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local key, b = all[i], load(all[i + 1])
+  if b.state ~= 'closed' and b.fps[fp] ~= nil then
+    if b.state == 'open' and b.retry_at ~= nil and now >= b.retry_at then
+      b.state = 'half_open'
+      b.probe_until = now + lease
+      redis.call('HSET', KEYS[1], key, cjson.encode(b))
+      return {'probe', 'open', out(key, b)}
+    end
+    if b.state == 'half_open' and (b.probe_until or 0) <= now then
+      b.probe_until = now + lease
+      redis.call('HSET', KEYS[1], key, cjson.encode(b))
+      return {'probe', '', out(key, b)}
+    end
+    return {'refused', '', out(key, b)}
+  end
+end
+return {'allowed', '', {}}
+"""
+
+_FAILURE = _LUA_COMMON + """
+local key, fp, digest = ARGV[1], ARGV[2], ARGV[3]
+local now, threshold, cooldown = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local ttl, max_breakers, max_fps = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
+local raw = redis.call('HGET', KEYS[1], key)
+local b
+if raw then
+  b = load(raw)
+else
+  if redis.call('HLEN', KEYS[1]) >= max_breakers then
+    local all = redis.call('HGETALL', KEYS[1])
+    local victim = nil
+    for i = 1, #all, 2 do
+      if load(all[i + 1]).state == 'closed' then victim = all[i] break end
+    end
+    redis.call('HDEL', KEYS[1], victim or all[1])
+  end
+  b = {state = 'closed', failures = 0, fps = {}}
+end
+b.failures = b.failures + 1
+b.digest = digest
+b.fps[fp] = now
+local count, oldest, oldest_seen = 0, nil, nil
+for f, seen in pairs(b.fps) do
+  count = count + 1
+  if oldest_seen == nil or seen < oldest_seen then oldest, oldest_seen = f, seen end
+end
+if count > max_fps then b.fps[oldest] = nil end
+local old = b.state
+if old == 'half_open' or (old == 'closed' and b.failures >= threshold) then
+  b.state, b.opened_at, b.retry_at, b.probe_until = 'open', now, now + cooldown, 0
+elseif old == 'open' and b.retry_at ~= nil then
+  b.retry_at = math.max(b.retry_at, now + cooldown)
+end
+redis.call('HSET', KEYS[1], key, cjson.encode(b))
+redis.call('EXPIRE', KEYS[1], ttl)
+return {old, out(key, b)}
+"""
+
+_SUCCESS = _LUA_COMMON + """
+local fp = ARGV[1]
+local changed = {}
+local all = redis.call('HGETALL', KEYS[1])
+for i = 1, #all, 2 do
+  local key, b = all[i], load(all[i + 1])
+  if b.fps[fp] ~= nil then
+    redis.call('HDEL', KEYS[1], key)
+    if b.state ~= 'closed' then table.insert(changed, out(key, b)) end
+  end
+end
+return changed
+"""
+
+_RELEASE = _LUA_COMMON + """
+local raw = redis.call('HGET', KEYS[1], ARGV[1])
+if raw then
+  local b = load(raw)
+  if b.state == 'half_open' then
+    b.probe_until = 0
+    redis.call('HSET', KEYS[1], ARGV[1], cjson.encode(b))
+  end
+end
+return 1
+"""
+
+# Pacing: each field of the hash is one budget as JSON {"budget": {limit, remaining, reset_at, window_s} | absent,
+# "in_flight": [[expires_at, cost], ...]}: the same bookkeeping as InMemoryStateStore, in one atomic script.
+_PACE_COMMON = """
+local function load(raw)
+  local p = {}
+  if raw then p = cjson.decode(raw) end
+  if type(p.in_flight) ~= 'table' then p.in_flight = {} end
+  return p
+end
+"""
+
+_RESERVE = _PACE_COMMON + """
+local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local delay = 0
+for i = 4, #ARGV, 2 do
+  local name, cost = ARGV[i], tonumber(ARGV[i + 1])
+  local p = load(redis.call('HGET', KEYS[1], name))
+  local kept = {}
+  for _, r in ipairs(p.in_flight) do
+    if r[1] > now then table.insert(kept, r) end
+  end
+  if cost > 0 then table.insert(kept, {now + ttl, cost}) end
+  p.in_flight = kept
+  local b = p.budget
+  if b ~= nil and b ~= cjson.null then
+    if now >= b.reset_at then
+      b.remaining, b.reset_at = b.limit, now
+    end
+    local pending = 0
+    for _, r in ipairs(kept) do pending = pending + r[2] end
+    local reset_at = b.reset_at
+    if now >= reset_at and b.limit > 0 then reset_at = now + pending * b.window_s / b.limit end
+    local left = reset_at - now
+    if left > 0 and b.limit > 0 and b.window_s > 0 then
+      local wait = math.max(0, math.min(left, left - (b.remaining - pending) * b.window_s / b.limit))
+      if wait > delay then delay = wait end
+    end
+  end
+  redis.call('HSET', KEYS[1], name, cjson.encode(p))
+end
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
+return tostring(delay)
+"""
+
+_SETTLE = _PACE_COMMON + """
+local budgets, release = cjson.decode(ARGV[1]), cjson.decode(ARGV[2])
+for name, cost in pairs(release) do
+  local raw = redis.call('HGET', KEYS[1], name)
+  if raw then
+    local p = load(raw)
+    for i, r in ipairs(p.in_flight) do
+      if r[2] == cost then table.remove(p.in_flight, i) break end
+    end
+    redis.call('HSET', KEYS[1], name, cjson.encode(p))
+  end
+end
+for name, b in pairs(budgets) do
+  local p = load(redis.call('HGET', KEYS[1], name))
+  p.budget = b
+  redis.call('HSET', KEYS[1], name, cjson.encode(p))
+end
+redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
+return 1
+"""
+
+
+def _state(value: Any) -> BreakerState:
+    text = value.decode() if isinstance(value, bytes) else str(value)
+    if text not in ("closed", "open", "half_open"):
+        raise ValueError(f"unknown breaker state {text!r} in the shared store")
+    return cast(BreakerState, text)
+
+
+def _snapshot(tool: str, row: list[Any]) -> BreakerSnapshot:
+    key, state, failures, digest, opened_at, retry_at, probe_until = (
+        v.decode() if isinstance(v, bytes) else v for v in row
+    )
+    return BreakerSnapshot(
+        tool=tool,
+        key=str(key),
+        state=_state(state),
+        failures=int(failures),
+        digest=str(digest),
+        opened_at=float(opened_at) if opened_at else None,
+        retry_at=float(retry_at) if retry_at else None,
+        probe_out=state == "half_open" and float(probe_until or 0) > time.time(),
+    )
+
+
+class RedisStateStore:
+    """The recovery state of a whole fleet, in one Redis (see the module docstring).
+
+    ``client`` is a ``redis.Redis``; give it short ``socket_timeout`` and ``socket_connect_timeout`` (as
+    :func:`redis_state_store` does) and wrap the store in :class:`FailoverStateStore` so a slow or missing
+    Redis never stalls or breaks an agent.
+    """
+
+    def __init__(
+        self,
+        client: Any,
+        *,
+        prefix: str = "errcompact",
+        probe_timeout_s: float = 30.0,
+        ttl_s: int = 86_400,
+        max_breakers_per_tool: int = 64,
+        max_fingerprints: int = 16,
+        reservation_ttl_s: float = 60.0,
+    ) -> None:
+        self.client = client
+        self.prefix = prefix
+        self.probe_timeout_s = probe_timeout_s
+        self.ttl_s = ttl_s
+        self.max_breakers_per_tool = max_breakers_per_tool
+        self.max_fingerprints = max_fingerprints
+        self.reservation_ttl_s = reservation_ttl_s
+        self._admit = client.register_script(_ADMIT)
+        self._failure = client.register_script(_FAILURE)
+        self._success = client.register_script(_SUCCESS)
+        self._release = client.register_script(_RELEASE)
+        self._reserve = client.register_script(_RESERVE)
+        self._settle = client.register_script(_SETTLE)
+
+    def _breakers(self, tool: str) -> str:
+        return f"{self.prefix}:breakers:{tool}"
+
+    @property
+    def _pace(self) -> str:
+        return f"{self.prefix}:pace"
+
+    # -- breaker -------------------------------------------------------------------------------------
+
+    def breaker_admit(self, tool: str, fingerprint: str, now: float) -> Admission:
+        verdict, changed_from, row = self._admit(
+            keys=[self._breakers(tool)], args=[fingerprint, repr(now), repr(self.probe_timeout_s)]
+        )
+        verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
+        if verdict == "allowed":
+            return Admission(True)
+        snapshot = _snapshot(tool, row)
+        changes: tuple[BreakerChange, ...] = ()
+        if changed_from:
+            changes = (BreakerChange(tool, snapshot.key, "open", "half_open", snapshot.failures, snapshot.digest),)
+        if verdict == "probe":
+            return Admission(True, snapshot, probe=True, changes=changes)
+        return Admission(False, snapshot)
+
+    def breaker_failure(
+        self, tool: str, key: str, fingerprint: str, digest: str, now: float, *, threshold: int, cooldown_s: float
+    ) -> BreakerUpdate:
+        old, row = self._failure(
+            keys=[self._breakers(tool)],
+            args=[
+                key, fingerprint, digest, repr(now), max(1, threshold), repr(max(0.0, cooldown_s)),
+                self.ttl_s, self.max_breakers_per_tool, self.max_fingerprints,
+            ],
+        )
+        before = _state(old)
+        snapshot = _snapshot(tool, row)
+        if before == snapshot.state:
+            return BreakerUpdate(snapshot)
+        return BreakerUpdate(snapshot, (BreakerChange(tool, key, before, snapshot.state, snapshot.failures, digest),))
+
+    def breaker_success(self, tool: str, fingerprint: str, now: float) -> tuple[BreakerChange, ...]:
+        rows = self._success(keys=[self._breakers(tool)], args=[fingerprint])
+        changes = []
+        for row in rows:
+            s = _snapshot(tool, row)
+            changes.append(BreakerChange(tool, s.key, s.state, "closed", s.failures, s.digest))
+        return tuple(changes)
+
+    def breaker_release(self, tool: str, key: str) -> None:
+        self._release(keys=[self._breakers(tool)], args=[key])
+
+    def breaker_snapshot(self, tool: str, key: str) -> BreakerSnapshot | None:
+        raw = self.client.hget(self._breakers(tool), key)
+        if raw is None:
+            return None
+        b = json.loads(raw)
+        return BreakerSnapshot(
+            tool=tool,
+            key=key,
+            state=_state(b["state"]),
+            failures=int(b["failures"]),
+            digest=str(b.get("digest", "")),
+            opened_at=b.get("opened_at"),
+            retry_at=b.get("retry_at"),
+            probe_out=b["state"] == "half_open" and float(b.get("probe_until") or 0) > time.time(),
+        )
+
+    # -- pacer ---------------------------------------------------------------------------------------
+
+    def pace_reserve(self, costs: Mapping[str, float], now: float) -> float:
+        if not costs:
+            return 0.0
+        args: list[Any] = [repr(now), repr(self.reservation_ttl_s), self.ttl_s]
+        for name, cost in costs.items():
+            args += [name, repr(float(cost))]
+        return float(self._reserve(keys=[self._pace], args=args))
+
+    def pace_settle(
+        self, budgets: Mapping[str, RateBudget], now: float, release: Mapping[str, float] | None = None
+    ) -> None:
+        if not budgets and not release:
+            return
+        encoded = {
+            name: {"limit": b.limit, "remaining": b.remaining, "reset_at": b.reset_at, "window_s": b.window_s}
+            for name, b in budgets.items()
+        }
+        self._settle(
+            keys=[self._pace],
+            args=[json.dumps(encoded) if encoded else "{}", json.dumps(dict(release)) if release else "{}", self.ttl_s],
+        )
+
+
+class FailoverStateStore:
+    """A shared store with a local fallback: Redis when it answers, in-process state when it does not.
+
+    Never raises into the host. The first failure of an outage is logged once at WARNING and counted
+    (``on_degraded``, wired by ``init()`` to the ``errcompact.state.degraded`` counter); calls then go to
+    the local store without touching Redis until ``retry_s`` has passed, when one call tries Redis again.
+    The return to Redis is logged at INFO. State written locally during an outage stays local: the fleet
+    view resumes from what Redis holds.
+    """
+
+    def __init__(
+        self,
+        primary: RecoveryStateStore,
+        fallback: RecoveryStateStore | None = None,
+        *,
+        retry_s: float = 5.0,
+        on_degraded: Callable[[str], None] | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.primary = primary
+        self.fallback: RecoveryStateStore = fallback or InMemoryStateStore()
+        self.retry_s = retry_s
+        self._on_degraded = on_degraded
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._down_until = 0.0
+        self.degraded = False
+        """True while calls are answered from the local store."""
+
+    def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
+        if self.degraded and self._clock() < self._down_until:
+            return getattr(self.fallback, name)(*args, **kwargs)
+        try:
+            result = getattr(self.primary, name)(*args, **kwargs)
+        except Exception as exc:  # redis errors, timeouts, a dead connection: all mean "use local state"
+            with self._lock:
+                first = not self.degraded
+                self.degraded = True
+                self._down_until = self._clock() + self.retry_s
+            if first:
+                _log.warning(
+                    "otel-errcompact: shared recovery state unavailable (%s: %s); using this process's own "
+                    "state until it answers again",
+                    type(exc).__name__, exc,
+                )
+                if self._on_degraded is not None:
+                    try:
+                        self._on_degraded(type(exc).__name__)
+                    except Exception:
+                        _log.debug("otel-errcompact: degraded listener failed", exc_info=True)
+            return getattr(self.fallback, name)(*args, **kwargs)
+        if self.degraded:
+            with self._lock:
+                was, self.degraded = self.degraded, False
+            if was:
+                _log.info("otel-errcompact: shared recovery state is back; breakers and pacing are shared again")
+        return result
+
+    def breaker_admit(self, tool: str, fingerprint: str, now: float) -> Admission:
+        result: Admission = self._call("breaker_admit", tool, fingerprint, now)
+        return result
+
+    def breaker_failure(
+        self, tool: str, key: str, fingerprint: str, digest: str, now: float, *, threshold: int, cooldown_s: float
+    ) -> BreakerUpdate:
+        result: BreakerUpdate = self._call(
+            "breaker_failure", tool, key, fingerprint, digest, now, threshold=threshold, cooldown_s=cooldown_s
+        )
+        return result
+
+    def breaker_success(self, tool: str, fingerprint: str, now: float) -> tuple[BreakerChange, ...]:
+        result: tuple[BreakerChange, ...] = self._call("breaker_success", tool, fingerprint, now)
+        return result
+
+    def breaker_release(self, tool: str, key: str) -> None:
+        self._call("breaker_release", tool, key)
+
+    def breaker_snapshot(self, tool: str, key: str) -> BreakerSnapshot | None:
+        result: BreakerSnapshot | None = self._call("breaker_snapshot", tool, key)
+        return result
+
+    def pace_reserve(self, costs: Mapping[str, float], now: float) -> float:
+        result: float = self._call("pace_reserve", costs, now)
+        return result
+
+    def pace_settle(
+        self, budgets: Mapping[str, RateBudget], now: float, release: Mapping[str, float] | None = None
+    ) -> None:
+        self._call("pace_settle", budgets, now, release)
+
+
+def redis_state_store(
+    url: str,
+    *,
+    timeout_s: float = 0.25,
+    prefix: str = "errcompact",
+    on_degraded: Callable[[str], None] | None = None,
+) -> FailoverStateStore:
+    """The fleet store ``init(redis_url=…)`` builds: Redis at ``url`` with ``timeout_s`` socket timeouts,
+    behind a local fallback. Raises ``ImportError`` with the install hint when ``redis`` is missing."""
+    try:
+        import redis
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("a Redis state store needs redis-py: pip install 'otel-errcompact[redis]'") from exc
+    client = redis.Redis.from_url(
+        url,
+        socket_timeout=timeout_s,
+        socket_connect_timeout=timeout_s,
+        retry_on_timeout=False,
+        health_check_interval=0,
+    )
+    return FailoverStateStore(RedisStateStore(client, prefix=prefix), on_degraded=on_degraded)

@@ -1,0 +1,36 @@
+"""init(redis_url=…) end to end: worker processes as users run them share one circuit breaker."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.fleet.conftest import RedisServer
+
+AGENT = Path(__file__).with_name("fleet_agent.py")
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _worker(url: str, calls: int, run_log: Path) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_EXPORTER_OTLP", "OTEL_ERRCOMPACT_"))}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run(
+        [sys.executable, str(AGENT), url, str(calls), str(run_log)],
+        capture_output=True, text=True, env=env, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout.splitlines()
+
+
+def test_failures_in_two_workers_open_the_breaker_for_both(redis_server: RedisServer, tmp_path: Path) -> None:
+    run_log = tmp_path / "runs.log"
+    first = _worker(redis_server.url, 2, run_log)  # fails twice, for real
+    assert all("no such table: orders" in line for line in first)
+    second = _worker(redis_server.url, 2, run_log)  # fails a third time: the breaker opens fleet-wide
+    assert "no such table: orders" in second[0]
+    assert second[1].startswith("Error: circuit open") or "circuit open" in second[1]
+    third = _worker(redis_server.url, 1, run_log)  # a fresh worker never runs the tool
+    assert "circuit open" in third[0] and "(×3)" in third[0]
+    assert run_log.read_text().count("ran") == 3

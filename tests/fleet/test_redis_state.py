@@ -1,0 +1,155 @@
+"""Breakers and pacing shared by a fleet of worker processes through a real Redis on 127.0.0.1."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from typing import Any
+
+from otel_errcompact import compact_text
+from otel_errcompact.recovery.breaker import circuit_open_text, fingerprint
+from otel_errcompact.recovery.redis_state import FailoverStateStore, RedisStateStore, redis_state_store
+from otel_errcompact.recovery.state import InMemoryStateStore, RateBudget
+from tests.fleet import workers
+from tests.fleet.conftest import RedisServer
+
+SPAWN = multiprocessing.get_context("spawn")
+
+
+def _collect(queue: Any, n: int, timeout: float = 60) -> list[Any]:
+    return [queue.get(timeout=timeout) for _ in range(n)]
+
+
+def test_the_redis_store_decides_as_the_in_memory_store_does(redis_server: RedisServer) -> None:
+    """The same operations, the same clock: the same answers, step by step (times to the millisecond:
+    Redis's JSON keeps 14 significant digits, a tenth of a millisecond at today's epoch seconds)."""
+    stores = [InMemoryStateStore(), RedisStateStore(redis_server.client())]
+    digest = compact_text(workers.real_failure())
+    fp, other = fingerprint('{"table": "orders"}'), fingerprint('{"table": "users"}')
+
+    def step(store: Any, now: float) -> list[Any]:
+        seen: list[Any] = []
+        for t in (now, now + 1, now + 2):
+            u = store.breaker_failure("q", digest.key, fp, digest.line, t, threshold=3, cooldown_s=10)
+            seen.append((u.snapshot.state, u.snapshot.failures, [(c.old, c.new) for c in u.changes]))
+        for t, f in ((now + 3, fp), (now + 3, other), (now + 20, fp), (now + 20.5, fp)):
+            a = store.breaker_admit("q", f, t)
+            seen.append((a.allowed, a.probe, [(c.old, c.new) for c in a.changes]))
+        store.breaker_release("q", digest.key)
+        a = store.breaker_admit("q", fp, now + 21)
+        seen.append((a.allowed, a.probe))
+        u = store.breaker_failure("q", digest.key, fp, digest.line, now + 22, threshold=3, cooldown_s=10)
+        seen.append((u.snapshot.state, [(c.old, c.new) for c in u.changes]))
+        a = store.breaker_admit("q", fp, now + 40)
+        seen.append((a.allowed, a.probe))
+        seen.append([(c.old, c.new) for c in store.breaker_success("q", fp, now + 41)])
+        seen.append(store.breaker_snapshot("q", digest.key))
+        store.pace_settle({"h|requests": RateBudget(60, 10, now + 50, 60)}, now)
+        seen.append(round(store.pace_reserve({"h|requests": 1.0}, now), 3))
+        seen.append(round(store.pace_reserve({"h|requests": 1.0}, now + 1), 3))  # two in flight
+        store.pace_settle({"h|requests": RateBudget(60, 9, now + 49, 60)}, now + 2, {"h|requests": 1.0})
+        seen.append(round(store.pace_reserve({"h|requests": 1.0}, now + 2), 3))
+        seen.append(round(store.pace_reserve({"h|requests": 1.0}, now + 100), 3))  # the window has reset
+        seen.append(store.pace_reserve({"unknown|requests": 1.0}, now))
+        return seen
+
+    now = time.time()
+    assert step(stores[0], now) == step(stores[1], now)
+
+
+def test_three_failures_across_workers_open_the_breaker_for_every_worker(redis_server: RedisServer) -> None:
+    results = SPAWN.Queue()
+    procs = [SPAWN.Process(target=workers.fail_once, args=(redis_server.url, results)) for _ in range(3)]
+    for p in procs:
+        p.start()
+    outcomes = _collect(results, 3)
+    for p in procs:
+        p.join(30)
+    assert all(allowed for _pid, allowed, _state in outcomes)  # each worker saw only its own single failure
+    assert sorted(state for *_rest, state in outcomes) == ["closed", "closed", "open"]
+
+    # A fourth worker, which never failed, is refused at once: the model gets the compact line.
+    b = workers.breakers(redis_server.url)
+    admission = b.admit(workers.TOOL, fingerprint(workers.ARGS))
+    assert not admission.allowed
+    text = circuit_open_text(admission, time.time())
+    assert text.startswith("circuit open: [OperationalError]") and "no such table: orders (×3)" in text
+    # Other arguments of the tool and other tools are unaffected.
+    assert b.admit(workers.TOOL, fingerprint('{"table": "users"}')).allowed
+    assert b.admit("search", fingerprint(workers.ARGS)).allowed
+
+
+def _open_breaker(url: str) -> None:
+    b = workers.breakers(url, cooldown_s=0.0)
+    digest = compact_text(workers.real_failure())
+    for _ in range(3):
+        b.failure(workers.TOOL, digest.key, fingerprint(workers.ARGS), digest.line)
+
+
+def test_exactly_one_worker_gets_the_half_open_probe(redis_server: RedisServer) -> None:
+    _open_breaker(redis_server.url)
+    results = SPAWN.Queue()
+    start_at = time.time() + 3.0  # after every worker has started
+    procs = [SPAWN.Process(target=workers.race_for_probe, args=(redis_server.url, start_at, results)) for _ in range(8)]
+    for p in procs:
+        p.start()
+    outcomes = _collect(results, 8)
+    for p in procs:
+        p.join(30)
+    probes = [pid for pid, allowed, probe in outcomes if probe]
+    assert len(probes) == 1
+    assert sum(allowed for _pid, allowed, _probe in outcomes) == 1
+
+
+def test_a_killed_worker_leaves_no_stuck_probe(redis_server: RedisServer) -> None:
+    _open_breaker(redis_server.url)
+    lease = 1.0
+    results = SPAWN.Queue()
+    worker = SPAWN.Process(target=workers.take_probe_and_hang, args=(redis_server.url, lease, results))
+    worker.start()
+    _pid, allowed, probe = results.get(timeout=60)
+    assert allowed and probe
+    os.kill(worker.pid or 0, signal.SIGKILL)  # dies holding the probe
+    worker.join(10)
+    b = workers.breakers(redis_server.url, cooldown_s=0.0, probe_timeout_s=lease)
+    fp = fingerprint(workers.ARGS)
+    assert not b.admit(workers.TOOL, fp).allowed  # the probe is still out
+    time.sleep(lease + 0.2)
+    after = b.admit(workers.TOOL, fp)
+    assert after.allowed and after.probe  # its lease ran out: the next caller probes
+
+
+def test_redis_restarting_mid_run_raises_nothing_and_state_resumes(redis_server: RedisServer) -> None:
+    results, up, stop = SPAWN.Queue(), SPAWN.Queue(), SPAWN.Event()
+    procs = [SPAWN.Process(target=workers.churn, args=(redis_server.url, up, stop, results)) for _ in range(4)]
+    for p in procs:
+        p.start()
+    _collect(up, 4)  # every worker is running against Redis
+    redis_server.restart(down_s=1.0)
+    time.sleep(2.0)  # long enough for every worker to retry Redis (retry_s = 0.3 s)
+    stop.set()
+    outcomes = _collect(results, 4, timeout=90)
+    for p in procs:
+        p.join(30)
+    for _pid, calls, errors, degraded, still_degraded in outcomes:
+        assert errors == []
+        assert calls > 50
+        assert len(degraded) == 1  # said once per outage
+        assert not still_degraded  # back on Redis by the end
+    # The shared state lives again in the restarted Redis.
+    assert redis_server.client().exists("errcompact:breakers:query_db")
+
+
+def test_a_dead_redis_degrades_within_the_timeout(tmp_path: Any) -> None:
+    from tests.fleet.conftest import free_port
+
+    degraded: list[str] = []
+    store = redis_state_store(f"redis://127.0.0.1:{free_port()}/0", timeout_s=0.2, on_degraded=degraded.append)
+    started = time.monotonic()
+    for _ in range(50):
+        assert store.breaker_admit("t", "fp", time.time()).allowed
+        store.pace_settle({"h|requests": RateBudget(10, 5, time.time() + 5, 10)}, time.time())
+    assert time.monotonic() - started < 5  # one failed connect, then local answers until retry_s
+    assert isinstance(store, FailoverStateStore) and store.degraded and len(degraded) == 1
