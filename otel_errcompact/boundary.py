@@ -52,12 +52,16 @@ from otel_errcompact.recovery.classify import RETRY_AFTER_ATTRIBUTE, classify_ex
 from otel_errcompact.recovery.retry import NO_RETRY, RetryPolicy
 from otel_errcompact.recovery.state import Admission
 from otel_errcompact.redact import redact
+from otel_errcompact.sinks.otlp import cap_text
 from otel_errcompact.statuscode import code_attributes
 from otel_errcompact.trajectory import TrajectoryRecord
 
 __all__ = ["ToolBoundary", "ToolCall", "ToolErrorText", "conversation", "current_conversation"]
 
 _log = logging.getLogger("otel_errcompact")
+_MAX_SPAN_TEXT = 65_536
+"""Characters of an exception's message and stack trace written on the span (head and tail kept): what
+leaves the process is bounded and redacted in bounded time; the trajectory record keeps the whole text."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -518,12 +522,13 @@ class ToolBoundary:
                 "exception",
                 {
                     "exception.type": qualified,
-                    "exception.message": redact(message),
-                    "exception.stacktrace": redact(raw),
+                    # Bounded like the OTLP log events: the full text is in the trajectory record.
+                    "exception.message": redact(cap_text(message, _MAX_SPAN_TEXT)),
+                    "exception.stacktrace": redact(cap_text(raw, _MAX_SPAN_TEXT)),
                     "exception.escaped": "False",
                 },
             )
-            span.set_status(Status(StatusCode.ERROR, redact(f"{exc_type}: {message}")))
+            span.set_status(Status(StatusCode.ERROR, redact(cap_text(f"{exc_type}: {message}", 1024))))
             span.set_attribute(semconv.ERROR_TYPE, qualified)
         except Exception:
             _log.debug("otel-errcompact: could not record the exception on the tool span", exc_info=True)

@@ -278,7 +278,8 @@ def classify_exception(exc: BaseException) -> Classification:
         headers = getattr(response, "headers", None)
         retry_after = retry_after_from_headers(headers) if headers is not None else None
         kind, message = _error_body(exc)
-        text = f"{kind}\n{message}"
+        # Bounded: the signal is in the error's code and first lines; a 10 MB message must not cost seconds.
+        text = f"{kind[:_RAW_CHARS]}\n{message[:_RAW_CHARS]}"
         if retry_after is None:
             retry_after = retry_after_from_text(text)
         if status == 413 or _PROMPT_TOO_LONG.search(text):
