@@ -172,25 +172,7 @@ class ErrorPipeline:
                 return record.record_id
             record = TrajectoryRecord(
                 record_id=new_record_id(),
-                source=failure.source,
-                scope=failure.scope,
-                trace_id=failure.trace_id,
-                span_id=failure.span_id,
-                parent_span_id=failure.parent_span_id,
-                conversation_id=failure.conversation_id,
-                agent_name=failure.agent_name,
-                tool_name=failure.tool_name,
-                tool_call_id=failure.tool_call_id,
-                tool_arguments=failure.tool_arguments,
-                span_name=failure.span_name,
-                status_description=failure.status_description,
-                error_type=failure.error_type,
-                exception_type=failure.exception_type,
-                exception_message=failure.exception_message,
-                exception_stacktrace=failure.exception_stacktrace,
-                raw_error=failure.raw_error,
-                started_at=failure.started_at,
-                ended_at=failure.ended_at,
+                **_failure_fields(failure),
                 attributes=dict(failure.attributes),
                 resource=dict(failure.resource),
                 digest=DigestInfo.from_digest(digest) if digest is not None else None,
@@ -225,55 +207,30 @@ def _prevalidated(failure: Failure) -> bool:
     return all(type(v) is str or v is None for v in (getattr(failure, name) for name in _TEXT_FIELDS))
 
 
+_FAILURE_FIELDS = (
+    "source", "scope", "trace_id", "span_id", "parent_span_id", "conversation_id", "agent_name", "tool_name",
+    "tool_call_id", "tool_arguments", "span_name", "status_description", "error_type", "exception_type",
+    "exception_message", "exception_stacktrace", "raw_error", "started_at", "ended_at",
+)
+"""The trajectory record's fields that a :class:`Failure` carries under the same name."""
+
+
+def _failure_fields(failure: Failure) -> dict[str, Any]:
+    return {name: getattr(failure, name) for name in _FAILURE_FIELDS}
+
+
 def _construct(failure: Failure, digest: Digest | None, observation: Observation | None) -> TrajectoryRecord:
     """The trajectory record of a prevalidated failure, built without validation."""
-    info = None
-    if digest is not None:  # the compactor's own values: bounded strings, ints and a bool
-        loc = digest.location
-        info = _unvalidated(
-            DigestInfo,
-            line=digest.line,
-            type=digest.type,
-            cause=digest.cause,
-            file=loc.file if loc else None,
-            line_no=loc.line if loc else None,
-            func=loc.func if loc else None,
-            format=digest.format,
-            retryable=digest.retryable,
-            status=digest.status,
-            key=digest.key,
-            key_type=digest.key_parts.type,
-            key_where=digest.key_parts.where,
-            key_message=digest.key_parts.message,
-            error_class=digest.error_class,
-            retry_after_s=digest.retry_after_s,
-        )
+    # The compactor's own values: bounded strings, ints and a bool.
+    info = _unvalidated(DigestInfo, **DigestInfo.fields_of(digest)) if digest is not None else None
     escalation = observation.escalation if observation is not None else None
     return _unvalidated(
         TrajectoryRecord,
         schema_name=SCHEMA_NAME,
         schema_version=SCHEMA_VERSION,
         record_id=new_record_id(),
-        source=failure.source,
         recorded_at=datetime.now(timezone.utc),
-        scope=failure.scope,
-        trace_id=failure.trace_id,
-        span_id=failure.span_id,
-        parent_span_id=failure.parent_span_id,
-        conversation_id=failure.conversation_id,
-        agent_name=failure.agent_name,
-        tool_name=failure.tool_name,
-        tool_call_id=failure.tool_call_id,
-        tool_arguments=failure.tool_arguments,
-        span_name=failure.span_name,
-        status_description=failure.status_description,
-        error_type=failure.error_type,
-        exception_type=failure.exception_type,
-        exception_message=failure.exception_message,
-        exception_stacktrace=failure.exception_stacktrace,
-        raw_error=failure.raw_error,
-        started_at=failure.started_at,
-        ended_at=failure.ended_at,
+        **_failure_fields(failure),
         attributes=jsonable(failure.attributes),  # span attributes may still hold bytes, odd keys
         resource=jsonable(failure.resource),
         digest=info,

@@ -228,24 +228,30 @@ class DigestInfo(BaseModel):
     @classmethod
     def from_digest(cls, d: Digest) -> DigestInfo:
         """Flatten a compactor :class:`~otel_errcompact.digest.Digest`."""
+        return cls(**cls.fields_of(d))
+
+    @staticmethod
+    def fields_of(d: Digest) -> dict[str, Any]:
+        """The field values of the :class:`DigestInfo` of ``d`` (one list for the validated and the fast,
+        unvalidated construction)."""
         loc = d.location
-        return cls(
-            line=d.line,
-            type=d.type,
-            cause=d.cause,
-            file=loc.file if loc else None,
-            line_no=loc.line if loc else None,
-            func=loc.func if loc else None,
-            format=d.format,
-            retryable=d.retryable,
-            status=d.status,
-            key=d.key,
-            key_type=d.key_parts.type,
-            key_where=d.key_parts.where,
-            key_message=d.key_parts.message,
-            error_class=d.error_class,
-            retry_after_s=d.retry_after_s,
-        )
+        return {
+            "line": d.line,
+            "type": d.type,
+            "cause": d.cause,
+            "file": loc.file if loc else None,
+            "line_no": loc.line if loc else None,
+            "func": loc.func if loc else None,
+            "format": d.format,
+            "retryable": d.retryable,
+            "status": d.status,
+            "key": d.key,
+            "key_type": d.key_parts.type,
+            "key_where": d.key_parts.where,
+            "key_message": d.key_parts.message,
+            "error_class": d.error_class,
+            "retry_after_s": d.retry_after_s,
+        }
 
 
 class TrajectoryRecord(BaseModel):
