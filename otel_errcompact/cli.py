@@ -245,7 +245,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except sqlite3.Error as exc:  # a SQLite file without the trajectory table, a corrupt page, ...
         where = getattr(args, "db", None)
         print(f"otel-errcompact: {'--db ' + repr(str(where)) + ': ' if where else ''}"
-              f"cannot read the trajectory database ({exc})", file=sys.stderr)
+              f"not a readable trajectory database ({exc})", file=sys.stderr)
         return 2
 
 

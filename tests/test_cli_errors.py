@@ -100,9 +100,10 @@ def test_the_demo_uses_a_temporary_store_and_says_where(tmp_path: Path) -> None:
         assert "a temporary store for this demo" in proc.stdout
         assert not (tmp_path / "xdg").exists()  # the user's real store was not touched
         with TrajectoryStore(where) as store:
-            assert store.count() == 10
+            stored = store.count()
+        assert stored >= 10  # the agent's 10 failures, and the recovery part's
         listed = _cli(["trajectories", "list", "--db", str(where), "--limit", "3"], _env(tmp_path))
-        assert listed.returncode == 0 and "3 of 10 records" in listed.stdout
+        assert listed.returncode == 0 and f"3 of {stored} records" in listed.stdout
     finally:
         shutil.rmtree(where.parent, ignore_errors=True)
 
@@ -114,4 +115,4 @@ def test_the_demo_writes_where_the_variable_says(tmp_path: Path) -> None:
     assert f"Trajectories (full raw errors): {db}\n" in proc.stdout
     assert "temporary" not in proc.stdout
     with TrajectoryStore(db) as store:
-        assert store.count() == 10
+        assert store.count() >= 10  # the agent's 10 failures, and the recovery part's

@@ -19,7 +19,7 @@ AGENT = textwrap.dedent(
     import json, sqlite3, sys
     import otel_errcompact
 
-    ec = otel_errcompact.init(sqlite_path=sys.argv[1], consecutive=3, budget=sys.argv[2],
+    ec = otel_errcompact.init(sqlite_path=sys.argv[1], consecutive=int(sys.argv[4]), budget=sys.argv[2],
                               action=sys.argv[3], human_review=lambda escalation: None)
 
     @ec.tool
@@ -42,10 +42,10 @@ AGENT = textwrap.dedent(
 )
 
 
-def _block(tmp_path: Path, budget: str, action: str = "halt") -> str:
+def _block(tmp_path: Path, budget: str, action: str = "halt", consecutive: int = 3) -> str:
     env = {k: v for k, v in os.environ.items() if not k.upper().startswith("OTEL_")}
     proc = subprocess.run(
-        [sys.executable, "-c", AGENT, str(tmp_path / "t.sqlite3"), budget, action],
+        [sys.executable, "-c", AGENT, str(tmp_path / "t.sqlite3"), budget, action, str(consecutive)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,
     )
     assert proc.returncode == 0, proc.stderr
@@ -67,7 +67,9 @@ def test_the_escalated_line_is_marked_not_repeated(tmp_path: Path) -> None:
 
 
 def test_a_budget_breach_names_its_reason(tmp_path: Path) -> None:
-    block = _block(tmp_path, "2", "human")  # human review: the agent goes on, the block tells why
+    # Human review: the agent goes on, the block tells why. The consecutive threshold is out of reach here,
+    # so the budget breach is the one standing (a later stuck loop would replace it).
+    block = _block(tmp_path, "2", "human", consecutive=10)
     assert "(×1)" not in block
     marked = [line for line in block.splitlines() if "← Escalated:" in line]
     assert marked == [line for line in block.splitlines() if "no such table" in line]
