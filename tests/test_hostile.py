@@ -13,7 +13,6 @@ import asyncio
 import json
 import socket
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -183,7 +182,12 @@ def test_abandoned_root_spans_are_bounded_and_a_live_agent_still_gets_its_escala
     assert [e.name for e in live.events] == ["errcompact.escalation"]
 
 
-def test_anchors_idle_too_long_are_forgotten() -> None:
+def test_anchors_idle_too_long_are_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The processor's clock, advanced by hand: idleness, not the machine's speed, decides.
+    from otel_errcompact import processor as processor_module
+
+    now = [1000.0]
+    monkeypatch.setattr(processor_module.time, "monotonic", lambda: now[0])
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     processor = ErrorCompactionProcessor(
@@ -196,7 +200,7 @@ def test_anchors_idle_too_long_are_forgotten() -> None:
         for i in range(500):
             tracer.start_span(f"root-{i}")
         assert len(processor._anchors) == 500
-        time.sleep(0.1)
+        now[0] += 0.1
         tracer.start_span("root-late")
         assert len(processor._anchors) == 1
         assert processor.evicted_anchors == 500
