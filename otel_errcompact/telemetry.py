@@ -42,7 +42,10 @@ reader nothing is tokenised at all and the counts are recorded in place (a provi
 may still read them). Each queued item holds at most :data:`~otel_errcompact.tokens.MAX_COUNTED_CHARS`
 characters of the error (the rest is extrapolated from that head), the queue is bounded by characters as
 well as items (:data:`MAX_QUEUED_TOKEN_CHARS`), and when it is full the counts are recorded in place:
-token counts may be skipped under a flood, call and error counts never.
+token counts may be skipped under a flood, call and error counts never. The thread records a batch at a
+time, one ``add`` per distinct attribute set, and counts tokens with a tokenizer that releases the GIL
+(:func:`~otel_errcompact.tokens.background_counter`), so what it costs the agent's threads is a few
+microseconds of Python per failure, not the tens a counter-per-failure and a GIL-holding tokenizer took.
 
 A breach is also emitted as a log event ``errcompact.escalation`` (severity WARN), correlated with the
 failed tool span, so log-based alerting works without metrics.
@@ -65,7 +68,7 @@ from otel_errcompact._sanitize import prompt_text
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.history import ErrorHistory, Escalation
 from otel_errcompact.pipeline import Failure, Outcome
-from otel_errcompact.tokens import MAX_COUNTED_CHARS, count_tokens
+from otel_errcompact.tokens import MAX_COUNTED_CHARS, background_counter
 
 __all__ = [
     "MAX_ERROR_TYPES",
@@ -198,12 +201,14 @@ class ErrorMetrics:
         self._meter = meter
         self._error_type = _CappedValues(MAX_ERROR_TYPES, "error types")
         self._tool_name = _CappedValues(MAX_TOOL_NAMES, "tool names")
+        self._count = background_counter()
         # Wakes every 256 items or each second: waking it per item would hand it the GIL in the middle of
         # the agent's work.
         self._tokens: BackgroundQueue[_Item] | None = (
             BackgroundQueue(
                 "otel-errcompact-tokens",
-                self._record,
+                lambda item: self._record_batch([item]),
+                batch_handler=self._record_batch,
                 max_size=4096,
                 cost=_item_cost,
                 max_cost=MAX_QUEUED_TOKEN_CHARS,
@@ -286,19 +291,49 @@ class ErrorMetrics:
             },
         )
 
-    def _record(self, item: _Item) -> None:
-        """On the metrics thread: the counts of one call, and its tokens."""
-        head, length, line, tool, basis, type_, is_new, key = item
-        if head is None:
-            self._calls.add(1, {"gen_ai.tool.name": tool, "errcompact.outcome": "ok"})
-            return
-        self._count_failure(tool, type_, is_new, key)
-        attributes = {"gen_ai.tool.name": tool, "errcompact.basis": basis}
-        tokens = count_tokens(head)
-        if length > len(head) > 0:
-            tokens = round(tokens * length / len(head))
-        self._raw_tokens.add(tokens, attributes)
-        self._compact_tokens.add(count_tokens(line), attributes)
+    def _record_batch(self, items: list[_Item]) -> None:
+        """On the metrics thread: the counts and tokens of a batch, one ``add`` per distinct attribute set.
+
+        Recording a counter costs the SDK several microseconds of Python, all of it holding the GIL the
+        agent's threads need; a batch of 256 failures of a few tools and error types becomes a handful
+        of ``add`` calls. Tokens are counted per item with a counter that releases the GIL
+        (:func:`~otel_errcompact.tokens.background_counter`); a digest line, repeated by every
+        occurrence of its error class, is counted once per batch.
+        """
+        calls: dict[tuple[str, str], int] = {}
+        errors: dict[tuple[str, str, bool], int] = {}
+        new_classes: dict[tuple[str, str], int] = {}
+        raw: dict[tuple[str, str], int] = {}
+        compact: dict[tuple[str, str], int] = {}
+        lines: dict[str, int] = {}
+        count = self._count
+        for head, length, line, tool, basis, type_, is_new, key in items:
+            if head is None:
+                calls[(tool, "ok")] = calls.get((tool, "ok"), 0) + 1
+                continue
+            calls[(tool, "error")] = calls.get((tool, "error"), 0) + 1
+            error_type = self._error_type(type_)
+            errors[(tool, error_type, is_new)] = errors.get((tool, error_type, is_new), 0) + 1
+            if self._first_sight(key):
+                new_classes[(tool, error_type)] = new_classes.get((tool, error_type), 0) + 1
+            tokens = count(head)
+            if length > len(head) > 0:
+                tokens = round(tokens * length / len(head))
+            line_tokens = lines.get(line)
+            if line_tokens is None:
+                line_tokens = lines[line] = count(line)
+            raw[(tool, basis)] = raw.get((tool, basis), 0) + tokens
+            compact[(tool, basis)] = compact.get((tool, basis), 0) + line_tokens
+        for (tool, outcome), n in calls.items():
+            self._calls.add(n, {"gen_ai.tool.name": tool, "errcompact.outcome": outcome})
+        for (tool, error_type, is_new), n in errors.items():
+            self._errors.add(n, {"gen_ai.tool.name": tool, "error.type": error_type, "errcompact.new_class": is_new})
+        for (tool, error_type), n in new_classes.items():
+            self._new_classes.add(n, {"gen_ai.tool.name": tool, "error.type": error_type})
+        for (tool, basis), n in raw.items():
+            self._raw_tokens.add(n, {"gen_ai.tool.name": tool, "errcompact.basis": basis})
+        for (tool, basis), n in compact.items():
+            self._compact_tokens.add(n, {"gen_ai.tool.name": tool, "errcompact.basis": basis})
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait for queued counts."""
