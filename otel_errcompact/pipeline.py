@@ -190,12 +190,6 @@ class ErrorPipeline:
             return None
 
 
-_TEXT_FIELDS = (
-    "scope", "conversation_id", "agent_name", "tool_name", "tool_call_id", "tool_arguments", "span_name",
-    "status_description", "error_type", "exception_type", "exception_message", "exception_stacktrace",
-)
-
-
 def _prevalidated(failure: Failure) -> bool:
     """True for a failure the span processor built: ids already hex, times aware UTC datetimes,
     attributes and resource dicts (made JSON-able in :func:`_construct`), every text field a ``str``. Validating such a
@@ -204,7 +198,16 @@ def _prevalidated(failure: Failure) -> bool:
         return False
     if type(failure.attributes) is not dict or type(failure.resource) is not dict:
         return False
-    return all(type(v) is str or v is None for v in (getattr(failure, name) for name in _TEXT_FIELDS))
+    # One set of the fields' types, not a generator over them: this runs for every failure.
+    f = failure
+    return {
+        type(f.scope), type(f.conversation_id), type(f.agent_name), type(f.tool_name), type(f.tool_call_id),
+        type(f.tool_arguments), type(f.span_name), type(f.status_description), type(f.error_type),
+        type(f.exception_type), type(f.exception_message), type(f.exception_stacktrace),
+    } <= _STR_OR_NONE
+
+
+_STR_OR_NONE = frozenset({str, type(None)})
 
 
 _FAILURE_FIELDS = (

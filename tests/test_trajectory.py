@@ -224,6 +224,10 @@ def test_the_fast_record_of_a_span_failure_equals_the_validated_one(keyerror_tb:
         resource={"service.name": "svc"},
     )
     assert _prevalidated(failure)
+    import dataclasses
+
+    for name in ("scope", "tool_arguments", "exception_stacktrace", "span_name"):  # validated if not text
+        assert not _prevalidated(dataclasses.replace(failure, **{name: {"not": "text"}}))
     digest = compact_text(keyerror_tb)
     history = ErrorHistory(Thresholds(consecutive=1))
     observation = history.observe("conv-1", digest)
