@@ -390,11 +390,14 @@ class TrajectoryWriter:
         backlog = len(self._queue)
         n = min(self._max_batch * _BACKLOG_FACTOR if backlog >= 2 * self._max_batch else self._max_batch,
                 backlog)
-        popleft = self._queue.popleft
-        batch = [popleft() for _ in range(n)]
-        self._queued_chars -= sum(_size(r, e) for r, _, e in batch)
-        if not self._queue:
+        if n == backlog:  # the usual case: take the whole queue, O(1) under the agents' lock
+            batch = list(self._queue)
+            self._queue.clear()
             self._queued_chars = 0
+        else:
+            popleft = self._queue.popleft
+            batch = [popleft() for _ in range(n)]
+            self._queued_chars -= sum(_size(r, e) for r, _, e in batch)
         if self._spool is not None and self._spool.due():
             try:
                 self._spool.rotate()
