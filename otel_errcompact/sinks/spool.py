@@ -78,8 +78,10 @@ class Spool:
     """An append-only, segmented record log in ``directory`` (created if missing).
 
     Not thread-safe on its own: the :class:`~otel_errcompact.sinks.writer.TrajectoryWriter` calls
-    :meth:`append` and :meth:`rotate` under its queue lock, which is also what keeps the order of
-    lines in the spool the order of records in the queue.
+    :meth:`pin`, :meth:`unpin`, :meth:`rotate` and :meth:`release_before` under its queue lock, and
+    :meth:`write` outside it, from several agent threads at once (see :meth:`write`). Lines of
+    concurrent writers may reach a segment in another order than their records reach the queue; the
+    versions of one record are submitted one after the other, so their lines keep their order.
 
     :param segment_bytes: rotate once the open segment holds this much (default 1 MiB).
     :param segment_age_s: rotate a non-empty segment this old (default 0.5 s), so a closed segment
@@ -150,6 +152,8 @@ class Spool:
         atomically, so lines written by several threads at once never overlap. Only a partial write
         (which a regular file sees when the disk is full) can leave a cut line, which recovery skips.
         """
+        # Read without the lock: if the worker rotates meanwhile, the line may land in the next segment,
+        # which is kept at least as long as the pinned one (release_before stops at the oldest pin).
         fd = self._fd if seq == self._seq else self._fd_of(seq)
         view = memoryview(data)
         while view:
@@ -170,7 +174,7 @@ class Spool:
         return min(self._pins) if self._pins else None
 
     def _fd_of(self, seq: int) -> int:
-        for closed_seq, _, fd in self._closed:
+        for closed_seq, _, fd in list(self._closed):  # a copy: the worker may rotate or release meanwhile
             if closed_seq == seq:
                 return fd
         raise OSError(f"trajectory spool: segment {seq} is no longer open")

@@ -390,7 +390,7 @@ class TrajectoryWriter:
         backlog = len(self._queue)
         n = min(self._max_batch * _BACKLOG_FACTOR if backlog >= 2 * self._max_batch else self._max_batch,
                 backlog)
-        if n == backlog:  # the usual case: take the whole queue, O(1) under the agents' lock
+        if n == backlog:  # the usual case: the whole queue, one copy in C under the agents' lock
             batch = list(self._queue)
             self._queue.clear()
             self._queued_chars = 0
