@@ -19,6 +19,7 @@ the rounds) and the per-batch commit time (median, p99). The folder is deleted a
 
 from __future__ import annotations
 
+import argparse
 import os
 import shutil
 import statistics
@@ -34,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks._machine import describe
 from otel_errcompact.sinks import SQLiteSink, TrajectoryStore, TrajectoryWriter
-from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord
+from otel_errcompact.trajectory import DigestInfo, TrajectoryRecord, new_record_id
 
 THREADS = 4
 CONVERSATIONS = 10_000
@@ -155,7 +156,8 @@ def _build(db: Path, target_bytes: int, tracebacks: list[str], digests: list[Dig
     rows = 0
     t0 = time.perf_counter()
     while db.stat().st_size < target_bytes:  # the WAL is checkpointed into the file every 64 MiB
-        batch = [r.model_copy(update={"record_id": uuid.uuid4().hex}) for r in template]
+        # Time-ordered ids, as the pipeline makes them (trajectory.new_record_id), not random ones.
+        batch = [r.model_copy(update={"record_id": new_record_id()}) for r in template]
         sink.write(batch)
         rows += len(batch)
     sink.close()  # checkpoints the WAL into the file
@@ -228,9 +230,14 @@ def big_store(target_gb: float, rounds: int = 5, per_round: int = 20_000) -> Non
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 60.0
-    target_gb = float(sys.argv[2]) if len(sys.argv) > 2 else 1.1
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("seconds", nargs="?", type=float, default=60.0,
+                        help="seconds of sustained failures in part 1 (default 60; 0 skips part 1)")
+    parser.add_argument("store_gb", nargs="?", type=float, default=1.1,
+                        help="size the big store of part 2 is grown past, in GB (default 1.1; 0 skips part 2)")
+    args = parser.parse_args(argv)
+    seconds, target_gb = args.seconds, args.store_gb
     print(f"bench_sustained on {describe()}, load average {os.getloadavg()[0]:.1f} "
           "(the machine is shared: other processes compete for both cores)")
     if seconds > 0:

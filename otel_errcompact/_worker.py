@@ -22,13 +22,19 @@ T = TypeVar("T")
 
 
 class BackgroundQueue(Generic[T]):
-    """Run ``handler(item)`` for each submitted item on a daemon thread, in order."""
+    """Run ``handler(item)`` for each submitted item on a daemon thread, in order.
+
+    With ``batch_handler`` the thread calls ``batch_handler(items)`` once per wake-up instead, with every
+    item waiting: a handler that can merge items (metrics with equal attributes) then pays once per
+    batch, not per item.
+    """
 
     def __init__(
         self,
         name: str,
         handler: Callable[[T], None],
         *,
+        batch_handler: Callable[[list[T]], None] | None = None,
         max_size: int = 10_000,
         cost: Callable[[T], int] | None = None,
         max_cost: int = 0,
@@ -36,6 +42,7 @@ class BackgroundQueue(Generic[T]):
         max_delay_s: float | None = None,
     ) -> None:
         self._handler = handler
+        self._batch_handler = batch_handler
         self._items: deque[T] = deque()
         self._max_size = max_size
         # Bounding by item count alone lets a few huge items hold gigabytes; ``cost`` bounds the total.
@@ -91,6 +98,16 @@ class BackgroundQueue(Generic[T]):
     def _due(self) -> bool:
         return self._closed or self._flush_wanted > 0 or len(self._items) >= self._wake_every
 
+    def _handled_as_batch(self, batch: list[T]) -> list[T]:
+        """Hand ``batch`` to the batch handler; nothing is left to handle item by item (a handler that
+        raised may have handled part of the batch: handling it again could count items twice)."""
+        assert self._batch_handler is not None
+        try:
+            self._batch_handler(batch)
+        except Exception:
+            _log.exception("otel-errcompact: background batch handler failed")
+        return []
+
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -104,6 +121,8 @@ class BackgroundQueue(Generic[T]):
                 self._queued_cost = 0
                 self._busy = True
             try:
+                if self._batch_handler is not None:
+                    batch = self._handled_as_batch(batch)
                 for item in batch:
                     try:
                         self._handler(item)

@@ -177,6 +177,8 @@ class _Class:
     # Short hashes of the data values this class was seen with, bounded by Limits.max_values.
     values: set[int] = field(default_factory=set)
     values_capped: bool = False
+    # Causes not yet reduced to a value signature (see ErrorHistory._note_value).
+    unsigned: set[str] = field(default_factory=set)
 
 
 @dataclass(slots=True)
@@ -332,6 +334,9 @@ class ErrorHistory:
             # The class that breached is marked on its own line; the sentence (which quotes the digest)
             # is only for a breach whose class is not listed.
             marked = breach is not None and any(c.digest.key == breach.key for c in shown)
+            for c in shown:
+                if c.unsigned:
+                    self._sign_values(c)
             return render_block(
                 [
                     RenderedClass(
@@ -379,16 +384,36 @@ class ErrorHistory:
 
     def _note_value(self, entry: _Class, digest: Digest) -> None:
         """Remember which data values the class was seen with (the cause with only noise masked), up to
-        ``Limits.max_values``; past the bound the count stops and renders as ``N+``."""
+        ``Limits.max_values``; past the bound the count stops and renders as ``N+``.
+
+        Masking the noise costs 5-25 µs of regular expressions per cause, on the agent's thread, and
+        its only reader is :meth:`render`. So a cause is kept as it is (exact repeats cost a set
+        look-up) and reduced to its signature when the block is rendered, or when
+        ``4 × max_values`` distinct causes are waiting: the work and the memory stay bounded, and a
+        class that is never rendered with many values never pays for it.
+        """
         if entry.values_capped:
             return
-        signature = hash(value_signature(digest.cause))
-        if signature in entry.values:
+        cause = digest.cause
+        if cause in entry.unsigned:
             return
-        if len(entry.values) >= self.limits.max_values:
-            entry.values_capped = True
-            return
-        entry.values.add(signature)
+        if len(entry.unsigned) >= 4 * self.limits.max_values:
+            self._sign_values(entry)
+            if entry.values_capped:
+                return
+        entry.unsigned.add(cause)
+
+    def _sign_values(self, entry: _Class) -> None:
+        """Reduce the waiting causes of ``entry`` to value signatures (call with the lock held)."""
+        for cause in entry.unsigned:
+            signature = hash(value_signature(cause))
+            if signature in entry.values:
+                continue
+            if len(entry.values) >= self.limits.max_values:
+                entry.values_capped = True
+                break
+            entry.values.add(signature)
+        entry.unsigned.clear()
 
     @staticmethod
     def _fold_least_recent(state: _Scope) -> None:

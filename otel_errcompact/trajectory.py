@@ -149,12 +149,15 @@ def _utc(value: Any) -> Any:
     if isinstance(value, bool):
         return value
     if isinstance(value, int):
-        # Integer arithmetic: value / 1e9 as a float is off by a microsecond for current timestamps.
-        seconds, nanos = divmod(value, 1_000_000_000)
-        return datetime.fromtimestamp(seconds, tz=timezone.utc) + timedelta(microseconds=nanos // 1000)
+        # Integer arithmetic: value / 1e9 as a float is off by a microsecond for current timestamps. One
+        # timedelta from the epoch: a failed span converts two timestamps on the agent's thread.
+        return _EPOCH + timedelta(microseconds=value // 1000)
     if isinstance(value, datetime) and value.tzinfo is None:
         return value.replace(tzinfo=timezone.utc)
     return value
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
 
 
 def _now() -> datetime:

@@ -318,3 +318,21 @@ def test_the_values_bound_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setenv("OTEL_ERRCOMPACT_MAX_VALUES", "5")
     assert load_settings().limits().max_values == 5
+
+
+def test_values_beyond_the_waiting_bound_are_still_counted_right() -> None:
+    """Causes are reduced to value signatures in bulk (at render, or when 4 × max_values distinct ones
+    wait): many causes that differ only by noise still count as one value, and real values still stop
+    at the bound."""
+    limits = Limits(max_values=4)
+    noise = ErrorHistory(Thresholds(consecutive=1000), limits)
+    for i in range(40):  # 40 distinct causes, one value: the address and the duration are noise
+        noise.observe("conv", compact_text(f"ConnectionError: connect to 10.0.{i}.7:5432 failed after {i}.2s"))
+    block = noise.render("conv")
+    assert "(×40)" in block and "different values" not in block, block
+
+    values = ErrorHistory(Thresholds(consecutive=1000), limits)
+    for i in range(40):
+        values.observe("conv", compact_text(f"KeyError: 'session s-{i}'"))
+    block = values.render("conv")
+    assert "(×40, 4+ different values)" in block, block

@@ -34,7 +34,7 @@ from otel_errcompact.pipeline import ErrorPipeline, Failure
 from otel_errcompact.sinks import TrajectoryWriter
 from otel_errcompact.structured import parse_exception
 from otel_errcompact.telemetry import ErrorMetrics, metrics_are_read
-from otel_errcompact.tokens import MAX_COUNTED_CHARS, count_tokens, exact
+from otel_errcompact.tokens import MAX_COUNTED_CHARS, background_counter, count_tokens, exact
 from otel_errcompact.trajectory import TrajectoryRecord, new_record_id
 from tests.conftest import OTel
 from tests.deeperrors import deep_app, deep_exception
@@ -228,6 +228,49 @@ def test_token_counts_are_exact_o200k(tmp_path: Path) -> None:
     # Beyond the exact head the count is extrapolated, close to the true count.
     long = raw * (2 * MAX_COUNTED_CHARS // len(raw) + 1)
     assert abs(count_tokens(long) - len(reference.encode(long))) <= 0.02 * len(reference.encode(long))
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("encoding", ["o200k_base", "cl100k_base"])
+def test_background_counter_counts_what_count_tokens_counts(tmp_path: Path, encoding: str) -> None:
+    count = background_counter(encoding)
+    texts = [
+        python_error(tmp_path, "import json\njson.loads('{\"a\": [1, 2,')\n"),
+        Path(otel_errcompact.__file__).read_text(encoding="utf-8"),
+        "caf\udce9.txt: no such file",  # a lone surrogate, as os.listdir returns it
+        "x" * 100_000,  # beyond the counted head: extrapolated the same way
+        "",
+    ]
+    for text in texts:
+        assert count(text) == count_tokens(text, encoding)
+
+
+def test_token_metrics_sum_every_failure_of_a_batch(tmp_path: Path) -> None:
+    reader = InMemoryMetricReader()
+    metrics = ErrorMetrics(MeterProvider(metric_readers=[reader]).get_meter("t"))
+    pipeline = ErrorPipeline(ErrorHistory(Thresholds(consecutive=10**6, budget=None)))
+    pipeline.add_failure_listener(metrics.on_failure)
+    pipeline.add_success_listener(metrics.on_success)
+    raws = [python_error(tmp_path, f"raise KeyError('k{i}')\n") for i in range(3)]
+    for i in range(300):
+        pipeline.handle(Failure(scope=f"s{i % 7}", raw_error=raws[i % 3], tool_name=f"tool{i % 2}"))
+        pipeline.succeeded("s", "tool0")
+    assert metrics.flush(60)
+    metrics.shutdown(60)
+    # One tokenizer pass per batch and attribute set: exact within a token per text at the joins.
+    exact_sum = 100 * sum(count_tokens(r) for r in raws)
+    assert abs(_raw_token_sum(reader) - exact_sum) <= 0.01 * exact_sum
+    sums: dict[tuple[str, str], int] = {}
+    data = reader.get_metrics_data()
+    for resource_metrics in data.resource_metrics if data else ():
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                if metric.name == "errcompact.tool.calls":
+                    for point in metric.data.data_points:  # type: ignore[union-attr]
+                        attrs = point.attributes or {}
+                        key = (str(attrs["gen_ai.tool.name"]), str(attrs["errcompact.outcome"]))
+                        sums[key] = sums.get(key, 0) + int(point.value)
+    assert sums == {("tool0", "error"): 150, ("tool1", "error"): 150, ("tool0", "ok"): 300}
 
 
 def _raw_token_sum(reader: InMemoryMetricReader) -> int:

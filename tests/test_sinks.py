@@ -452,3 +452,45 @@ def test_submit_never_raises_and_shutdown_is_idempotent(tmp_path: Path,
     assert not writer.force_flush(timeout_s=0.5)  # truthful: two records were dropped
     with TrajectoryStore(db) as store:
         assert store.count() == 1
+
+
+def test_spool_lines_written_by_eight_threads_at_once_stay_whole(tmp_path: Path,
+                                                               tracebacks: dict[str, str]) -> None:
+    """Agent threads append to the spool outside the writer's lock: every line must still be whole, every
+    record stored, and a segment being written to never deleted under the writer (small segments force
+    rotations and releases during the run)."""
+    db, spool_dir = tmp_path / "t.db", tmp_path / "t.db-spool"
+    gate = _GateSink()
+    writer = TrajectoryWriter([gate, SQLiteSink(db)], spool_dir=spool_dir, max_batch_size=64)
+    assert writer._spool is not None
+    writer._spool.segment_bytes = 16 * 1024
+    template = _raw(tracebacks["sql"])
+    per_thread = 150
+    start = threading.Barrier(8)
+    ids: list[list[str]] = [[] for _ in range(8)]
+
+    def produce(n: int) -> None:
+        start.wait()
+        for _ in range(per_thread):
+            rec = template.model_copy(update={"record_id": uuid.uuid4().hex, "scope": f"t{n}"})
+            ids[n].append(rec.record_id)
+            writer.submit(rec)
+
+    threads = [threading.Thread(target=produce, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    # The worker is held inside its first batch: everything since is only in the spool.
+    spooled: list[str] = []
+    for segment in sorted(spool_dir.glob("*.spool")):
+        for line in segment.read_bytes().splitlines():
+            spooled.append(TrajectoryRecord.from_storage_json(line).record_id)  # raises on a cut line
+    submitted = {i for chunk in ids for i in chunk}
+    assert set(spooled) == submitted and len(spooled) == len(submitted)
+    gate.release.set()
+    writer.shutdown(timeout_s=60.0)
+    assert writer.lost == 0 and writer.spool_failures == 0
+    with sqlite3.connect(db) as conn:
+        assert {r[0] for r in conn.execute("SELECT record_id FROM trajectory")} == submitted
+    assert not spool_dir.exists() or not list(spool_dir.glob("*.spool"))

@@ -204,3 +204,41 @@ def test_binary_raw_error_keeps_every_byte(tmp_path: Path) -> None:
     rec = TrajectoryRecord.model_validate({"source": "tool", "raw_error": out.read_bytes()})
     decoded = rec.raw_error.encode("utf-8").decode("unicode_escape").encode("latin-1")
     assert decoded == out.read_bytes()
+
+
+def test_the_fast_record_of_a_span_failure_equals_the_validated_one(keyerror_tb: str) -> None:
+    """The pipeline builds a span failure's record without validation (pipeline._construct, on the agent's
+    thread); it must hold exactly what the validated construction holds, field for field."""
+    from otel_errcompact.history import ErrorHistory, Thresholds
+    from otel_errcompact.pipeline import Failure, _construct, _failure_fields, _prevalidated
+
+    failure = Failure(
+        scope="conv-1", raw_error=keyerror_tb, source="span", tool_name="lookup", tool_call_id="call-1",
+        tool_arguments='{"id": 7}', conversation_id="conv-1", agent_name="support", trace_id="ab" * 16,
+        span_id="cd" * 8, parent_span_id="ef" * 8, span_name="execute_tool lookup",
+        status_description="KeyError: 'id'", error_type="KeyError", exception_type="KeyError",
+        exception_message="'id'", exception_stacktrace=keyerror_tb,
+        started_at=datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc),
+        ended_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=timezone.utc),
+        attributes={"gen_ai.tool.name": "lookup", "n": 3, "list": [1, 2], "blob": b"\xff"},
+        resource={"service.name": "svc"},
+    )
+    assert _prevalidated(failure)
+    import dataclasses
+
+    for name in ("scope", "tool_arguments", "exception_stacktrace", "span_name"):  # validated if not text
+        assert not _prevalidated(dataclasses.replace(failure, **{name: {"not": "text"}}))
+    digest = compact_text(keyerror_tb)
+    history = ErrorHistory(Thresholds(consecutive=1))
+    observation = history.observe("conv-1", digest)
+    assert observation.escalation is not None
+    fast = _construct(failure, digest, observation)
+    validated = TrajectoryRecord(
+        record_id=fast.record_id, recorded_at=fast.recorded_at, **_failure_fields(failure),
+        attributes=dict(failure.attributes), resource=dict(failure.resource),
+        digest=DigestInfo.from_digest(digest), count=observation.count,
+        escalation=observation.escalation.to_dict(),
+    )
+    assert fast.model_dump() == validated.model_dump()
+    assert list(fast.model_dump()) == list(TrajectoryRecord.model_fields)
+    assert TrajectoryRecord.from_storage_json(fast.to_storage_json()) == validated

@@ -78,8 +78,10 @@ class Spool:
     """An append-only, segmented record log in ``directory`` (created if missing).
 
     Not thread-safe on its own: the :class:`~otel_errcompact.sinks.writer.TrajectoryWriter` calls
-    :meth:`append` and :meth:`rotate` under its queue lock, which is also what keeps the order of
-    lines in the spool the order of records in the queue.
+    :meth:`pin`, :meth:`unpin`, :meth:`rotate` and :meth:`release_before` under its queue lock, and
+    :meth:`write` outside it, from several agent threads at once (see :meth:`write`). Lines of
+    concurrent writers may reach a segment in another order than their records reach the queue; the
+    versions of one record are submitted one after the other, so their lines keep their order.
 
     :param segment_bytes: rotate once the open segment holds this much (default 1 MiB).
     :param segment_age_s: rotate a non-empty segment this old (default 0.5 s), so a closed segment
@@ -98,6 +100,7 @@ class Spool:
         self._bytes = 0
         self._opened = 0.0
         self._closed: list[tuple[int, Path, int]] = []  # (seq, path, fd), rotated, not yet stored
+        self._pins: dict[int, int] = {}  # segment → writes in flight (see pin)
         self._pid = os.getpid()
         self._open_segment()
 
@@ -123,12 +126,58 @@ class Spool:
         One ``write()`` for the usual record; a partial write (a huge record, a full disk) is
         continued until everything is written or the OS reports an error, which is raised.
         """
+        seq = self.pin(len(data))
+        try:
+            self.write(seq, data)
+        finally:
+            self.unpin(seq)
+        return seq
+
+    def pin(self, size: int) -> int:
+        """Reserve room for ``size`` bytes in the open segment; returns its sequence number.
+
+        The segment stays open, and is not deleted, until :meth:`unpin`, so :meth:`write` may run
+        without the caller's lock (see :meth:`TrajectoryWriter.submit
+        <otel_errcompact.sinks.writer.TrajectoryWriter.submit>`). Call ``pin`` and ``unpin`` under that lock.
+        """
+        seq = self._seq
+        self._pins[seq] = self._pins.get(seq, 0) + 1
+        self._bytes += size
+        return seq
+
+    def write(self, seq: int, data: bytes) -> None:
+        """Append ``data`` to the pinned segment ``seq``; thread-safe between writers.
+
+        The file is opened with ``O_APPEND``: the kernel places each ``write()`` at the end of the file
+        atomically, so lines written by several threads at once never overlap. Only a partial write
+        (which a regular file sees when the disk is full) can leave a cut line, which recovery skips.
+        """
+        # Read without the lock: if the worker rotates meanwhile, the line may land in the next segment,
+        # which is kept at least as long as the pinned one (release_before stops at the oldest pin).
+        fd = self._fd if seq == self._seq else self._fd_of(seq)
         view = memoryview(data)
         while view:
-            written = os.write(self._fd, view)
+            written = os.write(fd, view)
             view = view[written:]
-        self._bytes += len(data)
-        return self._seq
+
+    def unpin(self, seq: int) -> None:
+        """Release a :meth:`pin` (under the caller's lock)."""
+        left = self._pins.get(seq, 0) - 1
+        if left > 0:
+            self._pins[seq] = left
+        else:
+            self._pins.pop(seq, None)
+
+    @property
+    def pinned(self) -> int | None:
+        """The oldest segment with a write in flight, if any."""
+        return min(self._pins) if self._pins else None
+
+    def _fd_of(self, seq: int) -> int:
+        for closed_seq, _, fd in list(self._closed):  # a copy: the worker may rotate or release meanwhile
+            if closed_seq == seq:
+                return fd
+        raise OSError(f"trajectory spool: segment {seq} is no longer open")
 
     def due(self) -> bool:
         """True when the open segment should be rotated (big enough, or old and not empty)."""
@@ -148,6 +197,9 @@ class Spool:
     def release_before(self, seq: int) -> int:
         """Delete the rotated segments numbered below ``seq`` (all their records are stored)."""
         deleted = 0
+        pinned = self.pinned
+        if pinned is not None:
+            seq = min(seq, pinned)  # a write to it is in flight
         while self._closed and self._closed[0][0] < seq:
             _, path, fd = self._closed.pop(0)
             try:

@@ -16,7 +16,9 @@ Layout version 2, built for volume (hundreds of thousands of records, gigabytes)
   index entry is kept small: random keys (record and trace ids) scatter inserts over the whole index,
   and each page an insert touches is written again to the WAL, so on a large store the indexes, not
   the rows, are what a batch costs;
-* a batch is one transaction; WAL journal, ``synchronous=NORMAL``, a 64 MiB page cache, a checkpoint
+* a batch is one transaction of multi-row upserts (256 rows per statement: sqlite3 releases the GIL
+  per statement, so the agent's threads hand the GIL over twice per batch rather than once per row); WAL
+  journal, ``synchronous=NORMAL``, a 64 MiB page cache, a checkpoint
   every 64 MiB of WAL, and the WAL file cut back to 64 MiB after it.
 
 ``errcompact_schema`` records the layout version. A version-1 file (the layout of earlier releases) is
@@ -35,11 +37,13 @@ that cannot be stored even then is quarantined: left out, logged and counted in 
 from __future__ import annotations
 
 import builtins
+import functools
+import itertools
 import logging
 import os
 import sqlite3
 import threading
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -96,12 +100,20 @@ _V1_INDEXES = (
 
 # A later version of a record replaces an earlier one, except that a version without a digest (the raw
 # one, replayed from the spool after a crash) never replaces one that has it.
-_UPSERT = (
-    f"INSERT INTO trajectory ({', '.join(_COLUMNS)}) VALUES ({', '.join('?' for _ in _COLUMNS)}) "
-    "ON CONFLICT(record_id) DO UPDATE SET "
+_ROW_PLACEHOLDERS = f"({', '.join('?' for _ in _COLUMNS)})"
+_ON_CONFLICT = (
+    " ON CONFLICT(record_id) DO UPDATE SET "
     + ", ".join(f"{c} = excluded.{c}" for c in _COLUMNS if c != "record_id")
     + " WHERE excluded.key IS NOT NULL OR trajectory.key IS NULL"
 )
+_UPSERT = f"INSERT INTO trajectory ({', '.join(_COLUMNS)}) VALUES {_ROW_PLACEHOLDERS}{_ON_CONFLICT}"
+_MAX_ROWS_PER_STATEMENT = 256
+
+
+@functools.lru_cache(maxsize=64)
+def _upsert_rows(n: int) -> str:
+    """The upsert of ``n`` rows in one statement (later rows of one ``record_id`` replace earlier ones)."""
+    return f"INSERT INTO trajectory ({', '.join(_COLUMNS)}) VALUES {', '.join([_ROW_PLACEHOLDERS] * n)}{_ON_CONFLICT}"
 
 # Sorts after any real continuation of a prefix, so "id >= p AND id < p || _TOP" is an indexable
 # prefix match (LIKE is case-insensitive by default and would not use the index).
@@ -208,6 +220,11 @@ class SQLiteSink:
         self._lock = threading.Lock()
         self._closed = False
         conn = self._conn
+        # Rows per statement within SQLite's limit on bound parameters (999 before SQLite 3.32).
+        variable_number = getattr(sqlite3, "SQLITE_LIMIT_VARIABLE_NUMBER", None)
+        getlimit = getattr(conn, "getlimit", None)  # Python 3.11+
+        limit = int(getlimit(variable_number)) if getlimit is not None and variable_number is not None else 999
+        self._rows_per_statement = max(1, min(_MAX_ROWS_PER_STATEMENT, limit // len(_COLUMNS)))
         conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
         # Only takes effect on a new file: a typical record (a few KB) fits on one 16 KiB page.
         conn.execute("PRAGMA page_size = 16384")
@@ -246,38 +263,38 @@ class SQLiteSink:
         if not items:
             return
         pairs: list[tuple[TrajectoryRecord, tuple[object, ...]]] = []
-        pending = iter(items)
-
-        def rows() -> Iterator[tuple[object, ...]]:
-            # Built while SQLite consumes them: sqlite3 lets go of the GIL for each row it steps, so the
-            # agent's threads are not kept waiting for a whole batch's worth of Python work.
-            for rec, encoded in pending:
-                row = self._safe_row(rec, encoded)
-                if row is not None:
-                    pairs.append((rec, row))
-                    yield row
-
+        for rec, encoded in items:
+            row = self._safe_row(rec, encoded)
+            if row is not None:
+                pairs.append((rec, row))
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"SQLiteSink({self.path}) is closed")
             try:
-                self._transaction(rows())
+                self._transaction([row for _, row in pairs])
             except sqlite3.OperationalError:
                 raise  # the database itself is unusable (locked, missing table, disk full): not a row's fault
             except (sqlite3.Error, ValueError):
-                for _ in rows():  # the rows not reached before the failure
-                    pass
                 for rec, row in pairs:  # isolate the bad row: the others of the batch are stored
                     self._one(rec, row)
 
-    def _transaction(self, rows: Iterable[tuple[object, ...]]) -> None:
-        self._conn.execute("BEGIN IMMEDIATE")
+    def _transaction(self, rows: Sequence[tuple[object, ...]]) -> None:
+        """Upsert ``rows`` in one transaction, up to 256 rows per statement.
+
+        One statement per 256 rows rather than one ``executemany`` step per row: sqlite3 lets go of
+        the GIL around each statement it runs, and taking the GIL back from the agent's threads costs
+        them a thread switch each time; a batch of 512 records now costs two hand-overs, not 512.
+        """
+        conn = self._conn
+        conn.execute("BEGIN IMMEDIATE")
         try:
-            self._conn.executemany(_UPSERT, rows)
+            for start in range(0, len(rows), self._rows_per_statement):
+                part = rows[start:start + self._rows_per_statement]
+                conn.execute(_upsert_rows(len(part)), list(itertools.chain.from_iterable(part)))
         except BaseException:
-            self._conn.execute("ROLLBACK")
+            conn.execute("ROLLBACK")
             raise
-        self._conn.execute("COMMIT")
+        conn.execute("COMMIT")
 
     def _one(self, rec: TrajectoryRecord, row: tuple[object, ...]) -> None:
         try:

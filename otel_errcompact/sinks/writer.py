@@ -10,7 +10,9 @@ Durability. With a spool (``spool_dir``; ``init()`` puts it beside the store), a
 operating system before ``submit`` returns, so before the failed tool call returns to the agent: a
 ``kill -9`` of the process loses nothing the agent saw fail. The next writer opened on the same spool
 replays what the dead one had not stored (see :mod:`otel_errcompact.sinks.spool`). Without a spool a
-record is in memory until its batch is written.
+record is in memory until its batch is written. The ``write()`` runs outside the queue's lock (the
+segment is pinned open meanwhile): with several agent threads failing at once, none waits for another's
+system call, nor for the worker taking its batch.
 
 Batching. The worker wakes when ``max_batch_size`` records are waiting, when ``schedule_delay_s`` has
 passed since its last round, on :meth:`~TrajectoryWriter.force_flush` and on
@@ -140,6 +142,7 @@ class TrajectoryWriter:
         # (record, spool segment, the record's storage JSON when the spool made it, else None)
         self._queue: deque[tuple[TrajectoryRecord, int, str | None]] = deque()
         self._queued_chars = 0
+        self._in_flight = 0  # submits past the checks whose record is not yet queued (spool write)
         self._blocked = 0
         self._dropped = 0
         self._dropped_reported = 0
@@ -174,20 +177,24 @@ class TrajectoryWriter:
             encoded = record.to_storage_json() if self._spool is not None else None
             size = _size(record, encoded)
             line = (encoded + "\n").encode("utf-8") if encoded is not None else None
+            spool = self._spool if line is not None else None
             with self._cond:
                 held = self._held
                 if not held and (self._stopping or (self._full(size) and not self._wait_for_room(size))):
                     self._dropped += 1
                     return
-                seq = _NO_SEGMENT
-                if line is not None and self._spool is not None:
-                    try:
-                        seq = self._spool.append(line)
-                    except OSError:
-                        self._spool_failures += 1  # still queued: stored unless the process dies
+                pinned = spool.pin(len(line)) if spool is not None and line is not None else _NO_SEGMENT
+                self._in_flight += 1
+            seq = self._spool_write(spool, pinned, line)
+            with self._cond:
+                if spool is not None and pinned != _NO_SEGMENT:
+                    spool.unpin(pinned)
+                if pinned != _NO_SEGMENT and seq == _NO_SEGMENT:
+                    self._spool_failures += 1  # still queued: stored unless the process dies
                 self._queue.append((record, seq, encoded))
                 self._queued_chars += size
-                if len(self._queue) == self._max_batch:
+                self._in_flight -= 1
+                if len(self._queue) == self._max_batch or (self._stopping and not self._in_flight):
                     self._cond.notify_all()
             if held:
                 self._wait_for_the_end()
@@ -198,6 +205,19 @@ class TrajectoryWriter:
                     self._dropped += 1
             except Exception:
                 pass
+
+    @staticmethod
+    def _spool_write(spool: Spool | None, seq: int, line: bytes | None) -> int:
+        """Append ``line`` to the pinned spool segment ``seq``, outside the queue's lock, so the other
+        agent threads and the worker do not wait for this system call; the segment, or
+        ``_NO_SEGMENT`` when there is no spool or the write failed."""
+        if spool is None or line is None or seq == _NO_SEGMENT:
+            return _NO_SEGMENT
+        try:
+            spool.write(seq, line)
+        except Exception:  # OSError (disk full...), or anything unexpected: the record is still queued
+            return _NO_SEGMENT
+        return seq
 
     def _full(self, size: int) -> bool:
         return bool(self._queue) and (
@@ -370,11 +390,14 @@ class TrajectoryWriter:
         backlog = len(self._queue)
         n = min(self._max_batch * _BACKLOG_FACTOR if backlog >= 2 * self._max_batch else self._max_batch,
                 backlog)
-        popleft = self._queue.popleft
-        batch = [popleft() for _ in range(n)]
-        self._queued_chars -= sum(_size(r, e) for r, _, e in batch)
-        if not self._queue:
+        if n == backlog:  # the usual case: the whole queue, one copy in C under the agents' lock
+            batch = list(self._queue)
+            self._queue.clear()
             self._queued_chars = 0
+        else:
+            popleft = self._queue.popleft
+            batch = [popleft() for _ in range(n)]
+            self._queued_chars -= sum(_size(r, e) for r, _, e in batch)
         if self._spool is not None and self._spool.due():
             try:
                 self._spool.rotate()
@@ -457,7 +480,9 @@ class TrajectoryWriter:
                     self._cond.notify_all()
             if stopping:
                 with self._cond:
-                    if self._queue:  # submitted in the instant before _stopping was seen
+                    # A submit past its checks is writing to the spool: its record comes next.
+                    self._cond.wait_for(lambda: not self._in_flight, timeout=1.0)
+                    if self._queue or self._in_flight:  # submitted in the instant before _stopping was seen
                         continue
                 self._report_drops(force=True)
                 self._close_sinks()
