@@ -29,7 +29,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Literal
@@ -48,6 +48,9 @@ Action = Literal["halt", "human"]
 Reason = Literal["consecutive", "budget"]
 
 _NOT_STUCK = frozenset({"rate_limited", "transient"})
+_MAX_PENDING_SUCCESSES = 1024
+"""Successes queued before the agent's thread applies them itself (bounds the queue between history
+operations)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +217,7 @@ class ErrorHistory:
         self._clock = clock
         self._scopes: OrderedDict[str, _Scope] = OrderedDict()
         self._lock = threading.Lock()
+        self._successes: deque[str] = deque()  # scopes whose success is not applied yet (observe_success)
         self._seq = 0
         self._evicted_at_cap = 0
         self._cap_warned = False
@@ -221,6 +225,7 @@ class ErrorHistory:
     def observe(self, scope: str, digest: Digest) -> Observation:
         """Record one failure in ``scope``: append a new class or count a repeat; decide on escalation."""
         with self._lock:
+            self._apply_successes()
             state = self._touch(scope)
             self._seq += 1
             key = digest.key
@@ -271,8 +276,28 @@ class ErrorHistory:
         return self._evicted_at_cap
 
     def observe_success(self, scope: str) -> None:
-        """A tool call in ``scope`` succeeded: the consecutive-same counter starts again."""
-        with self._lock:
+        """A tool call in ``scope`` succeeded: the consecutive-same counter starts again.
+
+        Without the lock, for the agent's thread: a scope the history does not hold has no counter to
+        reset (a racy membership test is fine: a failure creating the scope at the same moment is
+        ordered after this success), and for one it holds the success is queued and applied, in order,
+        under the lock at the start of the next operation that reads or writes counters. Every reader
+        sees what an immediate reset would have shown."""
+        if scope not in self._scopes:
+            return
+        self._successes.append(scope)
+        if len(self._successes) >= _MAX_PENDING_SUCCESSES:
+            with self._lock:
+                self._apply_successes()
+
+    def _apply_successes(self) -> None:
+        """Apply the queued successes (call with the lock held)."""
+        successes = self._successes
+        while successes:
+            try:
+                scope = successes.popleft()
+            except IndexError:
+                break
             state = self._scopes.get(scope)
             if state is not None:
                 state.consecutive = 0
@@ -281,6 +306,7 @@ class ErrorHistory:
     def escalation(self, scope: str) -> Escalation | None:
         """The standing breach of ``scope``, if any."""
         with self._lock:
+            self._apply_successes()
             state = self._scopes.get(scope)
             return state.breach if state is not None else None
 
@@ -296,6 +322,7 @@ class ErrorHistory:
         The consecutive counter restarts and the budget counts afresh from here.
         """
         with self._lock:
+            self._apply_successes()
             state = self._scopes.get(scope)
             if state is not None:
                 state.breach = None
@@ -306,17 +333,20 @@ class ErrorHistory:
     def reset(self, scope: str) -> None:
         """Forget ``scope`` entirely (e.g. when a conversation ends)."""
         with self._lock:
+            self._apply_successes()
             self._scopes.pop(scope, None)
 
     def scopes(self) -> list[str]:
         """The scopes currently held, least recently active first."""
         with self._lock:
+            self._apply_successes()
             self._evict_idle()
             return list(self._scopes)
 
     def render(self, scope: str) -> str:
         """The ``[RECENT ERRORS]`` block for ``scope``'s next prompt; ``""`` when nothing failed."""
         with self._lock:
+            self._apply_successes()
             state = self._scopes.get(scope)
             if state is None or state.total == 0:
                 return ""
@@ -353,6 +383,7 @@ class ErrorHistory:
 
     def __len__(self) -> int:
         with self._lock:
+            self._apply_successes()
             return len(self._scopes)
 
     def _touch(self, scope: str) -> _Scope:

@@ -127,7 +127,10 @@ class ErrorPipeline:
         self.history.observe_success(scope)
         if counted:
             for listener in self._on_success:
-                _call(listener, tool_name)
+                try:  # _call, inlined: this runs for every successful tool call
+                    listener(tool_name)
+                except Exception:
+                    _log.exception("otel-errcompact: listener %r failed", listener)
 
     def add_escalation_listener(self, listener: EscalationListener) -> None:
         """Call ``listener(escalation, failure)`` when a failure breaches the thresholds."""

@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from functools import lru_cache
 from typing import Any
 
@@ -125,6 +125,8 @@ def tool_label(name: str | None) -> str:
     if not name:
         return "unknown"
     return prompt_text(name)[:_MAX_TOOL_NAME_CHARS] or "unknown"
+_SUCCESS_BATCH = 1024
+"""Queued successful calls at which the metrics thread is asked to count them (between collections)."""
 MAX_QUEUED_TOKEN_CHARS = 8 * 1024 * 1024
 """Characters of error text waiting for token counting at most; beyond it counts are recorded in place."""
 
@@ -150,6 +152,10 @@ def metrics_are_read(meter_provider: Any) -> bool:
     readers = getattr(meter_provider, "_metric_readers", None)  # the constructor's metric_readers (1.45)
     # An SDK whose internals moved: keep counting rather than silently losing the metric.
     return bool(readers) if readers is not None else True
+
+
+_DRAIN_SUCCESSES: _Item = (None, 0, "", "", "", "", False, "")
+"""The metrics thread's item for "count the queued successful calls"."""
 
 
 def _item_cost(item: _Item) -> int:
@@ -213,6 +219,16 @@ class ErrorMetrics:
             if token_counts
             else None
         )
+        self._successes: deque[str | None] = deque()  # successful calls' tool names, not counted yet
+        if self._tokens is not None:
+            # An observable instrument that reports nothing: its callback is the SDK's hook at collection
+            # time, where the queued successes are counted.
+            meter.create_observable_counter(
+                "errcompact.tool.calls.queued",
+                callbacks=[self._collect_successes],
+                unit="{call}",
+                description="Reports nothing; counts queued successful calls into errcompact.tool.calls",
+            )
 
     def watch_history(self, history: ErrorHistory) -> None:
         """Export ``history``'s evictions at the scope cap as ``errcompact.history.evictions``.
@@ -247,11 +263,45 @@ class ErrorMetrics:
             return True
 
     def on_success(self, tool_name: str | None) -> None:
-        """Success listener: count one successful tool call."""
-        tool = self._tool_name(tool_label(tool_name))
-        if self._tokens is not None and self._tokens.submit((None, 0, "", tool, "", "", False, "")):
+        """Success listener: count one successful tool call.
+
+        With a metric reader the call is only appended to a queue (atomic under the GIL, no lock):
+        the queue is counted into ``errcompact.tool.calls`` when the reader collects
+        (:meth:`_collect_successes`), on :meth:`flush`, and by the metrics thread when it grows long.
+        Same instrument, unit and attributes as a count made in place."""
+        if self._tokens is None:
+            self._count_successes([tool_name])
             return
-        self._calls.add(1, {"gen_ai.tool.name": tool, "errcompact.outcome": "ok"})
+        successes = self._successes
+        successes.append(tool_name)
+        if len(successes) % _SUCCESS_BATCH == 0:
+            self._tokens.submit(_DRAIN_SUCCESSES)
+
+    def _drain_successes(self) -> None:
+        """Count the queued successes (any thread; each is popped, so counted, once)."""
+        successes = self._successes
+        names: list[str | None] = []
+        while successes:
+            try:
+                names.append(successes.popleft())
+            except IndexError:
+                break
+        if names:
+            self._count_successes(names)
+
+    def _count_successes(self, names: list[str | None]) -> None:
+        for name, count in Counter(names).items():
+            tool = self._tool_name(tool_label(name))
+            self._calls.add(count, {"gen_ai.tool.name": tool, "errcompact.outcome": "ok"})
+
+    def _collect_successes(self, _options: CallbackOptions) -> list[MetricObservation]:
+        """Called by the SDK at each collection, before it reads the counters: the queued successes are
+        counted in time for it. Reports nothing of its own."""
+        try:
+            self._drain_successes()
+        except Exception:
+            _log.exception("otel-errcompact: could not count successful tool calls")
+        return []
 
     def on_failure(self, failure: Failure, outcome: Outcome) -> None:
         """Failure listener: count the call, the error, a new class, and the tokens (see the module)."""
@@ -290,7 +340,7 @@ class ErrorMetrics:
         """On the metrics thread: the counts of one call, and its tokens."""
         head, length, line, tool, basis, type_, is_new, key = item
         if head is None:
-            self._calls.add(1, {"gen_ai.tool.name": tool, "errcompact.outcome": "ok"})
+            self._drain_successes()
             return
         self._count_failure(tool, type_, is_new, key)
         attributes = {"gen_ai.tool.name": tool, "errcompact.basis": basis}
@@ -302,9 +352,11 @@ class ErrorMetrics:
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait for queued counts."""
+        self._drain_successes()
         return self._tokens.flush(timeout_s) if self._tokens is not None else True
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
+        self._drain_successes()
         if self._tokens is not None:
             self._tokens.shutdown(timeout_s)
 
