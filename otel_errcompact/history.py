@@ -32,7 +32,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from otel_errcompact.digest import Digest
 from otel_errcompact.exceptions import ConfigurationError, ErrorBudgetExceeded
@@ -49,6 +49,7 @@ Reason = Literal["consecutive", "budget"]
 
 _NOT_STUCK = frozenset({"rate_limited", "transient"})
 _MAX_PENDING_SUCCESSES = 1024
+_APPLY_BATCH = 64
 """Successes queued before the agent's thread applies them itself (bounds the queue between history
 operations)."""
 
@@ -217,7 +218,8 @@ class ErrorHistory:
         self._clock = clock
         self._scopes: OrderedDict[str, _Scope] = OrderedDict()
         self._lock = threading.Lock()
-        self._successes: deque[str] = deque()  # scopes whose success is not applied yet (observe_success)
+        # Successes not applied yet, oldest first: a scope (observe_success) or (resolve, item) (defer_success).
+        self._successes: deque[str | tuple[Callable[[Any], str | None], Any]] = deque()
         self._seq = 0
         self._evicted_at_cap = 0
         self._cap_warned = False
@@ -287,18 +289,63 @@ class ErrorHistory:
             return
         self._successes.append(scope)
         if len(self._successes) >= _MAX_PENDING_SUCCESSES:
-            with self._lock:
-                self._apply_successes()
+            self._backlogged()
 
-    def _apply_successes(self) -> None:
-        """Apply the queued successes (call with the lock held)."""
-        successes = self._successes
-        while successes:
+    def defer_success(self, resolve: Callable[[Any], str | None], item: Any) -> None:
+        """A success whose scope is found later: ``resolve(item)`` is called, in order with the other
+        successes, before the next operation that reads or writes counters (or by
+        :meth:`apply_successes`), and returns the scope to reset, or None when it was not a success
+        after all. Lets the span processor leave a successful tool call's bookkeeping off the agent's
+        thread. ``resolve`` runs under the history's lock: it must not call back into the history."""
+        self._successes.append((resolve, item))
+        if len(self._successes) >= _MAX_PENDING_SUCCESSES:
+            self._backlogged()
+
+    on_backlog: Callable[[], bool] | None = None
+    """Asked, once the queue reaches its bound, to have another thread :meth:`apply_successes` (the
+    metrics thread); False when it cannot. Past twice the bound, or without it, the caller applies
+    them."""
+
+    def _backlogged(self) -> None:
+        queued = len(self._successes)
+        backlog = self.on_backlog
+        if backlog is not None and queued < 2 * _MAX_PENDING_SUCCESSES:
+            if queued != _MAX_PENDING_SUCCESSES:
+                return  # asked already when the bound was reached
             try:
-                scope = successes.popleft()
+                if backlog():
+                    return
+            except Exception:
+                _log.exception("otel-errcompact: could not hand queued successes over")
+        self.apply_successes()
+
+    def apply_successes(self) -> None:
+        """Apply the queued successes now (the metrics thread, a collection, a flush), a batch at a
+        time: an agent thread counting a failure waits for one batch at most, not the whole queue."""
+        while self._successes:
+            with self._lock:
+                self._apply_successes(_APPLY_BATCH)
+
+    def _apply_successes(self, limit: int = -1) -> None:
+        """Apply the queued successes, oldest first, ``limit`` of them at most (call with the lock
+        held)."""
+        successes = self._successes
+        while successes and limit != 0:
+            limit -= 1
+            try:
+                success = successes.popleft()
             except IndexError:
                 break
-            state = self._scopes.get(scope)
+            if isinstance(success, str):
+                scope: str | None = success
+            else:
+                resolve, item = success
+                try:
+                    scope = resolve(item)
+                except Exception:
+                    _log.exception("otel-errcompact: could not resolve a successful tool call")
+                    continue
+            state = self._scopes.get(scope) if scope is not None else None
             if state is not None:
                 state.consecutive = 0
                 state.last_key = None

@@ -34,7 +34,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from otel_errcompact import semconv
-from otel_errcompact.claims import current_claim
+from otel_errcompact.claims import _claim
 from otel_errcompact.halted import HaltedTraces
 from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
@@ -150,6 +150,11 @@ class ErrorCompactionProcessor(SpanProcessor):
         # each touch), so a sweep reads the eviction candidates from the front.
         self._anchor_touched: dict[int, float] = {}
         self._registrations = 0
+        # Bound once: one success is handed over per successful tool call.
+        self._resolve = self._resolve_success
+        self._defer = pipeline.succeeded_later
+        self._notify_success = pipeline.notify_success
+        self._trace_scope: tuple[int, str] = (0, semconv.DEFAULT_SCOPE)  # the last trace scope named
         self._max_anchor_traces = max(1, max_anchor_traces)
         self._anchor_idle_s = anchor_idle_s
         self.evicted_anchors = 0
@@ -221,7 +226,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                 or attrs.get(_OI_KIND) == "TOOL"
                 or attrs.get(_TL_KIND) == "tool"
             ):
-                self._process(span, writable=span)
+                self._process(span, span, attrs, is_tool=True)
         except Exception:
             _log.exception("otel-errcompact: processing an ending span failed")
 
@@ -303,13 +308,33 @@ class ErrorCompactionProcessor(SpanProcessor):
             return True
         return semconv.is_tool_span(_attributes_of(span))
 
-    def _process(self, span: ReadableSpan, writable: Span | None) -> None:
-        attrs = _attributes_of(span)
+    def _process(
+        self,
+        span: ReadableSpan,
+        writable: Span | None,
+        attrs: Mapping[str, Any] | None = None,
+        *,
+        is_tool: bool = False,
+    ) -> None:
+        """Handle an ending candidate span. ``attrs`` and ``is_tool`` are what the caller already
+        knows (its attributes, and that it is a tool span), so a successful tool call goes straight to
+        :meth:`_defer_success`."""
+        if attrs is None:
+            attrs = _attributes_of(span)
         if "errcompact.key" in attrs or "errcompact.cancelled" in attrs or "errcompact.circuit_open" in attrs:
             return  # handled at the tool boundary while live, or a cancelled / refused call: not a result
-        claim = current_claim()
+        claim = _claim.get()  # current_claim(), inlined
         if claim is not None:  # a framework bridge handles this call's failure on its own span
             claim.note(span.status.status_code is StatusCode.ERROR, span.events)
+            return
+        if is_tool and _ERROR_TYPE not in attrs and span.status.status_code is not StatusCode.ERROR:
+            context = span.context
+            if context is not None:  # _defer_success, inlined: most tool calls succeed
+                if self._pending:
+                    with self._lock:
+                        self._pending.pop(context.span_id, None)
+                anchors = self._anchors.get(context.trace_id)
+                self._defer(self._resolve, (span, anchors[:] if anchors else None))
             return
         failure = self.failure_of(span)
         if failure is None:
@@ -364,7 +389,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                     self._pending.pop(context.span_id, None)
             return None
         if span.status.status_code is not StatusCode.ERROR and _ERROR_TYPE not in attrs:
-            self._succeeded(span, context.span_id, context.trace_id, attrs)
+            self._defer_success(span, context)
             return None
         trace_id = context.trace_id
         conversation = semconv.conversation_id(attrs) or self.anchor_conversation(trace_id)
@@ -405,37 +430,62 @@ class ErrorCompactionProcessor(SpanProcessor):
             resource=self._resource_of(span),
         )
 
-    def _succeeded(self, span: ReadableSpan, span_id: int, trace_id: int, attrs: Mapping[str, Any]) -> None:
-        """A successful tool span: reset its scope's consecutive counter and count the call, unless it
-        only wraps a failure (see ``_failed_parents``). Every step is a single dict operation or a
-        queue append (no lock): most tool calls succeed, and this runs on the agent's thread."""
+    def _defer_success(self, span: ReadableSpan, context: Any) -> None:
+        """A successful tool span: what the agent's thread must capture now, the rest later.
+
+        Captured: the span (its ids, parent, attributes and name stay readable) and a copy of the
+        trace's live anchors, which may end before the success is resolved. Resolved later
+        (:meth:`_resolve_success`), in order with the other successes and before the next failure is
+        counted, by the history (see ``ErrorHistory.defer_success``)."""
         if self._pending:
             with self._lock:
-                self._pending.pop(span_id, None)
+                self._pending.pop(context.span_id, None)
+        anchors = self._anchors.get(context.trace_id)
+        self._defer(self._resolve, (span, anchors[:] if anchors else None))
+
+    def _resolve_success(self, captured: tuple[ReadableSpan, list[Span] | None]) -> str | None:
+        """The scope whose consecutive counter a successful tool span resets, and its count in the
+        call metric; None for a span that only wraps a failure (see ``_failed_parents``). Runs for
+        every successful tool call (off the agent's thread when the metrics thread takes it), so the
+        common case is kept to single dict operations."""
+        span, anchors = captured
+        context = span.context
+        span_id = context.span_id
+        try:
+            attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
+        except AttributeError:
+            attrs = _attributes_of(span)
         tool_parents = self._tool_parents
         # A tool span around a tool span (a framework's span around an @ec.tool span) is one call.
         wraps_a_call = tool_parents.pop(span_id, 0) is None
         parent = span.parent
         if parent is not None:
             tool_parents[parent.span_id] = None
-            if len(tool_parents) > _MAX_FAILED_PARENTS:
-                with self._lock:
-                    while len(tool_parents) > _MAX_FAILED_PARENTS:
-                        tool_parents.popitem(last=False)
+            while len(tool_parents) > _MAX_FAILED_PARENTS:
+                tool_parents.popitem(last=False)
         if (span_id in self._failed_parents or self._returned_errors) and self._wraps_a_failure(span_id, attrs):
-            return
+            return None
         conversation = None
         for name in _CONVERSATION_ATTRIBUTES:
             if name in attrs:
                 conversation = semconv.conversation_id(attrs)
                 break
-        if conversation is None:
-            conversation = self.anchor_conversation(trace_id)
-        scope = semconv.scope_for(conversation, trace_id, in_trace=parent is not None)
-        tool = attrs.get(_TOOL_NAME)
-        if type(tool) is not str or not tool:  # the common case is a plain name in gen_ai.tool.name
-            tool = semconv.tool_name(attrs, span.name)
-        self.pipeline.succeeded(scope, tool, counted=not wraps_a_call)
+        if conversation is None and anchors:
+            conversation = self._conversation_of(anchors, live_only=False)
+        trace_id = context.trace_id
+        if conversation is not None or parent is None:
+            scope = semconv.scope_for(conversation, trace_id, in_trace=parent is not None)
+        else:  # the trace's scope, named once per trace rather than per call
+            cached = self._trace_scope
+            if cached[0] != trace_id:
+                cached = self._trace_scope = (trace_id, semconv.scope_for(None, trace_id, in_trace=True))
+            scope = cached[1]
+        if not wraps_a_call:
+            tool = attrs.get(_TOOL_NAME)
+            if type(tool) is not str or not tool:  # the common case is a plain name in gen_ai.tool.name
+                tool = semconv.tool_name(attrs, span.name)
+            self._notify_success(tool)
+        return scope
 
     def _resource_of(self, span: ReadableSpan) -> dict[str, Any]:
         """The span's resource attributes, JSON-able; converted once per resource (a provider has one),
@@ -573,14 +623,25 @@ class ErrorCompactionProcessor(SpanProcessor):
         """The conversation id recorded on the trace's live agent or root spans, if any. Lock-free: a
         successful tool span asks this too."""
         anchors = self._anchors.get(trace_id)
-        if not anchors:
-            return None
-        for span in reversed(list(anchors)):
-            attrs = _attributes_of(span)
-            if any(name in attrs for name in semconv.CONVERSATION_ATTRIBUTES) and span.end_time is None:
-                found = semconv.conversation_id(attrs)
-                if found:
-                    return found
+        return self._conversation_of(anchors) if anchors else None
+
+    @staticmethod
+    def _conversation_of(anchors: list[Span], *, live_only: bool = True) -> str | None:
+        """The conversation id on the newest of ``anchors`` that records one (of the live ones, unless
+        they are a copy taken while they were live)."""
+        for span in reversed(anchors[:]):  # a copy: other threads add and drop anchors
+            if live_only and span.end_time is not None:
+                continue
+            try:
+                attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
+            except AttributeError:
+                attrs = _attributes_of(span)
+            for name in _CONVERSATION_ATTRIBUTES:
+                if name in attrs:
+                    found = semconv.conversation_id(attrs)
+                    if found:
+                        return found
+                    break
         return None
 
     def _anchor_agent_name(self, trace_id: int) -> str | None:

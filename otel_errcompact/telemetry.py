@@ -220,6 +220,7 @@ class ErrorMetrics:
             else None
         )
         self._successes: deque[str | None] = deque()  # successful calls' tool names, not counted yet
+        self._history: ErrorHistory | None = None
         if self._tokens is not None:
             # An observable instrument that reports nothing: its callback is the SDK's hook at collection
             # time, where the queued successes are counted.
@@ -236,6 +237,12 @@ class ErrorMetrics:
         An observable counter: read when the metric reader collects, so evictions cost nothing extra on
         the agent's thread.
         """
+
+        self._history = history
+        if self._tokens is not None:
+            # Successes the span processor queued in the history are resolved (and counted) on the
+            # metrics thread when they pile up, not on the agent's.
+            history.on_backlog = self._request_drain
 
         def observe(_options: CallbackOptions) -> list[MetricObservation]:
             return [MetricObservation(history.evicted_at_cap)]
@@ -277,8 +284,14 @@ class ErrorMetrics:
         if len(successes) % _SUCCESS_BATCH == 0:
             self._tokens.submit(_DRAIN_SUCCESSES)
 
+    def _request_drain(self) -> bool:
+        return self._tokens is not None and self._tokens.submit(_DRAIN_SUCCESSES)
+
     def _drain_successes(self) -> None:
-        """Count the queued successes (any thread; each is popped, so counted, once)."""
+        """Count the queued successes (any thread; each is popped, so counted, once), after resolving
+        those the watched history holds."""
+        if self._history is not None:
+            self._history.apply_successes()
         successes = self._successes
         names: list[str | None] = []
         while successes:
