@@ -17,7 +17,6 @@ tool spans cost a few attribute look-ups.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import re
@@ -46,6 +45,9 @@ __all__ = ["ErrorCompactionProcessor", "ExceptionLogProcessor", "SpanPredicate"]
 _log = logging.getLogger("otel_errcompact")
 
 SpanPredicate = Callable[[ReadableSpan], bool]
+_ModelSpanListener = tuple[
+    Callable[[ReadableSpan, "Span | None"], None], "Callable[[ReadableSpan, Mapping[str, Any]], bool] | None"
+]
 """A user rule for spans the conventions do not mark as tool spans: True means "treat as a tool call"."""
 
 _MAX_PENDING_EXCEPTIONS = 4096
@@ -145,14 +147,14 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._lock = threading.Lock()
         # Trace id -> its live agent/root spans. Written without the lock (single dict and list operations
         # are atomic under the GIL); the lock serialises sweeps (see _register_anchor, _evict_anchors).
-        self._anchors: dict[int, list[Span]] = {}
+        self._anchors: dict[int, dict[int, Span]] = {}  # trace id -> span id -> span, oldest first
         # Trace id -> when its anchors were last touched, least recently touched first (re-inserted on
         # each touch), so a sweep reads the eviction candidates from the front.
         self._anchor_touched: dict[int, float] = {}
         self._registrations = 0
         # Bound once: one success is handed over per successful tool call.
         self._resolve = self._resolve_success
-        self._defer = pipeline.succeeded_later
+        self._defer = pipeline.history.defer_success  # ErrorPipeline.succeeded_later, one call less
         self._notify_success = pipeline.notify_success
         self._trace_scope: tuple[int, str] = (0, semconv.DEFAULT_SCOPE)  # the last trace scope named
         self._max_anchor_traces = max(1, max_anchor_traces)
@@ -173,8 +175,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._closed = False
         self._resource_cache: tuple[Any, dict[str, Any]] | None = None
         # Recovery listeners for model (chat) spans: ``listener(span, live agent span or None)``.
-        self.model_span_listeners: list[Callable[[ReadableSpan, Span | None], None]] = []
-        self._model_span_filters: dict[int, Callable[[ReadableSpan, Mapping[str, Any]], bool] | None] = {}
+        self._model_listeners: list[_ModelSpanListener] = []
         pipeline.add_escalation_listener(self._add_escalation_event)
 
     @property
@@ -239,15 +240,16 @@ class ErrorCompactionProcessor(SpanProcessor):
             context = span.context
             if context is None:
                 return
-            if self.model_span_listeners:
+            if self._model_listeners:
                 try:
                     attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
                 except AttributeError:
                     attrs = _attributes_of(span)
                 if attrs.get(_OPERATION) in _MODEL_OPERATIONS:
                     self._model_span_ended(span, attrs, context.trace_id)
-            if context.span_id in self._anchor_ids:
-                self._forget_anchor(context.trace_id, context.span_id)
+            span_id = context.span_id
+            if span_id in self._anchor_ids:
+                self._forget_anchor(context.trace_id, span_id)
         except Exception:
             _log.exception("otel-errcompact: on_end failed")
 
@@ -261,14 +263,17 @@ class ErrorCompactionProcessor(SpanProcessor):
         ``matters(span, attributes)``, when given, says cheaply whether the span can mean anything to the
         listener: most model spans are plain successes, and finding the trace's live agent span for
         them would be work on every model call for nothing."""
-        self.model_span_listeners.append(listener)
-        self._model_span_filters[len(self.model_span_listeners) - 1] = matters
+        self._model_listeners.append((listener, matters))
+
+    @property
+    def model_span_listeners(self) -> list[Callable[[ReadableSpan, Span | None], None]]:
+        """The listeners added with :meth:`add_model_span_listener` (a copy)."""
+        return [listener for listener, _ in self._model_listeners]
 
     def _model_span_ended(self, span: ReadableSpan, attrs: Mapping[str, Any], trace_id: int) -> None:
         anchor: Span | None = None
         looked_up = False
-        for index, listener in enumerate(self.model_span_listeners):
-            matters = self._model_span_filters.get(index)
+        for listener, matters in self._model_listeners:
             if matters is not None and not matters(span, attrs):
                 continue
             if not looked_up:
@@ -334,7 +339,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                     with self._lock:
                         self._pending.pop(context.span_id, None)
                 anchors = self._anchors.get(context.trace_id)
-                self._defer(self._resolve, (span, anchors[:] if anchors else None))
+                self._defer(self._resolve, (span, list(anchors.values()) if anchors else None))
             return
         failure = self.failure_of(span)
         if failure is None:
@@ -441,7 +446,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             with self._lock:
                 self._pending.pop(context.span_id, None)
         anchors = self._anchors.get(context.trace_id)
-        self._defer(self._resolve, (span, anchors[:] if anchors else None))
+        self._defer(self._resolve, (span, list(anchors.values()) if anchors else None))
 
     def _resolve_success(self, captured: tuple[ReadableSpan, list[Span] | None]) -> str | None:
         """The scope whose consecutive counter a successful tool span resets, and its count in the
@@ -529,40 +534,40 @@ class ErrorCompactionProcessor(SpanProcessor):
     def _register_anchor(self, span: Span) -> None:
         """Remember a starting agent or root span, without the lock.
 
-        Each step is one dict, list or set operation (atomic under the GIL). A trace dropped at the same
+        Each step is one dict or set operation (atomic under the GIL). A trace dropped at the same
         moment by its last anchor ending (:meth:`_forget_anchor`) or by a sweep is detected after the
-        append (the trace no longer maps to the list appended to) and the span registered again. Bounds:
+        insertion (the trace no longer maps to the dict written to) and the span registered again. Bounds:
         past ``_MAX_ANCHORS_PER_TRACE`` a trace's oldest anchor is dropped here; past
         ``max_anchor_traces`` traces, and every :data:`ANCHOR_SWEEP_EVERY` registrations for idleness,
         a sweep runs under the lock."""
         context = span.context
         trace_id = context.trace_id
-        anchors = self._anchors.setdefault(trace_id, [])
-        anchors.append(span)
-        self._anchor_ids.add(context.span_id)
-        if self._anchors.get(trace_id) is not anchors:
-            self._reregister_anchor(trace_id, span)
+        span_id = context.span_id
+        anchors_by_trace = self._anchors
+        anchors = anchors_by_trace.setdefault(trace_id, {})
+        anchors[span_id] = span
+        self._anchor_ids.add(span_id)
+        if anchors_by_trace.get(trace_id) is not anchors:
+            with self._lock:  # dropped meanwhile: register again
+                anchors_by_trace.setdefault(trace_id, {})[span_id] = span
         touched = self._anchor_touched
         touched.pop(trace_id, None)
         touched[trace_id] = time.monotonic()
         if len(anchors) > _MAX_ANCHORS_PER_TRACE:
-            try:
-                dropped = anchors.pop(0)
-            except IndexError:
-                pass
-            else:
-                self._anchor_ids.discard(dropped.context.span_id)
-                self._note_evicted(1)
+            self._drop_oldest_anchor(anchors)
         self._registrations += 1
-        if len(self._anchors) > self._max_anchor_traces or self._registrations % ANCHOR_SWEEP_EVERY == 0:
+        if len(anchors_by_trace) > self._max_anchor_traces or self._registrations % ANCHOR_SWEEP_EVERY == 0:
             with self._lock:
                 self._evict_anchors()
 
-    def _reregister_anchor(self, trace_id: int, span: Span) -> None:
-        with self._lock:
-            current = self._anchors.setdefault(trace_id, [])
-            if not any(s is span for s in current):
-                current.append(span)
+    def _drop_oldest_anchor(self, anchors: dict[int, Span]) -> None:
+        try:
+            oldest = next(iter(anchors))
+        except (StopIteration, RuntimeError):
+            return
+        if anchors.pop(oldest, None) is not None:
+            self._anchor_ids.discard(oldest)
+            self._note_evicted(1)
 
     def _live_anchor(self, trace_id: int) -> Span | None:
         """The innermost live agent span of the trace, else its newest live root span."""
@@ -576,7 +581,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         anchors = self._anchors.get(trace_id)
         if not anchors:
             return []
-        snapshot = [s for s in reversed(list(anchors)) if s.end_time is None]
+        snapshot = [s for s in reversed(list(anchors.values())) if s.end_time is None]
         touched = self._anchor_touched
         touched.pop(trace_id, None)
         touched[trace_id] = time.monotonic()
@@ -603,8 +608,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             if len(anchors_by_trace) <= self._max_anchor_traces and idle <= self._anchor_idle_s:
                 break
             touched.pop(trace_id, None)
-            for span in anchors_by_trace.pop(trace_id, None) or ():
-                self._anchor_ids.discard(span.context.span_id)
+            for span_id in anchors_by_trace.pop(trace_id, None) or ():
+                self._anchor_ids.discard(span_id)
                 evicted += 1
         if evicted:
             self._note_evicted(evicted)
@@ -623,13 +628,13 @@ class ErrorCompactionProcessor(SpanProcessor):
         """The conversation id recorded on the trace's live agent or root spans, if any. Lock-free: a
         successful tool span asks this too."""
         anchors = self._anchors.get(trace_id)
-        return self._conversation_of(anchors) if anchors else None
+        return self._conversation_of(list(anchors.values())) if anchors else None
 
     @staticmethod
     def _conversation_of(anchors: list[Span], *, live_only: bool = True) -> str | None:
-        """The conversation id on the newest of ``anchors`` that records one (of the live ones, unless
-        they are a copy taken while they were live)."""
-        for span in reversed(anchors[:]):  # a copy: other threads add and drop anchors
+        """The conversation id on the newest of ``anchors`` (a copy, oldest first) that records one (of
+        the live ones, unless the copy was taken while they were live)."""
+        for span in reversed(anchors):
             if live_only and span.end_time is not None:
                 continue
             try:
@@ -654,25 +659,22 @@ class ErrorCompactionProcessor(SpanProcessor):
     def _forget_anchor(self, trace_id: int, span_id: int) -> None:
         """Drop an ending anchor span, without the lock; the trace goes with its last anchor.
 
-        The trace is popped first and its list checked after: a span registered into it meanwhile
+        The trace is popped first and its anchors checked after: a span registered into it meanwhile
         puts it back (see :meth:`_register_anchor`), so no live anchor is lost."""
         self._anchor_ids.discard(span_id)
-        anchors = self._anchors.get(trace_id)
+        anchors_by_trace = self._anchors
+        anchors = anchors_by_trace.get(trace_id)
         if anchors is None:
             return
-        for span in anchors:
-            if span.context.span_id == span_id:
-                with contextlib.suppress(ValueError):  # by identity (spans define no __eq__), at any index
-                    anchors.remove(span)
-                break
+        anchors.pop(span_id, None)
         if anchors:
             return
-        popped = self._anchors.pop(trace_id, None)
+        popped = anchors_by_trace.pop(trace_id, None)
         if popped:  # an anchor arrived meanwhile: put the trace back
-            current = self._anchors.setdefault(trace_id, popped)
+            current = anchors_by_trace.setdefault(trace_id, popped)
             if current is not popped:
-                current.extend(popped)
-        elif trace_id not in self._anchors:
+                current.update(popped)
+        elif trace_id not in anchors_by_trace:
             self._anchor_touched.pop(trace_id, None)
 
     def _add_escalation_event(self, escalation: Escalation, failure: Failure) -> None:
