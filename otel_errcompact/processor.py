@@ -33,7 +33,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from otel_errcompact import semconv
-from otel_errcompact.claims import _claim
+from otel_errcompact.claims import current_claim
 from otel_errcompact.halted import HaltedTraces
 from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
@@ -45,10 +45,11 @@ __all__ = ["ErrorCompactionProcessor", "ExceptionLogProcessor", "SpanPredicate"]
 _log = logging.getLogger("otel_errcompact")
 
 SpanPredicate = Callable[[ReadableSpan], bool]
+"""A user rule for spans the conventions do not mark as tool spans: True means "treat as a tool call"."""
 _ModelSpanListener = tuple[
     Callable[[ReadableSpan, "Span | None"], None], "Callable[[ReadableSpan, Mapping[str, Any]], bool] | None"
 ]
-"""A user rule for spans the conventions do not mark as tool spans: True means "treat as a tool call"."""
+"""A model-span listener and its optional filter (see ``add_model_span_listener``)."""
 
 _MAX_PENDING_EXCEPTIONS = 4096
 _MAX_FAILED_PARENTS = 4096
@@ -246,7 +247,10 @@ class ErrorCompactionProcessor(SpanProcessor):
                 except AttributeError:
                     attrs = _attributes_of(span)
                 if attrs.get(_OPERATION) in _MODEL_OPERATIONS:
-                    self._model_span_ended(span, attrs, context.trace_id)
+                    for _, matters in self._model_listeners:
+                        if matters is None or matters(span, attrs):
+                            self._model_span_ended(span, attrs, context.trace_id)
+                            break
             span_id = context.span_id
             if span_id in self._anchor_ids:
                 self._forget_anchor(context.trace_id, span_id)
@@ -328,7 +332,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             attrs = _attributes_of(span)
         if "errcompact.key" in attrs or "errcompact.cancelled" in attrs or "errcompact.circuit_open" in attrs:
             return  # handled at the tool boundary while live, or a cancelled / refused call: not a result
-        claim = _claim.get()  # current_claim(), inlined
+        claim = current_claim()
         if claim is not None:  # a framework bridge handles this call's failure on its own span
             claim.note(span.status.status_code is StatusCode.ERROR, span.events)
             return

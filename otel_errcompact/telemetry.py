@@ -282,10 +282,10 @@ class ErrorMetrics:
         successes = self._successes
         successes.append(tool_name)
         if len(successes) % _SUCCESS_BATCH == 0:
-            self._tokens.submit(_DRAIN_SUCCESSES)
+            self._tokens.submit(_DRAIN_SUCCESSES, wake=True)
 
     def _request_drain(self) -> bool:
-        return self._tokens is not None and self._tokens.submit(_DRAIN_SUCCESSES)
+        return self._tokens is not None and self._tokens.submit(_DRAIN_SUCCESSES, wake=True)
 
     def _drain_successes(self) -> None:
         """Count the queued successes (any thread; each is popped, so counted, once), after resolving
