@@ -549,13 +549,15 @@ class ErrorCompactionProcessor(SpanProcessor):
         span_id = context.span_id
         anchors_by_trace = self._anchors
         anchors = anchors_by_trace.setdefault(trace_id, {})
+        known = bool(anchors)
         anchors[span_id] = span
         self._anchor_ids.add(span_id)
         if anchors_by_trace.get(trace_id) is not anchors:
             with self._lock:  # dropped meanwhile: register again
                 anchors_by_trace.setdefault(trace_id, {})[span_id] = span
         touched = self._anchor_touched
-        touched.pop(trace_id, None)
+        if known:  # re-inserted: the least recently touched stay in front
+            touched.pop(trace_id, None)
         touched[trace_id] = time.monotonic()
         if len(anchors) > _MAX_ANCHORS_PER_TRACE:
             self._drop_oldest_anchor(anchors)
@@ -678,7 +680,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             current = anchors_by_trace.setdefault(trace_id, popped)
             if current is not popped:
                 current.update(popped)
-        elif trace_id not in anchors_by_trace:
+        else:  # a stamp a concurrent registration just wrote may go too: the next sweep re-stamps it
             self._anchor_touched.pop(trace_id, None)
 
     def _add_escalation_event(self, escalation: Escalation, failure: Failure) -> None:
