@@ -49,9 +49,10 @@ Reason = Literal["consecutive", "budget"]
 
 _NOT_STUCK = frozenset({"rate_limited", "transient"})
 _MAX_PENDING_SUCCESSES = 1024
+"""Queued successes at which another thread is asked to apply them (``ErrorHistory.on_backlog``); at
+twice this, or without one, the caller applies them itself. Bounds the queue between history operations."""
 _APPLY_BATCH = 64
-"""Successes queued before the agent's thread applies them itself (bounds the queue between history
-operations)."""
+"""Successes applied per hold of the lock by :meth:`ErrorHistory.apply_successes`."""
 
 
 @dataclass(frozen=True, slots=True)

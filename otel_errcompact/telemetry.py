@@ -281,8 +281,8 @@ class ErrorMetrics:
             return
         successes = self._successes
         successes.append(tool_name)
-        if len(successes) % _SUCCESS_BATCH == 0:
-            self._tokens.submit(_DRAIN_SUCCESSES, wake=True)
+        if len(successes) % _SUCCESS_BATCH == 0 and not self._tokens.submit(_DRAIN_SUCCESSES, wake=True):
+            self._count_queued()  # the metrics thread takes no more work: keep the queue bounded
 
     def _request_drain(self) -> bool:
         return self._tokens is not None and self._tokens.submit(_DRAIN_SUCCESSES, wake=True)
@@ -292,6 +292,11 @@ class ErrorMetrics:
         those the watched history holds."""
         if self._history is not None:
             self._history.apply_successes()
+        self._count_queued()
+
+    def _count_queued(self) -> None:
+        """Count the tool names queued by :meth:`on_success` (may run under the history's lock: it
+        does not call back into the history)."""
         successes = self._successes
         names: list[str | None] = []
         while successes:
