@@ -61,8 +61,9 @@ class BackgroundQueue(Generic[T]):
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
-    def submit(self, item: T) -> bool:
-        """Queue ``item``; False (and counted in ``dropped``) when full or closed. Never blocks."""
+    def submit(self, item: T, *, wake: bool = False) -> bool:
+        """Queue ``item``; False (and counted in ``dropped``) when full or closed. Never blocks.
+        ``wake``: wake the worker now, for an item that should not wait for the batch."""
         size = self._cost(item) if self._cost is not None else 0
         with self._cond:
             if (
@@ -74,7 +75,7 @@ class BackgroundQueue(Generic[T]):
                 return False
             self._items.append(item)
             self._queued_cost += size
-            if len(self._items) == self._wake_every:
+            if wake or len(self._items) == self._wake_every:
                 self._cond.notify()
             return True
 

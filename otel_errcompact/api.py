@@ -628,7 +628,7 @@ def _build(
         if fleet_metrics is not None:
             breakers.add_refusal_listener(fleet_metrics.on_refusal)
         if processor is not None:
-            processor.model_span_listeners.append(telemetry.on_model_span)
+            processor.add_model_span_listener(telemetry.on_model_span, telemetry.model_span_matters)
     handle = ErrCompact(
         config,
         history=history,

@@ -29,10 +29,10 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from otel_errcompact.digest import Digest
 from otel_errcompact.exceptions import ConfigurationError, ErrorBudgetExceeded
@@ -48,6 +48,11 @@ Action = Literal["halt", "human"]
 Reason = Literal["consecutive", "budget"]
 
 _NOT_STUCK = frozenset({"rate_limited", "transient"})
+_MAX_PENDING_SUCCESSES = 1024
+"""Queued successes at which another thread is asked to apply them (``ErrorHistory.on_backlog``); at
+twice this, or without one, the caller applies them itself. Bounds the queue between history operations."""
+_APPLY_BATCH = 64
+"""Successes applied per hold of the lock by :meth:`ErrorHistory.apply_successes`."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,6 +221,8 @@ class ErrorHistory:
         self._clock = clock
         self._scopes: OrderedDict[str, _Scope] = OrderedDict()
         self._lock = threading.Lock()
+        # Successes not applied yet, oldest first: a scope (observe_success) or (resolve, item) (defer_success).
+        self._successes: deque[str | tuple[Callable[[Any], str | None], Any]] = deque()
         self._seq = 0
         self._evicted_at_cap = 0
         self._cap_warned = False
@@ -223,6 +230,7 @@ class ErrorHistory:
     def observe(self, scope: str, digest: Digest) -> Observation:
         """Record one failure in ``scope``: append a new class or count a repeat; decide on escalation."""
         with self._lock:
+            self._apply_successes()
             state = self._touch(scope)
             self._seq += 1
             key = digest.key
@@ -273,9 +281,74 @@ class ErrorHistory:
         return self._evicted_at_cap
 
     def observe_success(self, scope: str) -> None:
-        """A tool call in ``scope`` succeeded: the consecutive-same counter starts again."""
-        with self._lock:
-            state = self._scopes.get(scope)
+        """A tool call in ``scope`` succeeded: the consecutive-same counter starts again.
+
+        Without the lock, for the agent's thread: a scope the history does not hold has no counter to
+        reset (a racy membership test is fine: a failure creating the scope at the same moment is
+        ordered after this success), and for one it holds the success is queued and applied, in order,
+        under the lock at the start of the next operation that reads or writes counters. Every reader
+        sees what an immediate reset would have shown."""
+        if scope not in self._scopes:
+            return
+        self._successes.append(scope)
+        if len(self._successes) >= _MAX_PENDING_SUCCESSES:
+            self._backlogged()
+
+    def defer_success(self, resolve: Callable[[Any], str | None], item: Any) -> None:
+        """A success whose scope is found later: ``resolve(item)`` is called, in order with the other
+        successes, before the next operation that reads or writes counters (or by
+        :meth:`apply_successes`), and returns the scope to reset, or None when it was not a success
+        after all. Lets the span processor leave a successful tool call's bookkeeping off the agent's
+        thread. ``resolve`` runs under the history's lock: it must not call back into the history."""
+        self._successes.append((resolve, item))
+        if len(self._successes) >= _MAX_PENDING_SUCCESSES:
+            self._backlogged()
+
+    on_backlog: Callable[[], bool] | None = None
+    """Asked, once the queue reaches its bound, to have another thread :meth:`apply_successes` (the
+    metrics thread); False when it cannot. Past twice the bound, or without it, the caller applies
+    them."""
+
+    def _backlogged(self) -> None:
+        queued = len(self._successes)
+        backlog = self.on_backlog
+        if backlog is not None and queued < 2 * _MAX_PENDING_SUCCESSES:
+            if queued != _MAX_PENDING_SUCCESSES:
+                return  # asked already when the bound was reached
+            try:
+                if backlog():
+                    return
+            except Exception:
+                _log.exception("otel-errcompact: could not hand queued successes over")
+        self.apply_successes()
+
+    def apply_successes(self) -> None:
+        """Apply the queued successes now (the metrics thread, a collection, a flush), a batch at a
+        time: an agent thread counting a failure waits for one batch at most, not the whole queue."""
+        while self._successes:
+            with self._lock:
+                self._apply_successes(_APPLY_BATCH)
+
+    def _apply_successes(self, limit: int = -1) -> None:
+        """Apply the queued successes, oldest first, ``limit`` of them at most (call with the lock
+        held)."""
+        successes = self._successes
+        while successes and limit != 0:
+            limit -= 1
+            try:
+                success = successes.popleft()
+            except IndexError:
+                break
+            if isinstance(success, str):
+                scope: str | None = success
+            else:
+                resolve, item = success
+                try:
+                    scope = resolve(item)
+                except Exception:
+                    _log.exception("otel-errcompact: could not resolve a successful tool call")
+                    continue
+            state = self._scopes.get(scope) if scope is not None else None
             if state is not None:
                 state.consecutive = 0
                 state.last_key = None
@@ -283,6 +356,7 @@ class ErrorHistory:
     def escalation(self, scope: str) -> Escalation | None:
         """The standing breach of ``scope``, if any."""
         with self._lock:
+            self._apply_successes()
             state = self._scopes.get(scope)
             return state.breach if state is not None else None
 
@@ -298,6 +372,7 @@ class ErrorHistory:
         The consecutive counter restarts and the budget counts afresh from here.
         """
         with self._lock:
+            self._apply_successes()
             state = self._scopes.get(scope)
             if state is not None:
                 state.breach = None
@@ -308,17 +383,20 @@ class ErrorHistory:
     def reset(self, scope: str) -> None:
         """Forget ``scope`` entirely (e.g. when a conversation ends)."""
         with self._lock:
+            self._apply_successes()
             self._scopes.pop(scope, None)
 
     def scopes(self) -> list[str]:
         """The scopes currently held, least recently active first."""
         with self._lock:
+            self._apply_successes()
             self._evict_idle()
             return list(self._scopes)
 
     def render(self, scope: str) -> str:
         """The ``[RECENT ERRORS]`` block for ``scope``'s next prompt; ``""`` when nothing failed."""
         with self._lock:
+            self._apply_successes()
             state = self._scopes.get(scope)
             if state is None or state.total == 0:
                 return ""
@@ -358,6 +436,7 @@ class ErrorHistory:
 
     def __len__(self) -> int:
         with self._lock:
+            self._apply_successes()
             return len(self._scopes)
 
     def _touch(self, scope: str) -> _Scope:

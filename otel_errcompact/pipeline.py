@@ -126,8 +126,21 @@ class ErrorPipeline:
         the success listeners (``counted=False`` for a span that only wraps a call already counted)."""
         self.history.observe_success(scope)
         if counted:
-            for listener in self._on_success:
-                _call(listener, tool_name)
+            self.notify_success(tool_name)
+
+    def succeeded_later(self, resolve: Callable[[Any], str | None], item: Any) -> None:
+        """A tool call succeeded; what it means is worked out later, in order with the other successes
+        and before the next failure is counted: ``resolve(item)`` returns the scope to reset (or None
+        when the call was not a success after all) and calls :meth:`notify_success` when it counts."""
+        self.history.defer_success(resolve, item)
+
+    def notify_success(self, tool_name: str | None) -> None:
+        """Tell the success listeners about one successful call (see :meth:`succeeded_later`)."""
+        for listener in self._on_success:
+            try:
+                listener(tool_name)
+            except Exception:
+                _log.exception("otel-errcompact: listener %r failed", listener)
 
     def add_escalation_listener(self, listener: EscalationListener) -> None:
         """Call ``listener(escalation, failure)`` when a failure breaches the thresholds."""

@@ -46,6 +46,10 @@ _log = logging.getLogger("otel_errcompact")
 
 SpanPredicate = Callable[[ReadableSpan], bool]
 """A user rule for spans the conventions do not mark as tool spans: True means "treat as a tool call"."""
+_ModelSpanListener = tuple[
+    Callable[[ReadableSpan, "Span | None"], None], "Callable[[ReadableSpan, Mapping[str, Any]], bool] | None"
+]
+"""A model-span listener and its optional filter (see ``add_model_span_listener``)."""
 
 _MAX_PENDING_EXCEPTIONS = 4096
 _MAX_FAILED_PARENTS = 4096
@@ -60,6 +64,18 @@ never ended (an abandoned agent run) would otherwise stay here forever."""
 ANCHOR_IDLE_S = 3600.0
 """A trace's anchors not touched (a new anchor, a failure looking them up) for this long are forgotten."""
 _MAX_ANCHORS_PER_TRACE = 64
+ANCHOR_SWEEP_EVERY = 256
+"""Anchor registrations between two sweeps for idle traces (a failure's anchor lookup sweeps too): the
+idle bound is checked in batches so that starting a root or agent span takes no lock."""
+# Attribute names read on every span, bound here (a module attribute look-up per read adds up).
+_OPERATION = semconv.GEN_AI_OPERATION_NAME
+_OI_KIND = semconv.OPENINFERENCE_KIND
+_TL_KIND = semconv.TRACELOOP_KIND
+_TOOL_NAME = semconv.GEN_AI_TOOL_NAME
+_ERROR_TYPE = semconv.ERROR_TYPE
+_CONVERSATION_ATTRIBUTES = semconv.CONVERSATION_ATTRIBUTES
+_AGENT_OPERATIONS = ("invoke_agent", "create_agent")
+_AGENT_KINDS = ("agent", "workflow")
 _MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 
 
@@ -130,9 +146,18 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._predicate = predicate
         self._capture_arguments = capture_arguments
         self._lock = threading.Lock()
-        # Oldest-touched first; bounded by count and idle time (see _evict_anchors).
-        self._anchors: OrderedDict[int, list[Span]] = OrderedDict()
+        # Trace id -> its live agent/root spans. Written without the lock (single dict and list operations
+        # are atomic under the GIL); the lock serialises sweeps (see _register_anchor, _evict_anchors).
+        self._anchors: dict[int, dict[int, Span]] = {}  # trace id -> span id -> span, oldest first
+        # Trace id -> when its anchors were last touched, least recently touched first (re-inserted on
+        # each touch), so a sweep reads the eviction candidates from the front.
         self._anchor_touched: dict[int, float] = {}
+        self._registrations = 0
+        # Bound once: one success is handed over per successful tool call.
+        self._resolve = self._resolve_success
+        self._defer = pipeline.history.defer_success  # ErrorPipeline.succeeded_later, one call less
+        self._notify_success = pipeline.notify_success
+        self._trace_scope: tuple[int, str] = (0, semconv.DEFAULT_SCOPE)  # the last trace scope named
         self._max_anchor_traces = max(1, max_anchor_traces)
         self._anchor_idle_s = anchor_idle_s
         self.evicted_anchors = 0
@@ -151,7 +176,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._closed = False
         self._resource_cache: tuple[Any, dict[str, Any]] | None = None
         # Recovery listeners for model (chat) spans: ``listener(span, live agent span or None)``.
-        self.model_span_listeners: list[Callable[[ReadableSpan, Span | None], None]] = []
+        self._model_listeners: list[_ModelSpanListener] = []
         pipeline.add_escalation_listener(self._add_escalation_event)
 
     @property
@@ -167,19 +192,19 @@ class ErrorCompactionProcessor(SpanProcessor):
             return
         try:
             parent = span.parent
-            attrs = _attributes_of(span)
-            if parent is None or parent.is_remote or semconv.is_agent_span(attrs):
-                trace_id = span.context.trace_id
-                with self._lock:
-                    anchors = self._anchors.setdefault(trace_id, [])
-                    anchors.append(span)
-                    self._anchor_ids.add(span.context.span_id)
-                    self._touch_anchors(trace_id)
-                    if len(anchors) > _MAX_ANCHORS_PER_TRACE:
-                        dropped = anchors.pop(0)
-                        self._anchor_ids.discard(dropped.context.span_id)
-                        self._note_evicted(1)
-                    self._evict_anchors()
+            if parent is not None and not parent.is_remote:
+                try:
+                    attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
+                except AttributeError:
+                    attrs = _attributes_of(span)
+                # semconv.is_agent_span, inlined: every child span pays for this test.
+                if not (
+                    attrs.get(_OPERATION) in _AGENT_OPERATIONS
+                    or attrs.get(_OI_KIND) == "AGENT"
+                    or attrs.get(_TL_KIND) in _AGENT_KINDS
+                ):
+                    return
+            self._register_anchor(span)
         except Exception:
             _log.exception("otel-errcompact: on_start failed")
 
@@ -190,8 +215,20 @@ class ErrorCompactionProcessor(SpanProcessor):
         try:
             if self._halted.pending:
                 self._halted.on_ending(span)
-            if self._is_candidate(span):
+            if self._predicate is not None or self._pending:
                 self._process(span, writable=span)
+                return
+            try:
+                attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
+            except AttributeError:
+                attrs = _attributes_of(span)
+            # semconv.is_tool_span, inlined: every span pays for this test.
+            if (
+                attrs.get(_OPERATION) == "execute_tool"
+                or attrs.get(_OI_KIND) == "TOOL"
+                or attrs.get(_TL_KIND) == "tool"
+            ):
+                self._process(span, span, attrs, is_tool=True)
         except Exception:
             _log.exception("otel-errcompact: processing an ending span failed")
 
@@ -201,17 +238,51 @@ class ErrorCompactionProcessor(SpanProcessor):
         try:
             if not self._saw_on_ending and self._is_candidate(span):
                 self._process(span, writable=None)
-            if (
-                self.model_span_listeners
-                and span.context is not None
-                and _attributes_of(span).get(semconv.GEN_AI_OPERATION_NAME) in _MODEL_OPERATIONS
-            ):
-                anchor = self._live_anchor(span.context.trace_id)
-                for listener in self.model_span_listeners:
-                    listener(span, anchor)
-            self._forget_anchor(span)
+            context = span.context
+            if context is None:
+                return
+            if self._model_listeners:
+                try:
+                    attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
+                except AttributeError:
+                    attrs = _attributes_of(span)
+                if attrs.get(_OPERATION) in _MODEL_OPERATIONS:
+                    for _, matters in self._model_listeners:
+                        if matters is None or matters(span, attrs):
+                            self._model_span_ended(span, attrs, context.trace_id)
+                            break
+            span_id = context.span_id
+            if span_id in self._anchor_ids:
+                self._forget_anchor(context.trace_id, span_id)
         except Exception:
             _log.exception("otel-errcompact: on_end failed")
+
+    def add_model_span_listener(
+        self,
+        listener: Callable[[ReadableSpan, Span | None], None],
+        matters: Callable[[ReadableSpan, Mapping[str, Any]], bool] | None = None,
+    ) -> None:
+        """Call ``listener(span, live agent span or None)`` for each model (chat) span that ends.
+
+        ``matters(span, attributes)``, when given, says cheaply whether the span can mean anything to the
+        listener: most model spans are plain successes, and finding the trace's live agent span for
+        them would be work on every model call for nothing."""
+        self._model_listeners.append((listener, matters))
+
+    @property
+    def model_span_listeners(self) -> list[Callable[[ReadableSpan, Span | None], None]]:
+        """The listeners added with :meth:`add_model_span_listener` (a copy)."""
+        return [listener for listener, _ in self._model_listeners]
+
+    def _model_span_ended(self, span: ReadableSpan, attrs: Mapping[str, Any], trace_id: int) -> None:
+        anchor: Span | None = None
+        looked_up = False
+        for listener, matters in self._model_listeners:
+            if matters is not None and not matters(span, attrs):
+                continue
+            if not looked_up:
+                anchor, looked_up = self._live_anchor(trace_id), True
+            listener(span, anchor)
 
     def shutdown(self) -> None:
         self._closed = True
@@ -246,13 +317,33 @@ class ErrorCompactionProcessor(SpanProcessor):
             return True
         return semconv.is_tool_span(_attributes_of(span))
 
-    def _process(self, span: ReadableSpan, writable: Span | None) -> None:
-        attrs = _attributes_of(span)
+    def _process(
+        self,
+        span: ReadableSpan,
+        writable: Span | None,
+        attrs: Mapping[str, Any] | None = None,
+        *,
+        is_tool: bool = False,
+    ) -> None:
+        """Handle an ending candidate span. ``attrs`` and ``is_tool`` are what the caller already
+        knows (its attributes, and that it is a tool span), so a successful tool call goes straight to
+        :meth:`_defer_success`."""
+        if attrs is None:
+            attrs = _attributes_of(span)
         if "errcompact.key" in attrs or "errcompact.cancelled" in attrs or "errcompact.circuit_open" in attrs:
             return  # handled at the tool boundary while live, or a cancelled / refused call: not a result
         claim = current_claim()
         if claim is not None:  # a framework bridge handles this call's failure on its own span
             claim.note(span.status.status_code is StatusCode.ERROR, span.events)
+            return
+        if is_tool and _ERROR_TYPE not in attrs and span.status.status_code is not StatusCode.ERROR:
+            context = span.context
+            if context is not None:  # _defer_success, inlined: most tool calls succeed
+                if self._pending:
+                    with self._lock:
+                        self._pending.pop(context.span_id, None)
+                anchors = self._anchors.get(context.trace_id)
+                self._defer(self._resolve, (span, list(anchors.values()) if anchors else None))
             return
         failure = self.failure_of(span)
         if failure is None:
@@ -306,23 +397,20 @@ class ErrorCompactionProcessor(SpanProcessor):
                 with self._lock:
                     self._pending.pop(context.span_id, None)
             return None
+        if span.status.status_code is not StatusCode.ERROR and _ERROR_TYPE not in attrs:
+            self._defer_success(span, context)
+            return None
         trace_id = context.trace_id
         conversation = semconv.conversation_id(attrs) or self.anchor_conversation(trace_id)
         parent = span.parent
         scope = semconv.scope_for(conversation, trace_id, in_trace=parent is not None)
-        failed = span.status.status_code is StatusCode.ERROR or semconv.ERROR_TYPE in attrs
         with self._lock:
             held = self._pending.pop(context.span_id, None)
-            # A tool span around a tool span (a framework's span around an @ec.tool span) is one call.
-            wraps_a_call = self._tool_parents.pop(context.span_id, 0) is None
+            self._tool_parents.pop(context.span_id, None)
             if parent is not None:
                 self._tool_parents[parent.span_id] = None
                 while len(self._tool_parents) > _MAX_FAILED_PARENTS:
                     self._tool_parents.popitem(last=False)
-        if not failed:
-            if not self._wraps_a_failure(context.span_id, attrs):
-                self.pipeline.succeeded(scope, semconv.tool_name(attrs, span.name), counted=not wraps_a_call)
-            return None
         exception = semconv.exception_from_events(span.events) or held
         if _not_a_tool_failure(exception, attrs):
             return None
@@ -350,6 +438,63 @@ class ErrorCompactionProcessor(SpanProcessor):
             attributes=_jsonable(attrs) if self._capture_arguments else _without_arguments(attrs),
             resource=self._resource_of(span),
         )
+
+    def _defer_success(self, span: ReadableSpan, context: Any) -> None:
+        """A successful tool span: what the agent's thread must capture now, the rest later.
+
+        Captured: the span (its ids, parent, attributes and name stay readable) and a copy of the
+        trace's live anchors, which may end before the success is resolved. Resolved later
+        (:meth:`_resolve_success`), in order with the other successes and before the next failure is
+        counted, by the history (see ``ErrorHistory.defer_success``)."""
+        if self._pending:
+            with self._lock:
+                self._pending.pop(context.span_id, None)
+        anchors = self._anchors.get(context.trace_id)
+        self._defer(self._resolve, (span, list(anchors.values()) if anchors else None))
+
+    def _resolve_success(self, captured: tuple[ReadableSpan, list[Span] | None]) -> str | None:
+        """The scope whose consecutive counter a successful tool span resets, and its count in the
+        call metric; None for a span that only wraps a failure (see ``_failed_parents``). Runs for
+        every successful tool call (off the agent's thread when the metrics thread takes it), so the
+        common case is kept to single dict operations."""
+        span, anchors = captured
+        context = span.context
+        span_id = context.span_id
+        try:
+            attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
+        except AttributeError:
+            attrs = _attributes_of(span)
+        tool_parents = self._tool_parents
+        # A tool span around a tool span (a framework's span around an @ec.tool span) is one call.
+        wraps_a_call = tool_parents.pop(span_id, 0) is None
+        parent = span.parent
+        if parent is not None:
+            tool_parents[parent.span_id] = None
+            while len(tool_parents) > _MAX_FAILED_PARENTS:
+                tool_parents.popitem(last=False)
+        if (span_id in self._failed_parents or self._returned_errors) and self._wraps_a_failure(span_id, attrs):
+            return None
+        conversation = None
+        for name in _CONVERSATION_ATTRIBUTES:
+            if name in attrs:
+                conversation = semconv.conversation_id(attrs)
+                break
+        if conversation is None and anchors:
+            conversation = self._conversation_of(anchors, live_only=False)
+        trace_id = context.trace_id
+        if conversation is not None or parent is None:
+            scope = semconv.scope_for(conversation, trace_id, in_trace=parent is not None)
+        else:  # the trace's scope, named once per trace rather than per call
+            cached = self._trace_scope
+            if cached[0] != trace_id:
+                cached = self._trace_scope = (trace_id, semconv.scope_for(None, trace_id, in_trace=True))
+            scope = cached[1]
+        if not wraps_a_call:
+            tool = attrs.get(_TOOL_NAME)
+            if type(tool) is not str or not tool:  # the common case is a plain name in gen_ai.tool.name
+                tool = semconv.tool_name(attrs, span.name)
+            self._notify_success(tool)
+        return scope
 
     def _resource_of(self, span: ReadableSpan) -> dict[str, Any]:
         """The span's resource attributes, JSON-able; converted once per resource (a provider has one),
@@ -390,6 +535,46 @@ class ErrorCompactionProcessor(SpanProcessor):
                     return True
         return False
 
+    def _register_anchor(self, span: Span) -> None:
+        """Remember a starting agent or root span, without the lock.
+
+        Each step is one dict or set operation (atomic under the GIL). A trace dropped at the same
+        moment by its last anchor ending (:meth:`_forget_anchor`) or by a sweep is detected after the
+        insertion (the trace no longer maps to the dict written to) and the span registered again. Bounds:
+        past ``_MAX_ANCHORS_PER_TRACE`` a trace's oldest anchor is dropped here; past
+        ``max_anchor_traces`` traces, and every :data:`ANCHOR_SWEEP_EVERY` registrations for idleness,
+        a sweep runs under the lock."""
+        context = span.context
+        trace_id = context.trace_id
+        span_id = context.span_id
+        anchors_by_trace = self._anchors
+        anchors = anchors_by_trace.setdefault(trace_id, {})
+        known = bool(anchors)
+        anchors[span_id] = span
+        self._anchor_ids.add(span_id)
+        if anchors_by_trace.get(trace_id) is not anchors:
+            with self._lock:  # dropped meanwhile: register again
+                anchors_by_trace.setdefault(trace_id, {})[span_id] = span
+        touched = self._anchor_touched
+        if known:  # re-inserted: the least recently touched stay in front
+            touched.pop(trace_id, None)
+        touched[trace_id] = time.monotonic()
+        if len(anchors) > _MAX_ANCHORS_PER_TRACE:
+            self._drop_oldest_anchor(anchors)
+        self._registrations += 1
+        if len(anchors_by_trace) > self._max_anchor_traces or self._registrations % ANCHOR_SWEEP_EVERY == 0:
+            with self._lock:
+                self._evict_anchors()
+
+    def _drop_oldest_anchor(self, anchors: dict[int, Span]) -> None:
+        try:
+            oldest = next(iter(anchors))
+        except (StopIteration, RuntimeError):
+            return
+        if anchors.pop(oldest, None) is not None:
+            self._anchor_ids.discard(oldest)
+            self._note_evicted(1)
+
     def _live_anchor(self, trace_id: int) -> Span | None:
         """The innermost live agent span of the trace, else its newest live root span."""
         anchors = self._anchors_of(trace_id)
@@ -397,33 +582,41 @@ class ErrorCompactionProcessor(SpanProcessor):
         return next(agents, anchors[0] if anchors else None)
 
     def _anchors_of(self, trace_id: int) -> list[Span]:
-        """The trace's live agent and root spans, newest first (a copy, read without the lock)."""
+        """The trace's live agent and root spans, newest first (a copy); touches the trace and sweeps
+        idle ones (a failure's look-up)."""
+        anchors = self._anchors.get(trace_id)
+        if not anchors:
+            return []
+        snapshot = [s for s in reversed(list(anchors.values())) if s.end_time is None]
+        touched = self._anchor_touched
+        touched.pop(trace_id, None)
+        touched[trace_id] = time.monotonic()
         with self._lock:
-            anchors = self._anchors.get(trace_id)
-            if not anchors:
-                return []
-            self._touch_anchors(trace_id)
-            return list(reversed(anchors))
-
-    def _touch_anchors(self, trace_id: int) -> None:
-        """Mark a trace's anchors as in use (call with the lock held)."""
-        self._anchors.move_to_end(trace_id)
-        self._anchor_touched[trace_id] = time.monotonic()
+            self._evict_anchors()
+        return snapshot
 
     def _evict_anchors(self) -> None:
         """Forget the least recently touched traces beyond the bound, and those idle too long (call with
         the lock held). Amortised O(1): each trace is evicted once."""
         now = time.monotonic()
+        touched = self._anchor_touched
+        anchors_by_trace = self._anchors
+        if len(anchors_by_trace) > len(touched):  # a stamp lost to a race: never leave a trace unswept
+            for trace_id in list(anchors_by_trace):
+                touched.setdefault(trace_id, now)
         evicted = 0
-        while self._anchors:
-            trace_id = next(iter(self._anchors))
-            idle = now - self._anchor_touched.get(trace_id, now)
-            if len(self._anchors) <= self._max_anchor_traces and idle <= self._anchor_idle_s:
+        while touched:
+            try:
+                trace_id = next(iter(touched))
+            except (StopIteration, RuntimeError):
                 break
-            for span in self._anchors.pop(trace_id):
-                self._anchor_ids.discard(span.context.span_id)
+            idle = now - touched.get(trace_id, now)
+            if len(anchors_by_trace) <= self._max_anchor_traces and idle <= self._anchor_idle_s:
+                break
+            touched.pop(trace_id, None)
+            for span_id in anchors_by_trace.pop(trace_id, None) or ():
+                self._anchor_ids.discard(span_id)
                 evicted += 1
-            self._anchor_touched.pop(trace_id, None)
         if evicted:
             self._note_evicted(evicted)
 
@@ -438,11 +631,28 @@ class ErrorCompactionProcessor(SpanProcessor):
         self.evicted_anchors += count
 
     def anchor_conversation(self, trace_id: int) -> str | None:
-        """The conversation id recorded on the trace's live agent or root spans, if any."""
-        for span in self._anchors_of(trace_id):
-            found = semconv.conversation_id(_attributes_of(span))
-            if found:
-                return found
+        """The conversation id recorded on the trace's live agent or root spans, if any. Lock-free: a
+        successful tool span asks this too."""
+        anchors = self._anchors.get(trace_id)
+        return self._conversation_of(list(anchors.values())) if anchors else None
+
+    @staticmethod
+    def _conversation_of(anchors: list[Span], *, live_only: bool = True) -> str | None:
+        """The conversation id on the newest of ``anchors`` (a copy, oldest first) that records one (of
+        the live ones, unless the copy was taken while they were live)."""
+        for span in reversed(anchors):
+            if live_only and span.end_time is not None:
+                continue
+            try:
+                attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
+            except AttributeError:
+                attrs = _attributes_of(span)
+            for name in _CONVERSATION_ATTRIBUTES:
+                if name in attrs:
+                    found = semconv.conversation_id(attrs)
+                    if found:
+                        return found
+                    break
         return None
 
     def _anchor_agent_name(self, trace_id: int) -> str | None:
@@ -452,21 +662,26 @@ class ErrorCompactionProcessor(SpanProcessor):
                 return semconv.agent_name(attrs)
         return None
 
-    def _forget_anchor(self, span: ReadableSpan) -> None:
-        context = span.context
-        if context is None or context.span_id not in self._anchor_ids:
+    def _forget_anchor(self, trace_id: int, span_id: int) -> None:
+        """Drop an ending anchor span, without the lock; the trace goes with its last anchor.
+
+        The trace is popped first and its anchors checked after: a span registered into it meanwhile
+        puts it back (see :meth:`_register_anchor`), so no live anchor is lost."""
+        self._anchor_ids.discard(span_id)
+        anchors_by_trace = self._anchors
+        anchors = anchors_by_trace.get(trace_id)
+        if anchors is None:
             return
-        with self._lock:
-            self._anchor_ids.discard(context.span_id)
-            anchors = self._anchors.get(context.trace_id)
-            if not anchors:
-                return
-            remaining = [s for s in anchors if s.context.span_id != context.span_id]
-            if remaining:
-                self._anchors[context.trace_id] = remaining
-            else:
-                del self._anchors[context.trace_id]
-                self._anchor_touched.pop(context.trace_id, None)
+        anchors.pop(span_id, None)
+        if anchors:
+            return
+        popped = anchors_by_trace.pop(trace_id, None)
+        if popped:  # an anchor arrived meanwhile: put the trace back
+            current = anchors_by_trace.setdefault(trace_id, popped)
+            if current is not popped:
+                current.update(popped)
+        else:  # a stamp a concurrent registration just wrote may go too: the next sweep re-stamps it
+            self._anchor_touched.pop(trace_id, None)
 
     def _add_escalation_event(self, escalation: Escalation, failure: Failure) -> None:
         if failure.trace_id is None:

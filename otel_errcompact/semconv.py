@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "CONVERSATION_ATTRIBUTES",
     "ERROR_TYPE",
     "EXCEPTION_EVENT",
     "GEN_AI_AGENT_ID",
@@ -27,6 +28,8 @@ __all__ = [
     "GEN_AI_TOOL_CALL_ARGUMENTS",
     "GEN_AI_TOOL_CALL_ID",
     "GEN_AI_TOOL_NAME",
+    "OPENINFERENCE_KIND",
+    "TRACELOOP_KIND",
     "agent_name",
     "conversation_id",
     "exception_from_attributes",
@@ -49,8 +52,12 @@ GEN_AI_AGENT_ID = "gen_ai.agent.id"
 ERROR_TYPE = "error.type"
 EXCEPTION_EVENT = "exception"
 
-_OPENINFERENCE_KIND = "openinference.span.kind"
-_TRACELOOP_KIND = "traceloop.span.kind"
+OPENINFERENCE_KIND = "openinference.span.kind"
+TRACELOOP_KIND = "traceloop.span.kind"
+_OPENINFERENCE_KIND = OPENINFERENCE_KIND
+_TRACELOOP_KIND = TRACELOOP_KIND
+CONVERSATION_ATTRIBUTES = (GEN_AI_CONVERSATION_ID, "session.id", "traceloop.association.properties.session_id")
+"""Where the three conventions record the conversation (session), in order of preference."""
 
 
 def is_tool_span(attrs: Mapping[str, Any]) -> bool:
@@ -99,9 +106,7 @@ def tool_arguments(attrs: Mapping[str, Any]) -> str | None:
 
 def conversation_id(attrs: Mapping[str, Any]) -> str | None:
     """The conversation (session) the span belongs to, when recorded."""
-    return _first_str(
-        attrs, GEN_AI_CONVERSATION_ID, "session.id", "traceloop.association.properties.session_id"
-    )
+    return _first_str(attrs, *CONVERSATION_ATTRIBUTES)
 
 
 def agent_name(attrs: Mapping[str, Any]) -> str | None:

@@ -57,7 +57,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections import OrderedDict
+from collections import Counter, OrderedDict, deque
 from functools import lru_cache
 from typing import Any
 
@@ -135,6 +135,8 @@ _SEPARATOR = " x\n"
 MAX_SAMPLED_CHARS = 256 * 1024
 """Characters of a batch's error texts (per tool and basis) encoded for the token metrics; the tokens of
 the rest are extrapolated at the rate measured on them."""
+_SUCCESS_BATCH = 1024
+"""Queued successful calls at which the metrics thread is asked to count them (between collections)."""
 MAX_QUEUED_TOKEN_CHARS = 8 * 1024 * 1024
 """Characters of error text waiting for token counting at most; beyond it counts are recorded in place."""
 
@@ -160,6 +162,10 @@ def metrics_are_read(meter_provider: Any) -> bool:
     readers = getattr(meter_provider, "_metric_readers", None)  # the constructor's metric_readers (1.45)
     # An SDK whose internals moved: keep counting rather than silently losing the metric.
     return bool(readers) if readers is not None else True
+
+
+_DRAIN_SUCCESSES: _Item = (None, 0, "", "", "", "", False, "")
+"""The metrics thread's item for "count the queued successful calls"."""
 
 
 def _item_cost(item: _Item) -> int:
@@ -226,6 +232,17 @@ class ErrorMetrics:
             if token_counts
             else None
         )
+        self._successes: deque[str | None] = deque()  # successful calls' tool names, not counted yet
+        self._history: ErrorHistory | None = None
+        if self._tokens is not None:
+            # An observable instrument that reports nothing: its callback is the SDK's hook at collection
+            # time, where the queued successes are counted.
+            meter.create_observable_counter(
+                "errcompact.tool.calls.queued",
+                callbacks=[self._collect_successes],
+                unit="{call}",
+                description="Reports nothing; counts queued successful calls into errcompact.tool.calls",
+            )
 
     def watch_history(self, history: ErrorHistory) -> None:
         """Export ``history``'s evictions at the scope cap as ``errcompact.history.evictions``.
@@ -233,6 +250,12 @@ class ErrorMetrics:
         An observable counter: read when the metric reader collects, so evictions cost nothing extra on
         the agent's thread.
         """
+
+        self._history = history
+        if self._tokens is not None:
+            # Successes the span processor queued in the history are resolved (and counted) on the
+            # metrics thread when they pile up, not on the agent's.
+            history.on_backlog = self._request_drain
 
         def observe(_options: CallbackOptions) -> list[MetricObservation]:
             return [MetricObservation(history.evicted_at_cap)]
@@ -260,11 +283,56 @@ class ErrorMetrics:
             return True
 
     def on_success(self, tool_name: str | None) -> None:
-        """Success listener: count one successful tool call."""
-        tool = self._tool_name(tool_label(tool_name))
-        if self._tokens is not None and self._tokens.submit((None, 0, "", tool, "", "", False, "")):
+        """Success listener: count one successful tool call.
+
+        With a metric reader the call is only appended to a queue (atomic under the GIL, no lock):
+        the queue is counted into ``errcompact.tool.calls`` when the reader collects
+        (:meth:`_collect_successes`), on :meth:`flush`, and by the metrics thread when it grows long.
+        Same instrument, unit and attributes as a count made in place."""
+        if self._tokens is None:
+            self._count_successes([tool_name])
             return
-        self._calls.add(1, {"gen_ai.tool.name": tool, "errcompact.outcome": "ok"})
+        successes = self._successes
+        successes.append(tool_name)
+        if len(successes) % _SUCCESS_BATCH == 0 and not self._tokens.submit(_DRAIN_SUCCESSES, wake=True):
+            self._count_queued()  # the metrics thread takes no more work: keep the queue bounded
+
+    def _request_drain(self) -> bool:
+        return self._tokens is not None and self._tokens.submit(_DRAIN_SUCCESSES, wake=True)
+
+    def _drain_successes(self) -> None:
+        """Count the queued successes (any thread; each is popped, so counted, once), after resolving
+        those the watched history holds."""
+        if self._history is not None:
+            self._history.apply_successes()
+        self._count_queued()
+
+    def _count_queued(self) -> None:
+        """Count the tool names queued by :meth:`on_success` (may run under the history's lock: it
+        does not call back into the history)."""
+        successes = self._successes
+        names: list[str | None] = []
+        while successes:
+            try:
+                names.append(successes.popleft())
+            except IndexError:
+                break
+        if names:
+            self._count_successes(names)
+
+    def _count_successes(self, names: list[str | None]) -> None:
+        for name, count in Counter(names).items():
+            tool = self._tool_name(tool_label(name))
+            self._calls.add(count, {"gen_ai.tool.name": tool, "errcompact.outcome": "ok"})
+
+    def _collect_successes(self, _options: CallbackOptions) -> list[MetricObservation]:
+        """Called by the SDK at each collection, before it reads the counters: the queued successes are
+        counted in time for it. Reports nothing of its own."""
+        try:
+            self._drain_successes()
+        except Exception:
+            _log.exception("otel-errcompact: could not count successful tool calls")
+        return []
 
     def on_failure(self, failure: Failure, outcome: Outcome) -> None:
         """Failure listener: count the call, the error, a new class, and the tokens (see the module)."""
@@ -313,9 +381,10 @@ class ErrorMetrics:
         texts: dict[tuple[str, str], tuple[list[str], list[int]]] = {}
         compact: dict[tuple[str, str], int] = {}
         lines: dict[str, int] = {}
+        drain = False
         for head, length, line, tool, basis, type_, is_new, key in items:
             if head is None:
-                calls[(tool, "ok")] = calls.get((tool, "ok"), 0) + 1
+                drain = True  # queued successful calls: counted once per batch, below
                 continue
             calls[(tool, "error")] = calls.get((tool, "error"), 0) + 1
             error_type = self._error_type(type_)
@@ -329,6 +398,8 @@ class ErrorMetrics:
             if line_tokens is None:
                 line_tokens = lines[line] = count_tokens(line)  # short: no GIL hand-over, see above
             compact[(tool, basis)] = compact.get((tool, basis), 0) + line_tokens
+        if drain:
+            self._drain_successes()
         for (tool, outcome), n in calls.items():
             self._calls.add(n, {"gen_ai.tool.name": tool, "errcompact.outcome": outcome})
         for (tool, error_type, is_new), n in errors.items():
@@ -372,9 +443,11 @@ class ErrorMetrics:
 
     def flush(self, timeout_s: float = 10.0) -> bool:
         """Wait for queued counts."""
+        self._drain_successes()
         return self._tokens.flush(timeout_s) if self._tokens is not None else True
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
+        self._drain_successes()
         if self._tokens is not None:
             self._tokens.shutdown(timeout_s)
 

@@ -20,11 +20,12 @@ import pytest
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
 
 from otel_errcompact import ToolErrorText
 from otel_errcompact.history import ErrorHistory, Thresholds
 from otel_errcompact.pipeline import ErrorPipeline
-from otel_errcompact.processor import MAX_ANCHOR_TRACES, ErrorCompactionProcessor
+from otel_errcompact.processor import ANCHOR_SWEEP_EVERY, MAX_ANCHOR_TRACES, ErrorCompactionProcessor
 from otel_errcompact.telemetry import MAX_TOOL_NAMES, OVERFLOW
 from tests.conftest import OTel
 
@@ -201,9 +202,43 @@ def test_anchors_idle_too_long_are_forgotten(monkeypatch: pytest.MonkeyPatch) ->
             tracer.start_span(f"root-{i}")
         assert len(processor._anchors) == 500
         now[0] += 0.1
-        tracer.start_span("root-late")
-        assert len(processor._anchors) == 1
+        # Idleness is swept in batches (starting a root span takes no lock): within one batch of
+        # registrations the idle traces are gone, the fresh ones stay.
+        late = []
+        while processor.evicted_anchors < 500 and len(late) < ANCHOR_SWEEP_EVERY:
+            late.append(tracer.start_span(f"root-late-{len(late)}"))
         assert processor.evicted_anchors == 500
+        assert len(processor._anchors) == len(late)
+    finally:
+        provider.shutdown()
+
+
+def test_a_failure_looking_up_anchors_sweeps_idle_ones(monkeypatch: pytest.MonkeyPatch) -> None:
+    from otel_errcompact import processor as processor_module
+
+    now = [1000.0]
+    monkeypatch.setattr(processor_module.time, "monotonic", lambda: now[0])
+    provider = TracerProvider()
+    processor = ErrorCompactionProcessor(
+        ErrorPipeline(ErrorHistory(Thresholds(consecutive=2))), max_anchor_traces=10_000, anchor_idle_s=0.05
+    )
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("tests")
+    try:
+        for i in range(10):
+            tracer.start_span(f"root-{i}")
+        now[0] += 0.1
+        with tracer.start_as_current_span("invoke_agent live", attributes={"gen_ai.operation.name": "invoke_agent"}):
+            with tracer.start_as_current_span(
+                "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool"}
+            ) as tool:
+                try:
+                    {"a": 1}["missing"]
+                except KeyError as exc:
+                    tool.record_exception(exc)
+                    tool.set_status(Status(StatusCode.ERROR, "KeyError"))
+            assert processor.evicted_anchors == 10
+            assert len(processor._anchors) == 1
     finally:
         provider.shutdown()
 

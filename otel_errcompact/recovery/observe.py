@@ -23,6 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import trace
@@ -45,6 +46,10 @@ _BY_CLASS: dict[str, Transition] = {
     "transient": "retry_wait",
 }
 _MAX_TRACES = 4096
+# The attributes classify_span reads: a model span without any of them shows no failure.
+_ERROR_TYPE = "error.type"
+_HTTP_STATUS = "http.response.status_code"
+_FINISH_REASONS = "gen_ai.response.finish_reasons"
 
 
 class RecoveryTelemetry:
@@ -90,6 +95,18 @@ class RecoveryTelemetry:
                 span.add_event("errcompact.breaker", _breaker_attributes(change))
         except Exception:
             _log.exception("otel-errcompact: could not record a breaker change")
+
+    def model_span_matters(self, span: ReadableSpan, attrs: Mapping[str, Any]) -> bool:
+        """Whether :meth:`on_model_span` can do anything for ``span``: it shows a failure or a truncation
+        (the attributes :func:`classify_span` reads), or its trace has a retry waiting to be called
+        recovered. False for the plain successful model call, which then costs the processor no
+        look-up of the trace's agent span. Lock-free: a racy read of the pending map is fine, the pop in
+        :meth:`on_model_span` decides."""
+        if _ERROR_TYPE in attrs or _HTTP_STATUS in attrs:
+            return True
+        if self._pending and span.context is not None and span.context.trace_id in self._pending:
+            return True
+        return _FINISH_REASONS in attrs and classify_span(attrs) is not None
 
     def on_model_span(self, span: ReadableSpan, anchor: Span | None) -> None:
         """Processor listener: the transition a framework's model span shows, on the live agent span."""

@@ -1,0 +1,162 @@
+"""Spans that are not failures: successful tool calls, chat spans, agent and root spans.
+
+Their handling is kept off the agent's thread or out of locks (successes are resolved later, anchors are
+registered without the lock, plain model spans skip the anchor look-up). These tests pin that what an
+immediate handling showed is still what every reader sees: the consecutive counter, the call metric,
+the anchors.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, Span
+
+from otel_errcompact import history as history_module
+from tests.conftest import OTel
+from tests.test_processor import GENAI_TOOL, agent, failing_tool_span, ok_tool_span
+
+
+def _ok_calls(otel: OTel, *, flush: bool) -> int:
+    """Successful calls in ``errcompact.tool.calls``, read as a metric reader collects them."""
+    if flush:
+        return sum(
+            int(p.value) for p in otel.metric_points("errcompact.tool.calls")
+            if (p.attributes or {}).get("errcompact.outcome") == "ok"
+        )
+    data = otel.metric_reader.get_metrics_data()  # no flush: the collection itself must count them
+    total = 0
+    for rm in data.resource_metrics if data is not None else []:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name == "errcompact.tool.calls":
+                    total += sum(
+                        int(p.value) for p in metric.data.data_points
+                        if (p.attributes or {}).get("errcompact.outcome") == "ok"
+                    )
+    return total
+
+
+def test_successful_calls_are_counted_when_the_reader_collects_without_a_flush(otel: OTel) -> None:
+    with agent(otel.tracer, "conv-ok"):
+        for _ in range(7):
+            ok_tool_span(otel.tracer)
+    assert _ok_calls(otel, flush=False) == 7
+    names: set[str] = set()
+    data = otel.metric_reader.get_metrics_data()
+    for rm in data.resource_metrics if data is not None else []:
+        for sm in rm.scope_metrics:
+            names.update(m.name for m in sm.metrics)
+    assert "errcompact.tool.calls.queued" not in names  # the collection hook reports nothing itself
+
+
+def test_a_success_resets_the_counter_after_its_agent_span_has_ended(otel: OTel) -> None:
+    # The conversation is known only from the agent span, which ends before the next failure is counted.
+    with agent(otel.tracer, "conv-turns"):
+        failing_tool_span(otel.tracer)
+        failing_tool_span(otel.tracer)
+        ok_tool_span(otel.tracer)
+    with agent(otel.tracer, "conv-turns"):  # the next turn: a new trace, the same conversation
+        failing_tool_span(otel.tracer)
+        failing_tool_span(otel.tracer)
+        assert otel.ec.history.escalation("conv-turns") is None  # 2 in a row since the success, not 4
+        failing_tool_span(otel.tracer)
+        assert otel.ec.history.escalation("conv-turns") is not None
+
+
+def test_many_successes_between_failures_keep_the_queue_bounded_and_the_counts_exact(otel: OTel) -> None:
+    successes = 3 * history_module._MAX_PENDING_SUCCESSES + 5
+    with agent(otel.tracer, "conv-many"):
+        failing_tool_span(otel.tracer)
+        failing_tool_span(otel.tracer)
+        for _ in range(successes):
+            ok_tool_span(otel.tracer)
+            assert len(otel.ec.history._successes) <= 2 * history_module._MAX_PENDING_SUCCESSES
+        failing_tool_span(otel.tracer)
+        failing_tool_span(otel.tracer)
+        assert otel.ec.history.escalation("conv-many") is None
+    assert _ok_calls(otel, flush=True) == successes
+
+
+def test_a_framework_span_around_a_failed_call_is_not_a_success(otel: OTel) -> None:
+    with agent(otel.tracer, "conv-wrap"):
+        for _ in range(3):
+            with otel.tracer.start_as_current_span("framework tool", attributes=dict(GENAI_TOOL)):
+                failing_tool_span(otel.tracer)
+        assert otel.ec.history.escalation("conv-wrap") is not None  # the wrappers reset nothing
+    assert _ok_calls(otel, flush=True) == 0
+
+
+def test_successes_from_threads_are_all_counted(otel: OTel) -> None:
+    def work() -> None:
+        with agent(otel.tracer, None):
+            for _ in range(500):
+                ok_tool_span(otel.tracer)
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert _ok_calls(otel, flush=True) == 2000
+    assert not otel.ec.history._successes
+
+
+def test_a_model_span_listener_is_asked_before_any_anchor_look_up(otel: OTel) -> None:
+    processor = otel.ec.processor
+    assert processor is not None
+    seen: list[tuple[str, Span | None]] = []
+    looked_up: list[int] = []
+    live_anchor = processor._live_anchor
+
+    def spy(trace_id: int) -> Span | None:
+        looked_up.append(trace_id)
+        return live_anchor(trace_id)
+
+    def matters(span: ReadableSpan, attrs: Mapping[str, Any]) -> bool:
+        return "error.type" in attrs
+
+    processor._live_anchor = spy  # type: ignore[method-assign]
+    processor.add_model_span_listener(lambda span, anchor: seen.append((span.name, anchor)), matters)
+    chat = {"gen_ai.operation.name": "chat"}
+    with agent(otel.tracer, "conv-chat") as agent_span:
+        with otel.tracer.start_as_current_span("chat ok", attributes=chat):
+            pass
+        assert not looked_up and not seen
+        with otel.tracer.start_as_current_span("chat failed", attributes={**chat, "error.type": "APIError"}):
+            pass
+    assert [name for name, _ in seen] == ["chat failed"]
+    assert seen[0][1] is agent_span
+    assert len(looked_up) == 1  # one look-up shared by every listener that wanted the span
+
+
+def test_plain_successful_model_spans_add_no_recovery_events(otel: OTel) -> None:
+    chat = {"gen_ai.operation.name": "chat", "gen_ai.response.finish_reasons": ("stop",)}
+    with agent(otel.tracer, "conv-plain") as agent_span:
+        for _ in range(3):
+            with otel.tracer.start_as_current_span("chat gpt-4o", attributes=chat):
+                pass
+    exported_agent = [s for s in otel.spans() if s.context.span_id == agent_span.get_span_context().span_id]
+    assert [e.name for e in exported_agent[0].events] == []
+
+
+def test_anchors_registered_from_threads_are_all_found_and_all_forgotten(otel: OTel) -> None:
+    processor = otel.ec.processor
+    assert processor is not None
+    barrier = threading.Barrier(4)
+
+    def work() -> None:
+        barrier.wait()
+        for i in range(300):
+            with agent(otel.tracer, f"conv-{i}") as span:
+                trace_id = span.get_span_context().trace_id
+                assert processor.anchor_conversation(trace_id) == f"conv-{i}"
+
+    threads = [threading.Thread(target=work) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not processor._anchors and not processor._anchor_touched and not processor._anchor_ids
