@@ -6,12 +6,15 @@ error-like line.
 
 Fast paths, because this runs on the agent's thread for every failed tool call:
 
-- an exception the span describes with fields (``exception.type``/``.message``/``.stacktrace``) is
-  read from them (:mod:`otel_errcompact.structured`) when it is a plain traceback;
-- parsers are chosen by their ``MARKERS`` (see :mod:`otel_errcompact.parsers`): every marker is looked
-  for once, ignoring case, in the text, and a parser none of whose markers occurs is skipped. Parsers
-  without markers are always tried, the order is kept, and when the caller passes an exit code or a
-  command every parser is tried (some recognise text by those hints alone);
+- parsers are chosen by their ``MARKERS`` (see :mod:`otel_errcompact.parsers`), lazily: a parser's
+  markers are looked for (ignoring case) only when the walk reaches it, and a parser none of whose
+  markers occurs is skipped. Parsers without markers are always tried, the order is kept, and when the
+  caller passes an exit code or a command every parser is tried (some recognise text by those hints
+  alone);
+- where the walk reaches the built-in python parser, the common shape of a traceback is read with a
+  few scans (:func:`otel_errcompact.parsers.python.parse_plain`) before the line-by-line parser runs; an
+  exception the span describes with fields (``exception.type``/``.message``/``.stacktrace``) is first
+  checked against them (:mod:`otel_errcompact.structured`). Both give exactly the full parser's digest;
 - digests are cached: short texts by the text itself, texts over 16 KB by a hash of their sanitised
   form (what the parsers see), both in one bounded LRU.
 
@@ -105,10 +108,7 @@ class Compactor:
         self._parsers = tuple(parsers)
         self._by_kind = dict(self._parsers)
         self._markers = tuple(_markers_of(parser) for _, parser in self._parsers)
-        self._all_markers = tuple(sorted({m for group in self._markers if group for m in group}))
-        # The structured fast path stands in for the built-in python parser, so it is used only where that
-        # parser is in the list and is the first one whose markers occur in the text.
-        self._python_at = next((i for i, (_, p) in enumerate(self._parsers) if p is _python.parse), None)
+        self._walk = tuple((parser, markers) for (_, parser), markers in zip(self._parsers, self._markers, strict=True))
         self._summarizer = summarizer
         self._cache: OrderedDict[str, Parsed | None] = OrderedDict()
         self._cache_size = summary_cache_size
@@ -196,18 +196,23 @@ class Compactor:
     ) -> Parsed:
         first = self._by_kind.get(hints.kind) if hints.kind else None
         if first is not None:
-            parsed = self._try(first, text, hints)
+            parsed = self._run(first, text, hints, exception_type, exception_message)
             if parsed is not None:
                 return parsed
-        if exception_type and first is None and self._python_first(text, hints):
-            parsed = parse_exception(text, exception_type, exception_message)
-            if parsed is not None:
-                return parsed
-        for index in self._candidates(text, hints):
-            parser = self._parsers[index][1]
+        every = hints.exit_code is not None or hints.command is not None
+        low: str | None = None
+        for parser, markers in self._walk:
             if parser is first:
                 continue
-            parsed = self._try(parser, text, hints)
+            if markers is not None and not every:
+                if low is None:
+                    low = text.lower()
+                for marker in markers:
+                    if marker in low:
+                        break
+                else:
+                    continue
+            parsed = self._run(parser, text, hints, exception_type, exception_message)
             if parsed is not None:
                 return parsed
         if self._summarizer is not None and text.strip():
@@ -216,27 +221,32 @@ class Compactor:
                 return summary
         return _fallback.parse(text, hints)
 
-    def _python_first(self, text: str, hints: Hints) -> bool:
-        """True when the python parser is the first one :meth:`_candidates` would try on ``text``
-        (checking only the markers of the parsers before it)."""
-        if self._python_at is None or hints.exit_code is not None or hints.command is not None:
-            return False
-        low: str | None = None
-        for markers in self._markers[: self._python_at]:
-            if markers is None:
-                return False
-            low = text.lower() if low is None else low
-            if any(marker in low for marker in markers):
-                return False
-        return True
+    def _run(
+        self, parser: Parser, text: str, hints: Hints, exception_type: str | None, exception_message: str | None
+    ) -> Parsed | None:
+        """``parser`` on ``text``; the built-in python parser's common shape through its fast paths, which
+        give the same digest (see the module docstring)."""
+        if parser is _python.parse:
+            try:
+                fast = (
+                    parse_exception(text, exception_type, exception_message) if exception_type else None
+                ) or _python.parse_plain(text)
+            except Exception:
+                _log.debug("otel-errcompact: python fast path failed", exc_info=True)
+                fast = None
+            if fast is not None:
+                return fast
+        return self._try(parser, text, hints)
 
     def _candidates(self, text: str, hints: Hints) -> list[int]:
-        """Indexes of the parsers worth trying on ``text``, in order (see the module docstring)."""
-        if hints.exit_code is not None or hints.command is not None or not self._all_markers:
+        """Indexes of the parsers :meth:`_parse` may try on ``text``, in order (see the module docstring);
+        for inspection: ``_parse`` checks a parser's markers only when it reaches it."""
+        if hints.exit_code is not None or hints.command is not None:
             return list(range(len(self._parsers)))
         low = text.lower()
-        present = {marker for marker in self._all_markers if marker in low}
-        return [i for i, markers in enumerate(self._markers) if markers is None or not present.isdisjoint(markers)]
+        return [
+            i for i, markers in enumerate(self._markers) if markers is None or any(m in low for m in markers)
+        ]
 
     @staticmethod
     def _try(parser: Parser, text: str, hints: Hints) -> Parsed | None:
@@ -314,13 +324,13 @@ class Compactor:
         )
 
 
-def _markers_of(parser: Parser) -> frozenset[str] | None:
+def _markers_of(parser: Parser) -> tuple[str, ...] | None:
     """The lowercased ``MARKERS`` of the module that defines ``parser``; ``None``: always try it."""
     module = sys.modules.get(getattr(parser, "__module__", "") or "")
     markers = getattr(module, "MARKERS", None)
     if not markers or not isinstance(markers, tuple):
         return None
-    return frozenset(str(marker).lower() for marker in markers)
+    return tuple(dict.fromkeys(str(marker).lower() for marker in markers))
 
 
 def _from_summary(answer: Parsed | str | None) -> Parsed | None:
