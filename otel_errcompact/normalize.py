@@ -41,6 +41,7 @@ keeps the values, so a history can tell how many different values one class was 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 __all__ = ["MAX_NORMALIZED_CHARS", "normalize_message", "value_signature"]
 
@@ -54,19 +55,38 @@ _SHIELD = "\ue000"
 # so ``u-2`` and ``u_44239`` are read the same way (``\b`` would treat ``_`` as part of a word).
 _NB = r"(?<![A-Za-z0-9])"
 _NA = r"(?![A-Za-z0-9])"
-# Each rule: (pattern, placeholder, characters or substrings of which at least one must occur for the rule
-# to apply, whether it masks a *value* the caller chose rather than machine noise). The guard skips a regex
-# pass in the common case of a short message without digits or without the rule's words.
-_Rule = tuple[re.Pattern[str], str, "str | tuple[str, ...]", bool]
+# Each rule: (pattern, placeholder, guard, whether it masks a *value* the caller chose rather than machine
+# noise). The guard is a tuple of clauses that must all hold in the text for the rule to run: its first
+# clause is part of the rule's meaning (characters or substrings of which at least one must occur; the exit
+# code rule runs only where one of its exact needles occurs, so ``eXit 7`` keeps its digits); the further
+# clauses are conditions the pattern cannot match without (a substring, or a regex to search), which only
+# spare a regex pass. A clause is a string of characters, a tuple of substrings, a compiled pattern (searched)
+# or a test.
+_Test = Callable[[str], bool]
+_Clause = str | tuple[str, ...] | re.Pattern[str] | _Test
+_Rule = tuple[re.Pattern[str], str, tuple[_Clause, ...], bool]
+_ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _run_of(chars: str, length: int) -> _Test:
+    """A clause: ``length`` characters of ``chars`` (ASCII) in a row, found by mapping the text onto two
+    symbols and one substring test: far cheaper than a regex scan."""
+    table = str.maketrans({chr(c): ("x" if chr(c) in chars else " ") for c in range(128)})
+    run = "x" * length
+
+    def test(text: str) -> bool:
+        return run in text.translate(table)  # characters outside ASCII stay as they are: never "x"
+
+    return test
 _RULES: tuple[_Rule, ...] = (
-    (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", "*", False),
+    (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", ("*", ("****",)), False),
     (
         re.compile(
             r"(?i)\b((?:(?:exit|return|error|status)[ _\-]?)?(?:code|status|signal|signum)|exit(?:ed)?(?: with)?)"
             r"([ \t]*[:=]?[ \t]*[(\[]?)(-?\d+)"
         ),
         "\\1\\2" + _SHIELD + "\\3",
-        ("xit", "XIT", "ode", "ODE", "tatus", "TATUS", "ignal", "ignum"),
+        (("xit", "XIT", "ode", "ODE", "tatus", "TATUS", "ignal", "ignum"), re.compile(r"\d")),
         False,
     ),
     (
@@ -76,7 +96,7 @@ _RULES: tuple[_Rule, ...] = (
             r"[ \t]*:?[ \t]*|time data[ \t]+)(?:'(?:[^'\\\n]|\\.){0,200}'|\"(?:[^\"\\\n]|\\.){0,200}\")"
         ),
         "\\1<v>",
-        ("literal", "nput string", "NPUT STRING", "convert string", "time data", "nvalid", "NVALID"),
+        (("literal", "nput string", "NPUT STRING", "convert string", "time data", "nvalid", "NVALID"), "'\""),
         True,
     ),
     (
@@ -87,17 +107,22 @@ _RULES: tuple[_Rule, ...] = (
             r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\b"
         ),
         "<ts>",
-        _DIGITS,
+        (_DIGITS, re.compile(r"\d:\d")),
         False,
     ),
     (
         re.compile(_NB + r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" + _NA),
         "<uuid>",
-        _DIGITS,
+        (_DIGITS, ("-",)),
         True,
     ),
-    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", "x", False),
-    (re.compile(r"(?i)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"), "\\1 <b>", ("byte", "BYTE"), True),
+    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", ("x", ("0x",)), False),
+    (
+        re.compile(r"(?i)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"),
+        "\\1 <b>",
+        (("byte", "BYTE"), (" 0",)),
+        True,
+    ),
     (
         re.compile(
             r"(?:/private)?/var/folders/(?:[^/\s'\"]+/)+"
@@ -105,10 +130,10 @@ _RULES: tuple[_Rule, ...] = (
             r"|[A-Za-z]:\\(?:[^\\\s'\"]+\\)*?Temp\\(?:[^\\\s'\"]+\\)*"
         ),
         "<tmp>/",
-        "/\\",
+        ("/\\", ("/var/folders/", "/tmp/", "/dev/shm/", "Temp\\")),
         False,
     ),
-    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>", "?&;", True),
+    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>", ("?&;", ("=",)), True),
     (
         re.compile(
             r"\b(?:\d{1,3}\.){3}\d{1,3}\b"
@@ -116,49 +141,112 @@ _RULES: tuple[_Rule, ...] = (
             r"|(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}(?![\w:])"
         ),
         "<ip>",
-        _DIGITS + ":",
+        (_DIGITS + ":", re.compile(r"\d\.\d|\[[0-9a-fA-F:]*:|[0-9a-fA-F]:[0-9a-fA-F]")),
         False,
     ),
-    (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>", ":", False),
+    (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>", (":", re.compile(r":\d")), False),
     (
         re.compile(
             r"(?i)\b((?:x-)?(?:request|req|trace|span|correlation|transaction|message|job|run|task|session)"
             r"[\s_\-]?id)([^\w<]{1,3})[A-Za-z0-9_\-:.]{4,}"
         ),
         r"\1\2<id>",
-        "dD",
+        ("dD", re.compile(r"(?i)id")),
         False,
     ),
-    (re.compile(r"\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"), "<id>", "_", False),
-    (re.compile(_NB + r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}" + _NA), "<hex>", _DIGITS, True),
-    (re.compile(_NB + r"(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}" + _NA), "<id>", _DIGITS, False),
+    (re.compile(r"\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"), "<id>", ("_",), False),
+    (
+        re.compile(_NB + r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}" + _NA),
+        "<hex>",
+        (_DIGITS, _run_of("0123456789abcdef", 7)),
+        True,
+    ),
+    (
+        re.compile(_NB + r"(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}" + _NA),
+        "<id>",
+        (_DIGITS, _run_of(_ALNUM, 16)),
+        False,
+    ),
     (
         re.compile(
             r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|m|mins?|minutes?|h|hrs?|hours?)\b"
         ),
         "<dur>",
-        _DIGITS,
+        (_DIGITS,),
         False,
     ),
     # A numbered file: the digits that end a file name's stem (``report3.csv``, ``chunk_0007.parquet``).
-    (re.compile(r"(?<=[A-Za-z])\d+(?=\.[A-Za-z][A-Za-z0-9]{0,7}" + _NA + ")"), "<n>", _DIGITS, True),
+    (
+        re.compile(r"(?<=[A-Za-z])\d+(?=\.[A-Za-z][A-Za-z0-9]{0,7}" + _NA + ")"),
+        "<n>",
+        (_DIGITS,),
+        True,
+    ),
     # After a dot only when a letter precedes it (``s.3``, ``libssl.so.3``): ``1.5`` stays one number.
     (
         re.compile(r"(?:(?<![A-Za-z0-9." + _SHIELD + r"])|(?<=[A-Za-z]\.))[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?" + _NA),
         "<n>",
-        _DIGITS,
+        (_DIGITS,),
         True,
     ),
-    (re.compile(r"\s+"), " ", " \t\n", False),
+    (re.compile(r"\s+"), " ", (" \t\n",), False),
 )
 _NOISE_RULES = tuple(rule for rule in _RULES if not rule[3])
 
 
-def _apply(message: str, rules: tuple[_Rule, ...]) -> str:
+_Compiled = str | re.Pattern[str] | _Test
+
+
+def _compiled(clause: _Clause) -> _Compiled:
+    """A guard clause as one test: a lone substring stays a string (``in``), characters become a class and
+    substrings an alternation, so a clause costs one C-level scan."""
+    if isinstance(clause, re.Pattern) or callable(clause):
+        return clause
+    if isinstance(clause, tuple):
+        return clause[0] if len(clause) == 1 else re.compile("|".join(map(re.escape, clause)))
+    return clause if len(clause) == 1 else re.compile("[" + "".join(map(re.escape, clause)) + "]")
+
+
+_Guarded = tuple[re.Pattern[str], str, tuple[_Compiled, ...]]
+_CLAUSES: dict[object, _Compiled] = {}  # one object per distinct clause: its answer is shared
+
+
+def _guarded(rules: tuple[_Rule, ...]) -> tuple[_Guarded, ...]:
+    return tuple(
+        (pattern, placeholder, tuple(_CLAUSES.setdefault(clause, _compiled(clause)) for clause in guard))
+        for pattern, placeholder, guard, _value in rules
+    )
+
+
+_ALL = _guarded(_RULES)
+_NOISE = _guarded(_NOISE_RULES)
+
+
+def _holds(clause: _Compiled, text: str) -> bool:
+    if isinstance(clause, str):
+        return clause in text
+    if isinstance(clause, re.Pattern):
+        return clause.search(text) is not None
+    return clause(text)
+
+
+def _apply(message: str, rules: tuple[_Guarded, ...]) -> str:
+    """Run the rules in order, each where its guard holds. A clause is tested once and its answer kept
+    until a rule changes the text (``sub`` returns the very same string when nothing matched)."""
     text = message[: MAX_NORMALIZED_CHARS * 4]
-    for pattern, placeholder, needs, _value in rules:
-        if any(ch in text for ch in needs):
-            text = pattern.sub(placeholder, text)
+    known: dict[_Compiled, bool] = {}
+    for pattern, placeholder, guard in rules:
+        for clause in guard:
+            holds = known.get(clause)
+            if holds is None:
+                holds = known[clause] = _holds(clause, text)
+            if not holds:
+                break
+        else:
+            changed = pattern.sub(placeholder, text)
+            if changed is not text and changed != text:
+                known.clear()
+            text = changed
     if _SHIELD in text:
         text = text.replace(_SHIELD, "")
     return text.strip()[:MAX_NORMALIZED_CHARS]
@@ -175,7 +263,7 @@ def normalize_message(message: str) -> str:
     >>> normalize_message("Exit code 144") != normalize_message("Exit code 7")
     True
     """
-    return _apply(message, _RULES)
+    return _apply(message, _ALL)
 
 
 def value_signature(message: str) -> str:
@@ -186,4 +274,4 @@ def value_signature(message: str) -> str:
     >>> value_signature("KeyError: 'user_42' at 2026-11-22T06:02:19Z")
     "KeyError: 'user_42' at <ts>"
     """
-    return _apply(message, _NOISE_RULES)
+    return _apply(message, _NOISE)
