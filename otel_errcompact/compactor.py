@@ -41,7 +41,6 @@ from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, innermost_in_app
 from otel_errcompact.parsers import fallback as _fallback
 from otel_errcompact.parsers import python as _python
-from otel_errcompact.parsers._base import clip
 from otel_errcompact.recovery.classify import classify_text, with_raw_text
 from otel_errcompact.structured import parse_exception
 from otel_errcompact.unwrap import unwrap
@@ -55,7 +54,6 @@ MAX_CAUSE_CHARS = 240
 _MAX_TYPE_CHARS = 80
 _CACHEABLE_CHARS = 16_384
 _MAX_NAME_CHARS = 80
-_WS = re.compile(r"\s+")
 _SUMMARY_LINE = re.compile(r"^\s*\[?([A-Za-z_][\w.\- ]{0,79}?)\]?\s*[:\-]\s*(.+)$", re.S)
 
 
@@ -73,8 +71,13 @@ class Summarizer(Protocol):
 
 def _safe(text: str, limit: int) -> str:
     """Prompt-safe (see :func:`prompt_text`), whitespace-folded text, cut generously (bounded cost) but
-    not clipped."""
-    return _WS.sub(" ", prompt_text(text[: limit * 4])).strip()
+    not clipped. (``split``/``join`` folds exactly the white space ``\\s+`` would, and strips the ends.)"""
+    return " ".join(prompt_text(text[: limit * 4]).split())
+
+
+def _cut(folded: str, limit: int) -> str:
+    """:func:`clip` for text :func:`_safe` already folded: only the cut is left to do."""
+    return folded if len(folded) <= limit else folded[: limit - 1].rstrip() + "…"
 
 
 def _clean(text: str, limit: int) -> str:
@@ -84,7 +87,7 @@ def _clean(text: str, limit: int) -> str:
 
 def _clean_uncached(text: str, limit: int) -> str:
     # Redact before the final cut, so a secret that straddles the cut is already masked.
-    return clip(_safe(text, limit), limit)
+    return _cut(_safe(text, limit), limit)
 
 
 _clean_cached = functools.lru_cache(maxsize=4096)(_clean_uncached)
@@ -282,7 +285,7 @@ class Compactor:
         # The key is built from the whole (redacted) cause, not the displayed cut: a shorter variable part
         # early in a long message would otherwise move the cut and split one failure into two classes.
         full_cause = _safe(parsed.cause, MAX_CAUSE_CHARS)
-        cause = clip(full_cause, MAX_CAUSE_CHARS) or "(no message)"
+        cause = _cut(full_cause, MAX_CAUSE_CHARS) or "(no message)"
         frame: Frame | None = parsed.location or innermost_in_app(parsed.frames)
         location = (
             Location(
