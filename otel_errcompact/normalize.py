@@ -78,6 +78,33 @@ def _run_of(chars: str, length: int) -> _Test:
         return run in text.translate(table)  # characters outside ASCII stay as they are: never "x"
 
     return test
+_ID_WORD = re.compile(r"(?i)id")
+_DIGIT_DOT_DIGIT = re.compile(r"\d\.\d")
+_BRACKETED_COLON = re.compile(r"\[[0-9a-fA-F:]*:")
+_HEX_COLON_HEX = re.compile(r"[0-9a-fA-F]:[0-9a-fA-F]")
+
+
+def _says_id(text: str) -> bool:
+    """``id`` in any case, as the request-id rule's ``(?i)`` reads it (outside ASCII, ``(?i)i`` also matches
+    ``İ`` and ``ı``, so the regex decides there)."""
+    return "id" in text.lower() if text.isascii() else _ID_WORD.search(text) is not None
+
+
+def _may_hold_ip(text: str) -> bool:
+    """What every alternative of the IP rule needs: ``1.2`` (IPv4), ``[…:`` (bracketed IPv6) or ``a:b``."""
+    return bool(
+        ("." in text and _DIGIT_DOT_DIGIT.search(text))
+        or ("[" in text and _BRACKETED_COLON.search(text))
+        or (":" in text and _HEX_COLON_HEX.search(text))
+    )
+
+
+def _folds_space(text: str) -> bool:
+    """Whether ``\\s+`` → one space changes anything: a double space, or white space other than a space
+    (every such character is unprintable)."""
+    return "  " in text or not text.isprintable()
+
+
 _RULES: tuple[_Rule, ...] = (
     (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", ("*", ("****",)), False),
     (
@@ -141,7 +168,7 @@ _RULES: tuple[_Rule, ...] = (
             r"|(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}(?![\w:])"
         ),
         "<ip>",
-        (_DIGITS + ":", re.compile(r"\d\.\d|\[[0-9a-fA-F:]*:|[0-9a-fA-F]:[0-9a-fA-F]")),
+        (_DIGITS + ":", _may_hold_ip),
         False,
     ),
     (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>", (":", re.compile(r":\d")), False),
@@ -151,7 +178,7 @@ _RULES: tuple[_Rule, ...] = (
             r"[\s_\-]?id)([^\w<]{1,3})[A-Za-z0-9_\-:.]{4,}"
         ),
         r"\1\2<id>",
-        ("dD", re.compile(r"(?i)id")),
+        ("dD", _says_id),
         False,
     ),
     (re.compile(r"\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"), "<id>", ("_",), False),
@@ -189,63 +216,63 @@ _RULES: tuple[_Rule, ...] = (
         (_DIGITS,),
         True,
     ),
-    (re.compile(r"\s+"), " ", (" \t\n",), False),
+    (re.compile(r"\s+"), " ", (" \t\n", _folds_space), False),
 )
 _NOISE_RULES = tuple(rule for rule in _RULES if not rule[3])
 
 
-_Compiled = str | re.Pattern[str] | _Test
-
-
-def _compiled(clause: _Clause) -> _Compiled:
-    """A guard clause as one test: a lone substring stays a string (``in``), characters become a class and
-    substrings an alternation, so a clause costs one C-level scan."""
-    if isinstance(clause, re.Pattern) or callable(clause):
+def _compiled(clause: _Clause) -> Callable[[str], object]:
+    """A guard clause as one test whose result is truthy when the clause holds: substrings and characters
+    become one literal, alternation or character class, so a clause costs one C-level scan."""
+    if isinstance(clause, re.Pattern):
+        return clause.search
+    if callable(clause):
         return clause
     if isinstance(clause, tuple):
-        return clause[0] if len(clause) == 1 else re.compile("|".join(map(re.escape, clause)))
-    return clause if len(clause) == 1 else re.compile("[" + "".join(map(re.escape, clause)) + "]")
+        return re.compile("|".join(map(re.escape, clause))).search
+    return re.compile("[" + "".join(map(re.escape, clause)) + "]").search
 
 
-_Guarded = tuple[re.Pattern[str], str, tuple[_Compiled, ...]]
-_CLAUSES: dict[object, _Compiled] = {}  # one object per distinct clause: its answer is shared
+_Guarded = tuple[Callable[..., str], str, tuple[int, ...]]
 
 
-def _guarded(rules: tuple[_Rule, ...]) -> tuple[_Guarded, ...]:
+def _guarded(rules: tuple[_Rule, ...], ids: dict[_Clause, int]) -> tuple[_Guarded, ...]:
+    """``(sub, placeholder, clause ids)`` per rule; one id per distinct clause, so its answer is shared."""
     return tuple(
-        (pattern, placeholder, tuple(_CLAUSES.setdefault(clause, _compiled(clause)) for clause in guard))
+        (pattern.sub, placeholder, tuple(ids.setdefault(clause, len(ids)) for clause in guard))
         for pattern, placeholder, guard, _value in rules
     )
 
 
-_ALL = _guarded(_RULES)
-_NOISE = _guarded(_NOISE_RULES)
-
-
-def _holds(clause: _Compiled, text: str) -> bool:
-    if isinstance(clause, str):
-        return clause in text
-    if isinstance(clause, re.Pattern):
-        return clause.search(text) is not None
-    return clause(text)
+_IDS: dict[_Clause, int] = {}
+_ALL = _guarded(_RULES, _IDS)
+_NOISE = _guarded(_NOISE_RULES, _IDS)
+_TESTS = tuple(_compiled(clause) for clause in _IDS)  # in id order (dicts keep insertion order)
+# No replacement brings a digit (placeholders hold none; groups copy the text), so a text without an ASCII
+# digit never meets a rule whose guard needs one: those are left out up front.
+_DIGIT_ID = _IDS[_DIGITS]
+_ALL_NO_DIGIT = tuple(rule for rule in _ALL if _DIGIT_ID not in rule[2])
+_NOISE_NO_DIGIT = tuple(rule for rule in _NOISE if _DIGIT_ID not in rule[2])
+_HAS_DIGIT = _TESTS[_DIGIT_ID]
 
 
 def _apply(message: str, rules: tuple[_Guarded, ...]) -> str:
     """Run the rules in order, each where its guard holds. A clause is tested once and its answer kept
     until a rule changes the text (``sub`` returns the very same string when nothing matched)."""
     text = message[: MAX_NORMALIZED_CHARS * 4]
-    known: dict[_Compiled, bool] = {}
-    for pattern, placeholder, guard in rules:
-        for clause in guard:
-            holds = known.get(clause)
+    known: list[object] = [None] * len(_TESTS)
+    tests = _TESTS
+    for sub, placeholder, guard in rules:
+        for i in guard:
+            holds = known[i]
             if holds is None:
-                holds = known[clause] = _holds(clause, text)
+                holds = known[i] = bool(tests[i](text))
             if not holds:
                 break
         else:
-            changed = pattern.sub(placeholder, text)
+            changed = sub(placeholder, text)
             if changed is not text and changed != text:
-                known.clear()
+                known = [None] * len(tests)
             text = changed
     if _SHIELD in text:
         text = text.replace(_SHIELD, "")
@@ -263,7 +290,7 @@ def normalize_message(message: str) -> str:
     >>> normalize_message("Exit code 144") != normalize_message("Exit code 7")
     True
     """
-    return _apply(message, _ALL)
+    return _apply(message, _ALL if _HAS_DIGIT(message) else _ALL_NO_DIGIT)
 
 
 def value_signature(message: str) -> str:
@@ -274,4 +301,4 @@ def value_signature(message: str) -> str:
     >>> value_signature("KeyError: 'user_42' at 2026-11-22T06:02:19Z")
     "KeyError: 'user_42' at <ts>"
     """
-    return _apply(message, _NOISE)
+    return _apply(message, _NOISE if _HAS_DIGIT(message) else _NOISE_NO_DIGIT)
