@@ -38,7 +38,10 @@ def _found(pattern: re.Pattern[str], words: tuple[str, ...], text: str) -> bool:
     case can match other letters, so the pattern decides)."""
     if text.isascii():
         lowered = text.lower()
-        if not any(word in lowered for word in words):
+        for word in words:
+            if word in lowered:
+                break
+        else:
             return False
     return pattern.search(text) is not None
 

@@ -81,8 +81,9 @@ _ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Group|Iterati
 _WS = re.compile(r"\s+")
 # CPython's own library on Windows (``C:\...\Python311\Lib\json\decoder.py``): no ``pythonX.Y`` folder.
 _WINDOWS_STDLIB = re.compile(r"(?i)^[a-z]:\\(?:[^\\\n]+\\)*python\d*\\lib\\")
-# What the plain shape must not contain (see :func:`parse_plain`): chain marks and group headers.
-_NOT_PLAIN = ("The above exception was the direct cause", "During handling of the above exception", "Exception Group")
+# What the plain shape must not hold above its header (see :func:`parse_plain`): a chain mark joining an
+# earlier exception to it. Below the header a chain mark would start a line, which the plain shape rules out.
+_CHAIN_STARTS = ("The above exception was the direct cause", "During handling of the above exception")
 _FRAME_START = '\n  File "'
 # A line that starts at column 0 (not the first line of the text): in the frame block of a plain traceback
 # every line is indented or empty, so such a line is an interleaved message, a chain or a second exception.
@@ -161,8 +162,8 @@ def parse_plain(text: str) -> Parsed | None:
     """
     at = text.find(_HEADER)
     if at < 0 or (at and text[at - 1] != "\n") or text.find(_HEADER, at + 1) >= 0:
-        return None
-    if any(mark in text for mark in _NOT_PLAIN):
+        return None  # (an exception group's header holds this header too, never at column 0)
+    if at and (_CHAIN_STARTS[0] in text[:at] or _CHAIN_STARTS[1] in text[:at]):
         return None
     body_end = len(text.rstrip("\n"))
     last_at = text.rfind("\n", at, body_end) + 1
