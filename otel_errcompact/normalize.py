@@ -105,6 +105,31 @@ def _folds_space(text: str) -> bool:
     return "  " in text or not text.isprintable()
 
 
+# ASCII text mapped onto a few symbols, for the tests below: a digit is "0", a letter a unit can start with
+# "u", another letter "a", white space " ", a dot "." and anything else "_".
+_SHAPE = str.maketrans(
+    {chr(c): "0" if chr(c).isdigit() else "u" if chr(c) in "nmush" else "a" if chr(c).isalpha()
+     else " " if chr(c).isspace() else "." if chr(c) == "." else "_" for c in range(128)}
+)
+
+
+def _may_hold_duration(text: str) -> bool:
+    """What the duration rule needs: a digit right before a unit's first letter, or one space between.
+    (Outside ASCII, ``\\d``, ``\\s`` and ``µ`` reach further: the regex decides there.)"""
+    if not text.isascii():
+        return True
+    shape = text.translate(_SHAPE)
+    return "0u" in shape or "0 u" in shape
+
+
+def _may_number_a_file(text: str) -> bool:
+    """What the numbered-file rule needs: a letter right before a digit, and a digit, a dot, a letter."""
+    if not text.isascii():
+        return True
+    shape = text.translate(_SHAPE)
+    return ("a0" in shape or "u0" in shape) and ("0.a" in shape or "0.u" in shape)
+
+
 _RULES: tuple[_Rule, ...] = (
     (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", ("*", ("****",)), False),
     (
@@ -199,14 +224,14 @@ _RULES: tuple[_Rule, ...] = (
             r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|m|mins?|minutes?|h|hrs?|hours?)\b"
         ),
         "<dur>",
-        (_DIGITS,),
+        (_DIGITS, _may_hold_duration),
         False,
     ),
     # A numbered file: the digits that end a file name's stem (``report3.csv``, ``chunk_0007.parquet``).
     (
         re.compile(r"(?<=[A-Za-z])\d+(?=\.[A-Za-z][A-Za-z0-9]{0,7}" + _NA + ")"),
         "<n>",
-        (_DIGITS,),
+        (_DIGITS, _may_number_a_file),
         True,
     ),
     # After a dot only when a letter precedes it (``s.3``, ``libssl.so.3``): ``1.5`` stays one number.
