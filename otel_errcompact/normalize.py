@@ -84,10 +84,22 @@ _BRACKETED_COLON = re.compile(r"\[[0-9a-fA-F:]*:")
 _HEX_COLON_HEX = re.compile(r"[0-9a-fA-F]:[0-9a-fA-F]")
 
 
-def _says_id(text: str) -> bool:
-    """``id`` in any case, as the request-id rule's ``(?i)`` reads it (outside ASCII, ``(?i)i`` also matches
-    ``İ`` and ``ı``, so the regex decides there)."""
-    return "id" in text.lower() if text.isascii() else _ID_WORD.search(text) is not None
+_ID_OWNERS = ("req", "trace", "span", "correlation", "transaction", "message", "job", "run", "task", "session")
+
+
+def _may_name_an_id(text: str) -> bool:
+    """What the request-id rule needs, in any case as its ``(?i)`` reads it: ``id`` and one of the words
+    that own one (``request``, ``trace`` …). Outside ASCII, ``(?i)i`` also matches ``İ`` and ``ı``: there
+    only ``id`` is looked for, by a regex, and the rule decides."""
+    if not text.isascii():
+        return _ID_WORD.search(text) is not None
+    lowered = text.lower()
+    if "id" not in lowered:
+        return False
+    for word in _ID_OWNERS:  # noqa: SIM110 - a plain loop: a generator costs more than these short tests
+        if word in lowered:
+            return True
+    return False
 
 
 def _may_hold_ip(text: str) -> bool:
@@ -203,7 +215,7 @@ _RULES: tuple[_Rule, ...] = (
             r"[\s_\-]?id)([^\w<]{1,3})[A-Za-z0-9_\-:.]{4,}"
         ),
         r"\1\2<id>",
-        ("dD", _says_id),
+        ("dD", _may_name_an_id),
         False,
     ),
     (re.compile(r"\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"), "<id>", ("_",), False),
