@@ -56,12 +56,12 @@ _SHIELD = "\ue000"
 _NB = r"(?<![A-Za-z0-9])"
 _NA = r"(?![A-Za-z0-9])"
 # Each rule: (pattern, placeholder, guard, whether it masks a *value* the caller chose rather than machine
-# noise). The guard is a tuple of clauses that must all hold in the text for the rule to run: its first
-# clause is part of the rule's meaning (characters or substrings of which at least one must occur; the exit
-# code rule runs only where one of its exact needles occurs, so ``eXit 7`` keeps its digits); the further
-# clauses are conditions the pattern cannot match without (a substring, or a regex to search), which only
-# spare a regex pass. A clause is a string of characters, a tuple of substrings, a compiled pattern (searched)
-# or a test.
+# noise). The guard is a tuple of clauses that must all hold in the text for the rule to run (the cheapest
+# first): one clause is part of the rule's meaning (characters or substrings of which at least one must
+# occur; the exit code rule runs only where one of its exact needles occurs, so ``eXit 7`` keeps its
+# digits); the others are conditions the pattern cannot match without (a substring, or a regex to search),
+# which only spare a regex pass. A clause is a string of characters, a tuple of substrings, a compiled
+# pattern (searched) or a test.
 _Test = Callable[[str], bool]
 _Clause = str | tuple[str, ...] | re.Pattern[str] | _Test
 _Rule = tuple[re.Pattern[str], str, tuple[_Clause, ...], bool]
@@ -184,7 +184,7 @@ _RULES: tuple[_Rule, ...] = (
     (
         re.compile(r"(?i)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"),
         "\\1 <b>",
-        (("byte", "BYTE"), (" 0",)),
+        ((" 0",), ("byte", "BYTE")),
         True,
     ),
     (
@@ -197,7 +197,7 @@ _RULES: tuple[_Rule, ...] = (
         ("/\\", ("/var/folders/", "/tmp/", "/dev/shm/", "Temp\\")),
         False,
     ),
-    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>", ("?&;", ("=",)), True),
+    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>", (("=",), "?&;"), True),
     (
         re.compile(
             r"\b(?:\d{1,3}\.){3}\d{1,3}\b"

@@ -237,11 +237,20 @@ def _lower(text: str) -> str:
 # Every rule's anchors, once each: one pass over them tells which rules can apply at all (none, for most
 # error text), so a rule is looked at only when one of its anchors occurs.
 _ANCHORS = tuple(dict.fromkeys(anchor for rule in _RULES for anchor in rule.anchors))
+# Families of key prefixes share a substring (``xox`` of ``xoxa-``…``xoxs-``): the family's members are
+# looked for only where that gate occurs.
+_GATES = ("xox", "gh", "k_", "gl")
+_GATED = tuple((gate, tuple(a for a in _ANCHORS if gate in a)) for gate in _GATES)
+_UNGATED = tuple(a for a in _ANCHORS if not any(gate in a for gate in _GATES))
 
 
 def _present(low: str) -> set[str]:
     """The anchors that occur in ``low``."""
-    return {anchor for anchor in _ANCHORS if anchor in low}
+    found = {anchor for anchor in _UNGATED if anchor in low}
+    for gate, members in _GATED:
+        if gate in low:
+            found.update(anchor for anchor in members if anchor in low)
+    return found
 
 
 def _starts(
