@@ -111,7 +111,12 @@ class Compactor:
         self._parsers = tuple(parsers)
         self._by_kind = dict(self._parsers)
         self._markers = tuple(_markers_of(parser) for _, parser in self._parsers)
-        self._walk = tuple((parser, markers) for (_, parser), markers in zip(self._parsers, self._markers, strict=True))
+        # Each marker with a rare character of it (its gate, "" when it has none): a one-character search
+        # (memchr) rules most markers out before the marker itself is searched for.
+        self._walk = tuple(
+            (parser, None if markers is None else tuple((_gate(m), m) for m in markers))
+            for (_, parser), markers in zip(self._parsers, self._markers, strict=True)
+        )
         self._summarizer = summarizer
         self._cache: OrderedDict[str, Parsed | None] = OrderedDict()
         self._cache_size = summary_cache_size
@@ -210,8 +215,8 @@ class Compactor:
             if markers is not None and not every:
                 if low is None:
                     low = text.lower()
-                for marker in markers:
-                    if marker in low:
+                for gate, marker in markers:
+                    if gate in low and marker in low:
                         break
                 else:
                     continue
@@ -325,6 +330,14 @@ class Compactor:
             error_class=klass.error_class,
             retry_after_s=klass.retry_after_s,
         )
+
+
+_RARE = "=!*[]`#|%$@~^{}<>✖\t_(."
+
+
+def _gate(marker: str) -> str:
+    """A character of ``marker`` that error text seldom holds, or ``""`` (always present) when it has none."""
+    return next((char for char in marker if char in _RARE), "")
 
 
 def _markers_of(parser: Parser) -> tuple[str, ...] | None:

@@ -44,6 +44,8 @@ def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
             found = _best_text(value)
             if found is not None:
                 return found, hints
+    if "\\" not in text:
+        return None  # no backslash, no escape: one memchr instead of counting a two-character needle
     escaped = text.count("\\n")
     if escaped < 2 or text.count("\n") * 2 > escaped:
         return None  # real lines outnumber the escaped ones: a Windows path, not a serialised error
