@@ -82,6 +82,8 @@ _ID_WORD = re.compile(r"(?i)id")
 _DIGIT_DOT_DIGIT = re.compile(r"\d\.\d")
 _BRACKETED_COLON = re.compile(r"\[[0-9a-fA-F:]*:")
 _HEX_COLON_HEX = re.compile(r"[0-9a-fA-F]:[0-9a-fA-F]")
+_DIGIT_COLON_DIGIT = re.compile(r"\d:\d")
+_COLON_DIGIT = re.compile(r":\d")
 
 
 _ID_OWNERS = ("req", "trace", "span", "correlation", "transaction", "message", "job", "run", "task", "session")
@@ -104,11 +106,14 @@ def _may_name_an_id(text: str) -> bool:
 
 def _may_hold_ip(text: str) -> bool:
     """What every alternative of the IP rule needs: ``1.2`` (IPv4), ``[…:`` (bracketed IPv6) or ``a:b``."""
-    return bool(
-        ("." in text and _DIGIT_DOT_DIGIT.search(text))
-        or ("[" in text and _BRACKETED_COLON.search(text))
-        or (":" in text and _HEX_COLON_HEX.search(text))
-    )
+    if "[" in text and _BRACKETED_COLON.search(text):
+        return True
+    if not text.isascii():
+        return bool(("." in text and _DIGIT_DOT_DIGIT.search(text)) or (":" in text and _HEX_COLON_HEX.search(text)))
+    shape = _shape(text)
+    if "0.0" in shape:
+        return True
+    return ("a:" in shape or "0:" in shape) and (":a" in shape or ":0" in shape) and bool(_HEX_COLON_HEX.search(text))
 
 
 def _folds_space(text: str) -> bool:
@@ -117,12 +122,35 @@ def _folds_space(text: str) -> bool:
     return "  " in text or not text.isprintable()
 
 
-# ASCII text mapped onto a few symbols, for the tests below: a digit is "0", a letter a unit can start with
-# "u", another letter "a", white space " ", a dot "." and anything else "_".
+# ASCII text mapped onto a few symbols, for the tests here: a digit is "0", a letter a unit can start with
+# "u", another letter "a", white space " ", a dot "." and a colon ":", anything else "_". Substring tests on
+# the shape are far cheaper than regex scans of the text.
 _SHAPE = str.maketrans(
     {chr(c): "0" if chr(c).isdigit() else "u" if chr(c) in "nmush" else "a" if chr(c).isalpha()
-     else " " if chr(c).isspace() else "." if chr(c) == "." else "_" for c in range(128)}
+     else " " if chr(c).isspace() else chr(c) if chr(c) in ".:" else "_" for c in range(128)}
 )
+_last_shape: tuple[str, str] = ("", "")  # the last text and its shape: several tests ask for the same one
+
+
+def _shape(text: str) -> str:
+    """``text`` (ASCII) mapped by :data:`_SHAPE`, computed once per text (a race only recomputes it)."""
+    global _last_shape
+    last = _last_shape
+    if last[0] is text:
+        return last[1]
+    shape = text.translate(_SHAPE)
+    _last_shape = (text, shape)
+    return shape
+
+
+def _may_hold_time(text: str) -> bool:
+    """What every clock time of the timestamp rule holds: a digit, a colon, a digit."""
+    return "0:0" in _shape(text) if text.isascii() else _DIGIT_COLON_DIGIT.search(text) is not None
+
+
+def _may_hold_port(text: str) -> bool:
+    """What the port rule needs: a colon right before a digit."""
+    return ":0" in _shape(text) if text.isascii() else _COLON_DIGIT.search(text) is not None
 
 
 def _may_hold_duration(text: str) -> bool:
@@ -130,7 +158,7 @@ def _may_hold_duration(text: str) -> bool:
     (Outside ASCII, ``\\d``, ``\\s`` and ``µ`` reach further: the regex decides there.)"""
     if not text.isascii():
         return True
-    shape = text.translate(_SHAPE)
+    shape = _shape(text)
     return "0u" in shape or "0 u" in shape
 
 
@@ -138,7 +166,7 @@ def _may_number_a_file(text: str) -> bool:
     """What the numbered-file rule needs: a letter right before a digit, and a digit, a dot, a letter."""
     if not text.isascii():
         return True
-    shape = text.translate(_SHAPE)
+    shape = _shape(text)
     return ("a0" in shape or "u0" in shape) and ("0.a" in shape or "0.u" in shape)
 
 
@@ -171,7 +199,7 @@ _RULES: tuple[_Rule, ...] = (
             r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\b"
         ),
         "<ts>",
-        (_DIGITS, re.compile(r"\d:\d")),
+        (_DIGITS, _may_hold_time),
         False,
     ),
     (
@@ -208,7 +236,7 @@ _RULES: tuple[_Rule, ...] = (
         (_DIGITS + ":", _may_hold_ip),
         False,
     ),
-    (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>", (":", re.compile(r":\d")), False),
+    (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>", (":", _may_hold_port), False),
     (
         re.compile(
             r"(?i)\b((?:x-)?(?:request|req|trace|span|correlation|transaction|message|job|run|task|session)"
