@@ -12,8 +12,10 @@ Reads every ``agent_corpus/*.jsonl`` (or the ``--family`` files only) and report
 - session reduction: a deterministic session (fixed seed) that draws failures from a few classes with
   repeats, each draw a different record of its class (data values vary); raw tokens of every failure
   against the tokens of the final ``[RECENT ERRORS]`` block ``ErrorHistory.render`` returns;
-- speed: median and p99 µs of an uncached ``Compactor.compact`` on a real 40-line Python traceback, and on
-  every corpus record.
+- speed: median and p99 µs of one ``Compactor.compact`` call (digest cache off) on *distinct* inputs, each
+  compacted once: (a) real 40-line Python tracebacks, all different (:func:`distinct_tracebacks`), as text;
+  (b) the same tracebacks with the exception's type and message as an OTel ``exception`` event carries them
+  (what the span processor passes); (c) the one-line errors of the corpus; (d) every corpus record.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ import statistics
 import sys
 import tempfile
 import time
+import traceback
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -167,6 +170,67 @@ def traceback_40(folder: Path) -> str:
     return proc.stderr
 
 
+# Five real failure kinds (a missing key, a bad integer literal, a missing attribute, a missing file, bad JSON
+# raised inside the standard library), each carrying the order number, so every message differs. Every
+# failing line is a whole statement, so CPython prints no caret line under it (as in ``traceback_40``).
+_LEAF = """
+import json
+
+
+def fail(order, folder):
+    kind = order % 5
+    if kind == 0:
+        {}[f"order-{order}"]
+    if kind == 1:
+        int(f"{order}x")
+    if kind == 2:
+        getattr(None, f"price_{order}")
+    if kind == 3:
+        open(f"{folder}/report-{order}.csv")
+    json.loads("[" + "1," * (order % 97))
+"""
+
+
+@dataclass(frozen=True)
+class Traceback:
+    """One real traceback and the fields the OTel SDK's ``record_exception`` puts beside it."""
+
+    text: str
+    type: str
+    message: str
+
+
+def distinct_tracebacks(folder: Path, count: int) -> list[Traceback]:
+    """``count`` real tracebacks, all different: 18 nested calls in a generated module, then one of five
+    failure kinds (:data:`_LEAF`) carrying the call's number; formatted by ``traceback.format_exception``
+    as ``record_exception`` does. About 40 lines each."""
+    import importlib.util
+
+    chain = ["from leaf_bench import fail as _f0", ""]
+    chain += [f"def _f{n}(order, folder):\n    _f{n - 1}(order, folder)\n" for n in range(1, 17)]
+    chain += ["def run(order, folder):\n    _f16(order, folder)\n"]
+    (folder / "leaf_bench.py").write_text(_LEAF, encoding="utf-8")
+    (folder / "chain_bench.py").write_text("\n".join(chain), encoding="utf-8")
+    sys.path.insert(0, str(folder))
+    try:
+        spec = importlib.util.spec_from_file_location("chain_bench", folder / "chain_bench.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        out = []
+        for order in range(count):
+            try:
+                module.run(order, str(folder))
+            except Exception as exc:  # the failure the agent's tool would report
+                kind = type(exc)
+                name = kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
+                out.append(Traceback("".join(traceback.format_exception(exc)), name, str(exc)))
+        return out
+    finally:
+        sys.path.remove(str(folder))
+        sys.modules.pop("leaf_bench", None)
+
+
 def _percentile(values: list[float], pct: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, max(0, round(pct / 100 * (len(ordered) - 1))))]
@@ -183,6 +247,39 @@ def time_compaction(texts: list[str], reps: int) -> list[float]:
             compactor.compact(fresh)
             out.append((time.perf_counter_ns() - t0) / 1000)
     return out
+
+
+def time_distinct(calls: list[tuple[str, dict[str, Any]]]) -> list[float]:
+    """µs per ``compact(text, **hints)`` call, each input compacted once by a fresh compactor with its digest
+    cache off: nothing is a repeat."""
+    compactor = Compactor(digest_cache_size=0)
+    out: list[float] = []
+    for text, hints in calls:
+        t0 = time.perf_counter_ns()
+        compactor.compact(text, **hints)
+        out.append((time.perf_counter_ns() - t0) / 1000)
+    return out
+
+
+def speed(entries: list[Entry], tracebacks: list[Traceback]) -> dict[str, Any]:
+    """Median and p99 µs of the timings the module docstring lists."""
+    one_line = [(e.text, {"exit_code": e.exit_code, "command": e.command}) for e in entries
+                if e.text.strip() and "\n" not in e.text.strip()]
+    series = {
+        "traceback_text": time_distinct([(tb.text, {}) for tb in tracebacks]),
+        "traceback_structured": time_distinct(
+            [(tb.text, {"exception_type": tb.type, "exception_message": tb.message}) for tb in tracebacks]
+        ),
+        "one_line": time_distinct(one_line),
+        "corpus": time_distinct([(e.text, {"exit_code": e.exit_code, "command": e.command}) for e in entries]),
+    }
+    lines = sorted(len(tb.text.splitlines()) for tb in tracebacks)
+    return {
+        "traceback_lines": [lines[0], lines[-1]] if lines else [],
+        **{f"{name}_calls": len(times) for name, times in series.items()},
+        **{f"{name}_us_median": statistics.median(times) for name, times in series.items() if times},
+        **{f"{name}_us_p99": _percentile(times, 99) for name, times in series.items() if times},
+    }
 
 
 def report(entries: list[Entry], pairs: list[dict[str, str]], count: Any) -> dict[str, Any]:
@@ -207,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--family", action="append", help="corpus file stem (repeatable); default all")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument("--reps", type=int, default=2000, help="timed calls on the 40-line traceback")
+    parser.add_argument("--reps", type=int, default=2000, help="distinct 40-line tracebacks to time")
     parser.add_argument("--verbose", action="store_true", help="list every record whose cause was lost")
     args = parser.parse_args(argv)
 
@@ -224,15 +321,10 @@ def main(argv: list[str] | None = None) -> int:
     merged = merged_pairs(entries, pairs)
     sess = session(entries, count)
     with tempfile.TemporaryDirectory() as tmp:
-        tb = traceback_40(Path(tmp))
-    tb_times = time_compaction([tb], args.reps)
-    corpus_times = time_compaction([e.text for e in entries], 3)
-    speed = {"traceback_lines": len(tb.splitlines()), "tb_us_median": statistics.median(tb_times),
-             "tb_us_p99": _percentile(tb_times, 99), "corpus_us_median": statistics.median(corpus_times),
-             "corpus_us_p99": _percentile(corpus_times, 99), "reps": args.reps}
+        timing = speed(entries, distinct_tracebacks(Path(tmp), args.reps))
     lost = [{"id": e.id, "tokens": list(e.cause_tokens), "line": e.digest.line} for e in entries if not e.kept]
-    doc = {"machine": describe(), "encoding": ENCODING, "families": sorted({e.family for e in entries}),
-           "formats": rows, "pairs": len(pairs), "merged_pairs": merged, "session": sess, "speed": speed,
+    doc: dict[str, Any] = {"machine": describe(), "encoding": ENCODING, "families": sorted({e.family for e in entries}),
+           "formats": rows, "pairs": len(pairs), "merged_pairs": merged, "session": sess, "speed": timing,
            "cause_lost": lost}
     if args.json:
         print(json.dumps(doc, indent=2, ensure_ascii=False))
@@ -253,9 +345,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  MERGED {m['a']} + {m['b']} ({m['why']})\n    {m['a_line']}\n    {m['b_line']}")
     print(f"\nsession: {sess['failures']} failures from {sess['classes']} classes, raw {sess['raw_tokens']} tokens, "
           f"final block {sess['block_tokens']} tokens, reduction {sess['reduction']:.3f}")
-    print(f"\ncompaction, uncached: {speed['traceback_lines']}-line traceback median {speed['tb_us_median']:.1f} µs, "
-          f"p99 {speed['tb_us_p99']:.1f} µs ({args.reps} calls); corpus records median "
-          f"{speed['corpus_us_median']:.1f} µs, p99 {speed['corpus_us_p99']:.1f} µs")
+    low, high = timing["traceback_lines"]
+    print("\ncompaction, every input distinct and compacted once (digest cache off):")
+    for name, label in (("traceback_text", f"{low}-{high}-line tracebacks, text"),
+                        ("traceback_structured", "the same, with exception.type/.message"),
+                        ("one_line", "one-line corpus errors"), ("corpus", "every corpus record")):
+        print(f"  {label:42} median {timing[name + '_us_median']:6.1f} µs, p99 {timing[name + '_us_p99']:6.1f} µs "
+              f"({timing[name + '_calls']} calls)")
     if args.verbose or len(lost) <= 20:
         for item in lost:
             print(f"  cause lost: {item['id']} {item['tokens']}\n    {item['line']}")

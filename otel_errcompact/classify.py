@@ -24,6 +24,28 @@ _TRANSIENT_CAUSE = re.compile(
 )
 
 
+# Lowercase words each alternative of the patterns above contains: ASCII text without any of them cannot
+# match, and a few substring tests are far cheaper than an ignore-case alternation tried at every position.
+_TYPE_WORDS = ("timeout", "timedout", "connection", "brokenpipe", "temporar", "unavailable", "ratelimit",
+               "overloaded", "throttl", "remotedisconnected", "too", "eagain", "econn", "eai_again",
+               "deadlineexceeded")
+_CAUSE_WORDS = ("time", "temporarily", "try again", "rate", "too many requests", "overloaded", "connection ",
+                "service unavailable", "bad gateway", "resource")
+
+
+def _found(pattern: re.Pattern[str], words: tuple[str, ...], text: str) -> bool:
+    """``pattern.search(text)``, skipped for ASCII text without any of ``words`` (outside ASCII, ignoring
+    case can match other letters, so the pattern decides)."""
+    if text.isascii():
+        lowered = text.lower()
+        for word in words:
+            if word in lowered:
+                break
+        else:
+            return False
+    return pattern.search(text) is not None
+
+
 def is_retryable(type_: str, cause: str, status: int | None, fmt: str) -> bool:
     """True when the same call may succeed if simply repeated later.
 
@@ -38,4 +60,4 @@ def is_retryable(type_: str, cause: str, status: int | None, fmt: str) -> bool:
         return False
     if fmt == "shell" and status is not None and status in {124, 137}:
         return True  # timeout(1) expired; killed (often the OOM killer): worth one more try
-    return bool(_TRANSIENT_TYPE.search(type_) or _TRANSIENT_CAUSE.search(cause))
+    return _found(_TRANSIENT_TYPE, _TYPE_WORDS, type_) or _found(_TRANSIENT_CAUSE, _CAUSE_WORDS, cause)

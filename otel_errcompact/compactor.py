@@ -6,12 +6,15 @@ error-like line.
 
 Fast paths, because this runs on the agent's thread for every failed tool call:
 
-- an exception the span describes with fields (``exception.type``/``.message``/``.stacktrace``) is
-  read from them (:mod:`otel_errcompact.structured`) when it is a plain traceback;
-- parsers are chosen by their ``MARKERS`` (see :mod:`otel_errcompact.parsers`): every marker is looked
-  for once, ignoring case, in the text, and a parser none of whose markers occurs is skipped. Parsers
-  without markers are always tried, the order is kept, and when the caller passes an exit code or a
-  command every parser is tried (some recognise text by those hints alone);
+- parsers are chosen by their ``MARKERS`` (see :mod:`otel_errcompact.parsers`), lazily: a parser's
+  markers are looked for (ignoring case) only when the walk reaches it, and a parser none of whose
+  markers occurs is skipped. Parsers without markers are always tried, the order is kept, and when the
+  caller passes an exit code or a command every parser is tried (some recognise text by those hints
+  alone);
+- where the walk reaches the built-in python parser, the common shape of a traceback is read with a
+  few scans (:func:`otel_errcompact.parsers.python.parse_plain`) before the line-by-line parser runs; an
+  exception the span describes with fields (``exception.type``/``.message``/``.stacktrace``) is first
+  checked against them (:mod:`otel_errcompact.structured`). Both give exactly the full parser's digest;
 - digests are cached: short texts by the text itself, texts over 16 KB by a hash of their sanitised
   form (what the parsers see), both in one bounded LRU.
 
@@ -38,7 +41,6 @@ from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, innermost_in_app
 from otel_errcompact.parsers import fallback as _fallback
 from otel_errcompact.parsers import python as _python
-from otel_errcompact.parsers._base import clip
 from otel_errcompact.recovery.classify import classify_text, with_raw_text
 from otel_errcompact.structured import parse_exception
 from otel_errcompact.unwrap import unwrap
@@ -52,7 +54,6 @@ MAX_CAUSE_CHARS = 240
 _MAX_TYPE_CHARS = 80
 _CACHEABLE_CHARS = 16_384
 _MAX_NAME_CHARS = 80
-_WS = re.compile(r"\s+")
 _SUMMARY_LINE = re.compile(r"^\s*\[?([A-Za-z_][\w.\- ]{0,79}?)\]?\s*[:\-]\s*(.+)$", re.S)
 
 
@@ -70,8 +71,13 @@ class Summarizer(Protocol):
 
 def _safe(text: str, limit: int) -> str:
     """Prompt-safe (see :func:`prompt_text`), whitespace-folded text, cut generously (bounded cost) but
-    not clipped."""
-    return _WS.sub(" ", prompt_text(text[: limit * 4])).strip()
+    not clipped. (``split``/``join`` folds exactly the white space ``\\s+`` would, and strips the ends.)"""
+    return " ".join(prompt_text(text[: limit * 4]).split())
+
+
+def _cut(folded: str, limit: int) -> str:
+    """:func:`clip` for text :func:`_safe` already folded: only the cut is left to do."""
+    return folded if len(folded) <= limit else folded[: limit - 1].rstrip() + "…"
 
 
 def _clean(text: str, limit: int) -> str:
@@ -81,7 +87,7 @@ def _clean(text: str, limit: int) -> str:
 
 def _clean_uncached(text: str, limit: int) -> str:
     # Redact before the final cut, so a secret that straddles the cut is already masked.
-    return clip(_safe(text, limit), limit)
+    return _cut(_safe(text, limit), limit)
 
 
 _clean_cached = functools.lru_cache(maxsize=4096)(_clean_uncached)
@@ -105,10 +111,12 @@ class Compactor:
         self._parsers = tuple(parsers)
         self._by_kind = dict(self._parsers)
         self._markers = tuple(_markers_of(parser) for _, parser in self._parsers)
-        self._all_markers = tuple(sorted({m for group in self._markers if group for m in group}))
-        # The structured fast path stands in for the built-in python parser, so it is used only where that
-        # parser is in the list and is the first one whose markers occur in the text.
-        self._python_at = next((i for i, (_, p) in enumerate(self._parsers) if p is _python.parse), None)
+        # Each marker with a rare character of it (its gate, "" when it has none): a one-character search
+        # (memchr) rules most markers out before the marker itself is searched for.
+        self._walk = tuple(
+            (parser, None if markers is None else tuple((_gate(m), m) for m in markers))
+            for (_, parser), markers in zip(self._parsers, self._markers, strict=True)
+        )
         self._summarizer = summarizer
         self._cache: OrderedDict[str, Parsed | None] = OrderedDict()
         self._cache_size = summary_cache_size
@@ -196,18 +204,23 @@ class Compactor:
     ) -> Parsed:
         first = self._by_kind.get(hints.kind) if hints.kind else None
         if first is not None:
-            parsed = self._try(first, text, hints)
+            parsed = self._run(first, text, hints, exception_type, exception_message)
             if parsed is not None:
                 return parsed
-        if exception_type and first is None and self._python_first(text, hints):
-            parsed = parse_exception(text, exception_type, exception_message)
-            if parsed is not None:
-                return parsed
-        for index in self._candidates(text, hints):
-            parser = self._parsers[index][1]
+        every = hints.exit_code is not None or hints.command is not None
+        low: str | None = None
+        for parser, markers in self._walk:
             if parser is first:
                 continue
-            parsed = self._try(parser, text, hints)
+            if markers is not None and not every:
+                if low is None:
+                    low = text.lower()
+                for gate, marker in markers:
+                    if gate in low and marker in low:
+                        break
+                else:
+                    continue
+            parsed = self._run(parser, text, hints, exception_type, exception_message)
             if parsed is not None:
                 return parsed
         if self._summarizer is not None and text.strip():
@@ -216,27 +229,32 @@ class Compactor:
                 return summary
         return _fallback.parse(text, hints)
 
-    def _python_first(self, text: str, hints: Hints) -> bool:
-        """True when the python parser is the first one :meth:`_candidates` would try on ``text``
-        (checking only the markers of the parsers before it)."""
-        if self._python_at is None or hints.exit_code is not None or hints.command is not None:
-            return False
-        low: str | None = None
-        for markers in self._markers[: self._python_at]:
-            if markers is None:
-                return False
-            low = text.lower() if low is None else low
-            if any(marker in low for marker in markers):
-                return False
-        return True
+    def _run(
+        self, parser: Parser, text: str, hints: Hints, exception_type: str | None, exception_message: str | None
+    ) -> Parsed | None:
+        """``parser`` on ``text``; the built-in python parser's common shape through its fast paths, which
+        give the same digest (see the module docstring)."""
+        if parser is _python.parse:
+            try:
+                fast = (
+                    parse_exception(text, exception_type, exception_message) if exception_type else None
+                ) or _python.parse_plain(text)
+            except Exception:
+                _log.debug("otel-errcompact: python fast path failed", exc_info=True)
+                fast = None
+            if fast is not None:
+                return fast
+        return self._try(parser, text, hints)
 
     def _candidates(self, text: str, hints: Hints) -> list[int]:
-        """Indexes of the parsers worth trying on ``text``, in order (see the module docstring)."""
-        if hints.exit_code is not None or hints.command is not None or not self._all_markers:
+        """Indexes of the parsers :meth:`_parse` may try on ``text``, in order (see the module docstring);
+        for inspection: ``_parse`` checks a parser's markers only when it reaches it."""
+        if hints.exit_code is not None or hints.command is not None:
             return list(range(len(self._parsers)))
         low = text.lower()
-        present = {marker for marker in self._all_markers if marker in low}
-        return [i for i, markers in enumerate(self._markers) if markers is None or not present.isdisjoint(markers)]
+        return [
+            i for i, markers in enumerate(self._markers) if markers is None or any(m in low for m in markers)
+        ]
 
     @staticmethod
     def _try(parser: Parser, text: str, hints: Hints) -> Parsed | None:
@@ -272,7 +290,7 @@ class Compactor:
         # The key is built from the whole (redacted) cause, not the displayed cut: a shorter variable part
         # early in a long message would otherwise move the cut and split one failure into two classes.
         full_cause = _safe(parsed.cause, MAX_CAUSE_CHARS)
-        cause = clip(full_cause, MAX_CAUSE_CHARS) or "(no message)"
+        cause = _cut(full_cause, MAX_CAUSE_CHARS) or "(no message)"
         frame: Frame | None = parsed.location or innermost_in_app(parsed.frames)
         location = (
             Location(
@@ -314,13 +332,21 @@ class Compactor:
         )
 
 
-def _markers_of(parser: Parser) -> frozenset[str] | None:
+_RARE = "=!*[]`#|%$@~^{}<>✖\t_(."
+
+
+def _gate(marker: str) -> str:
+    """A character of ``marker`` that error text seldom holds, or ``""`` (always present) when it has none."""
+    return next((char for char in marker if char in _RARE), "")
+
+
+def _markers_of(parser: Parser) -> tuple[str, ...] | None:
     """The lowercased ``MARKERS`` of the module that defines ``parser``; ``None``: always try it."""
     module = sys.modules.get(getattr(parser, "__module__", "") or "")
     markers = getattr(module, "MARKERS", None)
     if not markers or not isinstance(markers, tuple):
         return None
-    return frozenset(str(marker).lower() for marker in markers)
+    return tuple(dict.fromkeys(str(marker).lower() for marker in markers))
 
 
 def _from_summary(answer: Parsed | str | None) -> Parsed | None:

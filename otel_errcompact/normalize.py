@@ -41,6 +41,7 @@ keeps the values, so a history can tell how many different values one class was 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 __all__ = ["MAX_NORMALIZED_CHARS", "normalize_message", "value_signature"]
 
@@ -54,19 +55,130 @@ _SHIELD = "\ue000"
 # so ``u-2`` and ``u_44239`` are read the same way (``\b`` would treat ``_`` as part of a word).
 _NB = r"(?<![A-Za-z0-9])"
 _NA = r"(?![A-Za-z0-9])"
-# Each rule: (pattern, placeholder, characters or substrings of which at least one must occur for the rule
-# to apply, whether it masks a *value* the caller chose rather than machine noise). The guard skips a regex
-# pass in the common case of a short message without digits or without the rule's words.
-_Rule = tuple[re.Pattern[str], str, "str | tuple[str, ...]", bool]
+# Each rule: (pattern, placeholder, guard, whether it masks a *value* the caller chose rather than machine
+# noise). The guard is a tuple of clauses that must all hold in the text for the rule to run (the cheapest
+# first): one clause is part of the rule's meaning (characters or substrings of which at least one must
+# occur; the exit code rule runs only where one of its exact needles occurs, so ``eXit 7`` keeps its
+# digits); the others are conditions the pattern cannot match without (a substring, or a regex to search),
+# which only spare a regex pass. A clause is a string of characters, a tuple of substrings, a compiled
+# pattern (searched) or a test.
+_Test = Callable[[str], bool]
+_Clause = str | tuple[str, ...] | re.Pattern[str] | _Test
+_Rule = tuple[re.Pattern[str], str, tuple[_Clause, ...], bool]
+_ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
+
+
+def _run_of(chars: str, length: int) -> _Test:
+    """A clause: ``length`` characters of ``chars`` (ASCII) in a row, found by mapping the text onto two
+    symbols and one substring test: far cheaper than a regex scan."""
+    table = str.maketrans({chr(c): ("x" if chr(c) in chars else " ") for c in range(128)})
+    run = "x" * length
+
+    def test(text: str) -> bool:
+        return run in text.translate(table)  # characters outside ASCII stay as they are: never "x"
+
+    return test
+_ID_WORD = re.compile(r"(?i)id")
+_DIGIT_DOT_DIGIT = re.compile(r"\d\.\d")
+_BRACKETED_COLON = re.compile(r"\[[0-9a-fA-F:]*:")
+_HEX_COLON_HEX = re.compile(r"[0-9a-fA-F]:[0-9a-fA-F]")
+_DIGIT_COLON_DIGIT = re.compile(r"\d:\d")
+_COLON_DIGIT = re.compile(r":\d")
+
+
+_ID_OWNERS = ("req", "trace", "span", "correlation", "transaction", "message", "job", "run", "task", "session")
+
+
+def _may_name_an_id(text: str) -> bool:
+    """What the request-id rule needs, in any case as its ``(?i)`` reads it: ``id`` and one of the words
+    that own one (``request``, ``trace`` …). Outside ASCII, ``(?i)i`` also matches ``İ`` and ``ı``: there
+    only ``id`` is looked for, by a regex, and the rule decides."""
+    if not text.isascii():
+        return _ID_WORD.search(text) is not None
+    lowered = text.lower()
+    if "id" not in lowered:
+        return False
+    for word in _ID_OWNERS:  # noqa: SIM110 - a plain loop: a generator costs more than these short tests
+        if word in lowered:
+            return True
+    return False
+
+
+def _may_hold_ip(text: str) -> bool:
+    """What every alternative of the IP rule needs: ``1.2`` (IPv4), ``[…:`` (bracketed IPv6) or ``a:b``."""
+    if "[" in text and _BRACKETED_COLON.search(text):
+        return True
+    if not text.isascii():
+        return bool(("." in text and _DIGIT_DOT_DIGIT.search(text)) or (":" in text and _HEX_COLON_HEX.search(text)))
+    shape = _shape(text)
+    if "0.0" in shape:
+        return True
+    return ("a:" in shape or "0:" in shape) and (":a" in shape or ":0" in shape) and bool(_HEX_COLON_HEX.search(text))
+
+
+def _folds_space(text: str) -> bool:
+    """Whether ``\\s+`` → one space changes anything: a double space, or white space other than a space
+    (every such character is unprintable)."""
+    return "  " in text or not text.isprintable()
+
+
+# ASCII text mapped onto a few symbols, for the tests here: a digit is "0", a letter a unit can start with
+# "u", another letter "a", white space " ", a dot "." and a colon ":", anything else "_". Substring tests on
+# the shape are far cheaper than regex scans of the text.
+_SHAPE = str.maketrans(
+    {chr(c): "0" if chr(c).isdigit() else "u" if chr(c) in "nmush" else "a" if chr(c).isalpha()
+     else " " if chr(c).isspace() else chr(c) if chr(c) in ".:" else "_" for c in range(128)}
+)
+_last_shape: tuple[str, str] = ("", "")  # the last text and its shape: several tests ask for the same one
+
+
+def _shape(text: str) -> str:
+    """``text`` (ASCII) mapped by :data:`_SHAPE`, computed once per text (a race only recomputes it)."""
+    global _last_shape
+    last = _last_shape
+    if last[0] is text:
+        return last[1]
+    shape = text.translate(_SHAPE)
+    _last_shape = (text, shape)
+    return shape
+
+
+def _may_hold_time(text: str) -> bool:
+    """What every clock time of the timestamp rule holds: a digit, a colon, a digit."""
+    return "0:0" in _shape(text) if text.isascii() else _DIGIT_COLON_DIGIT.search(text) is not None
+
+
+def _may_hold_port(text: str) -> bool:
+    """What the port rule needs: a colon right before a digit."""
+    return ":0" in _shape(text) if text.isascii() else _COLON_DIGIT.search(text) is not None
+
+
+def _may_hold_duration(text: str) -> bool:
+    """What the duration rule needs: a digit right before a unit's first letter, or one space between.
+    (Outside ASCII, ``\\d``, ``\\s`` and ``µ`` reach further: the regex decides there.)"""
+    if not text.isascii():
+        return True
+    shape = _shape(text)
+    return "0u" in shape or "0 u" in shape
+
+
+def _may_number_a_file(text: str) -> bool:
+    """What the numbered-file rule needs: a letter right before a digit, and a digit, a dot, a letter."""
+    if not text.isascii():
+        return True
+    shape = _shape(text)
+    return ("a0" in shape or "u0" in shape) and ("0.a" in shape or "0.u" in shape)
+
+
 _RULES: tuple[_Rule, ...] = (
-    (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", "*", False),
+    (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", ("*", ("****",)), False),
     (
         re.compile(
             r"(?i)\b((?:(?:exit|return|error|status)[ _\-]?)?(?:code|status|signal|signum)|exit(?:ed)?(?: with)?)"
             r"([ \t]*[:=]?[ \t]*[(\[]?)(-?\d+)"
         ),
         "\\1\\2" + _SHIELD + "\\3",
-        ("xit", "XIT", "ode", "ODE", "tatus", "TATUS", "ignal", "ignum"),
+        (("xit", "XIT", "ode", "ODE", "tatus", "TATUS", "ignal", "ignum"), re.compile(r"\d")),
         False,
     ),
     (
@@ -76,7 +188,7 @@ _RULES: tuple[_Rule, ...] = (
             r"[ \t]*:?[ \t]*|time data[ \t]+)(?:'(?:[^'\\\n]|\\.){0,200}'|\"(?:[^\"\\\n]|\\.){0,200}\")"
         ),
         "\\1<v>",
-        ("literal", "nput string", "NPUT STRING", "convert string", "time data", "nvalid", "NVALID"),
+        (("literal", "nput string", "NPUT STRING", "convert string", "time data", "nvalid", "NVALID"), "'\""),
         True,
     ),
     (
@@ -87,17 +199,22 @@ _RULES: tuple[_Rule, ...] = (
             r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\b"
         ),
         "<ts>",
-        _DIGITS,
+        (_DIGITS, _may_hold_time),
         False,
     ),
     (
         re.compile(_NB + r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" + _NA),
         "<uuid>",
-        _DIGITS,
+        (_DIGITS, ("-",)),
         True,
     ),
-    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", "x", False),
-    (re.compile(r"(?i)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"), "\\1 <b>", ("byte", "BYTE"), True),
+    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", ("x", ("0x",)), False),
+    (
+        re.compile(r"(?i)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"),
+        "\\1 <b>",
+        ((" 0",), ("byte", "BYTE")),
+        True,
+    ),
     (
         re.compile(
             r"(?:/private)?/var/folders/(?:[^/\s'\"]+/)+"
@@ -105,10 +222,10 @@ _RULES: tuple[_Rule, ...] = (
             r"|[A-Za-z]:\\(?:[^\\\s'\"]+\\)*?Temp\\(?:[^\\\s'\"]+\\)*"
         ),
         "<tmp>/",
-        "/\\",
+        ("/\\", ("/var/folders/", "/tmp/", "/dev/shm/", "Temp\\")),
         False,
     ),
-    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>", "?&;", True),
+    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>", (("=",), "?&;"), True),
     (
         re.compile(
             r"\b(?:\d{1,3}\.){3}\d{1,3}\b"
@@ -116,49 +233,112 @@ _RULES: tuple[_Rule, ...] = (
             r"|(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}(?![\w:])"
         ),
         "<ip>",
-        _DIGITS + ":",
+        (_DIGITS + ":", _may_hold_ip),
         False,
     ),
-    (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>", ":", False),
+    (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>", (":", _may_hold_port), False),
     (
         re.compile(
             r"(?i)\b((?:x-)?(?:request|req|trace|span|correlation|transaction|message|job|run|task|session)"
             r"[\s_\-]?id)([^\w<]{1,3})[A-Za-z0-9_\-:.]{4,}"
         ),
         r"\1\2<id>",
-        "dD",
+        ("dD", _may_name_an_id),
         False,
     ),
-    (re.compile(r"\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"), "<id>", "_", False),
-    (re.compile(_NB + r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}" + _NA), "<hex>", _DIGITS, True),
-    (re.compile(_NB + r"(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}" + _NA), "<id>", _DIGITS, False),
+    (re.compile(r"\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"), "<id>", ("_",), False),
+    (
+        re.compile(_NB + r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}" + _NA),
+        "<hex>",
+        (_DIGITS, _run_of("0123456789abcdef", 7)),
+        True,
+    ),
+    (
+        re.compile(_NB + r"(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}" + _NA),
+        "<id>",
+        (_DIGITS, _run_of(_ALNUM, 16)),
+        False,
+    ),
     (
         re.compile(
             r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|m|mins?|minutes?|h|hrs?|hours?)\b"
         ),
         "<dur>",
-        _DIGITS,
+        (_DIGITS, _may_hold_duration),
         False,
     ),
     # A numbered file: the digits that end a file name's stem (``report3.csv``, ``chunk_0007.parquet``).
-    (re.compile(r"(?<=[A-Za-z])\d+(?=\.[A-Za-z][A-Za-z0-9]{0,7}" + _NA + ")"), "<n>", _DIGITS, True),
+    (
+        re.compile(r"(?<=[A-Za-z])\d+(?=\.[A-Za-z][A-Za-z0-9]{0,7}" + _NA + ")"),
+        "<n>",
+        (_DIGITS, _may_number_a_file),
+        True,
+    ),
     # After a dot only when a letter precedes it (``s.3``, ``libssl.so.3``): ``1.5`` stays one number.
     (
         re.compile(r"(?:(?<![A-Za-z0-9." + _SHIELD + r"])|(?<=[A-Za-z]\.))[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?" + _NA),
         "<n>",
-        _DIGITS,
+        (_DIGITS,),
         True,
     ),
-    (re.compile(r"\s+"), " ", " \t\n", False),
+    (re.compile(r"\s+"), " ", (" \t\n", _folds_space), False),
 )
 _NOISE_RULES = tuple(rule for rule in _RULES if not rule[3])
 
 
-def _apply(message: str, rules: tuple[_Rule, ...]) -> str:
+def _compiled(clause: _Clause) -> Callable[[str], object]:
+    """A guard clause as one test whose result is truthy when the clause holds: substrings and characters
+    become one literal, alternation or character class, so a clause costs one C-level scan."""
+    if isinstance(clause, re.Pattern):
+        return clause.search
+    if callable(clause):
+        return clause
+    if isinstance(clause, tuple):
+        return re.compile("|".join(map(re.escape, clause))).search
+    return re.compile("[" + "".join(map(re.escape, clause)) + "]").search
+
+
+_Guarded = tuple[Callable[..., str], str, tuple[int, ...]]
+
+
+def _guarded(rules: tuple[_Rule, ...], ids: dict[_Clause, int]) -> tuple[_Guarded, ...]:
+    """``(sub, placeholder, clause ids)`` per rule; one id per distinct clause, so its answer is shared."""
+    return tuple(
+        (pattern.sub, placeholder, tuple(ids.setdefault(clause, len(ids)) for clause in guard))
+        for pattern, placeholder, guard, _value in rules
+    )
+
+
+_IDS: dict[_Clause, int] = {}
+_ALL = _guarded(_RULES, _IDS)
+_NOISE = _guarded(_NOISE_RULES, _IDS)
+_TESTS = tuple(_compiled(clause) for clause in _IDS)  # in id order (dicts keep insertion order)
+# No replacement brings a digit (placeholders hold none; groups copy the text), so a text without an ASCII
+# digit never meets a rule whose guard needs one: those are left out up front.
+_DIGIT_ID = _IDS[_DIGITS]
+_ALL_NO_DIGIT = tuple(rule for rule in _ALL if _DIGIT_ID not in rule[2])
+_NOISE_NO_DIGIT = tuple(rule for rule in _NOISE if _DIGIT_ID not in rule[2])
+_HAS_DIGIT = _TESTS[_DIGIT_ID]
+
+
+def _apply(message: str, rules: tuple[_Guarded, ...]) -> str:
+    """Run the rules in order, each where its guard holds. A clause is tested once and its answer kept
+    until a rule changes the text (``sub`` returns the very same string when nothing matched)."""
     text = message[: MAX_NORMALIZED_CHARS * 4]
-    for pattern, placeholder, needs, _value in rules:
-        if any(ch in text for ch in needs):
-            text = pattern.sub(placeholder, text)
+    known: list[object] = [None] * len(_TESTS)
+    tests = _TESTS
+    for sub, placeholder, guard in rules:
+        for i in guard:
+            holds = known[i]
+            if holds is None:
+                holds = known[i] = bool(tests[i](text))
+            if not holds:
+                break
+        else:
+            changed = sub(placeholder, text)
+            if changed is not text and changed != text:
+                known = [None] * len(tests)
+            text = changed
     if _SHIELD in text:
         text = text.replace(_SHIELD, "")
     return text.strip()[:MAX_NORMALIZED_CHARS]
@@ -175,7 +355,7 @@ def normalize_message(message: str) -> str:
     >>> normalize_message("Exit code 144") != normalize_message("Exit code 7")
     True
     """
-    return _apply(message, _RULES)
+    return _apply(message, _ALL if _HAS_DIGIT(message) else _ALL_NO_DIGIT)
 
 
 def value_signature(message: str) -> str:
@@ -186,4 +366,4 @@ def value_signature(message: str) -> str:
     >>> value_signature("KeyError: 'user_42' at 2026-11-22T06:02:19Z")
     "KeyError: 'user_42' at <ts>"
     """
-    return _apply(message, _NOISE_RULES)
+    return _apply(message, _NOISE if _HAS_DIGIT(message) else _NOISE_NO_DIGIT)

@@ -25,7 +25,8 @@ Redacted (each replaced by ``[REDACTED]``, or with only the secret part masked s
   ``OTEL_ERRCOMPACT_REDACT_PATTERNS``).
 
 Cost: every rule is guarded by a few lowercase substrings (its *anchors*); a text without any of them
-skips that rule's regular expression. Most error text trips only one or two rules.
+skips that rule's regular expression. One pass over all the anchors tells which rules can apply: most
+error text trips none or one or two.
 """
 
 from __future__ import annotations
@@ -233,13 +234,36 @@ def _lower(text: str) -> str:
     return "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
 
 
-def _starts(anchors: tuple[str, ...], low: str, found: dict[tuple[str, ...], list[int]]) -> list[int]:
+# Every rule's anchors, once each: one pass over them tells which rules can apply at all (none, for most
+# error text), so a rule is looked at only when one of its anchors occurs.
+_ANCHORS = tuple(dict.fromkeys(anchor for rule in _RULES for anchor in rule.anchors))
+# Families of key prefixes share a substring (``xox`` of ``xoxa-``…``xoxs-``): the family's members are
+# looked for only where that gate occurs.
+_GATES = ("xox", "gh", "k_", "gl")
+_GATED = tuple((gate, tuple(a for a in _ANCHORS if gate in a)) for gate in _GATES)
+_UNGATED = tuple(a for a in _ANCHORS if not any(gate in a for gate in _GATES))
+
+
+def _present(low: str) -> set[str]:
+    """The anchors that occur in ``low``."""
+    found = {anchor for anchor in _UNGATED if anchor in low}
+    for gate, members in _GATED:
+        if gate in low:
+            found.update(anchor for anchor in members if anchor in low)
+    return found
+
+
+def _starts(
+    anchors: tuple[str, ...], low: str, found: dict[tuple[str, ...], list[int]], present: set[str]
+) -> list[int]:
     """Sorted positions where any of ``anchors`` starts in ``low``; shared by rules with the same anchors
-    until the text changes."""
+    until the text changes. Only the ``present`` anchors are searched: the others do not occur."""
     positions = found.get(anchors)
     if positions is None:
         positions = []
         for anchor in anchors:
+            if anchor not in present:
+                continue
             position = low.find(anchor)
             while position != -1:
                 positions.append(position)
@@ -332,9 +356,22 @@ def redact(text: str) -> str:
     if not text:
         return text
     low = _lower(text)
+    present = _present(low)
+    if present:
+        text = _redact_known(text, low, present)
+    for pattern in _user_rules:
+        text = pattern.sub(_mask_user, text)
+    return text
+
+
+def _redact_known(text: str, low: str, present: set[str]) -> str:
+    """The built-in rules, in order, each where one of its anchors occurs (``present``: those of ``low``,
+    the lowercased ``text``); both are recomputed when a rule changed the text."""
     found: dict[tuple[str, ...], list[int]] = {}
     for rule in _RULES:
-        starts = _starts(rule.anchors, low, found)
+        if present.isdisjoint(rule.anchors):
+            continue
+        starts = _starts(rule.anchors, low, found, present)
         if not starts:
             continue
         redacted = _apply(rule, text, starts)
@@ -342,8 +379,7 @@ def redact(text: str) -> str:
             text = redacted
             low = _lower(text)
             found.clear()
-    for pattern in _user_rules:
-        text = pattern.sub(_mask_user, text)
+            present = _present(low)
     return text
 
 

@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
 
-__all__ = ["parse"]
+__all__ = ["in_app", "parse", "parse_plain"]
 MARKERS = ('File "', "Traceback (most recent call last):")  # see parsers/__init__.py
 
 _HEADER = "Traceback (most recent call last):"
@@ -81,6 +81,13 @@ _ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Group|Iterati
 _WS = re.compile(r"\s+")
 # CPython's own library on Windows (``C:\...\Python311\Lib\json\decoder.py``): no ``pythonX.Y`` folder.
 _WINDOWS_STDLIB = re.compile(r"(?i)^[a-z]:\\(?:[^\\\n]+\\)*python\d*\\lib\\")
+# What the plain shape must not hold above its header (see :func:`parse_plain`): a chain mark joining an
+# earlier exception to it. Below the header a chain mark would start a line, which the plain shape rules out.
+_CHAIN_STARTS = ("The above exception was the direct cause", "During handling of the above exception")
+_FRAME_START = '\n  File "'
+# A line that starts at column 0 (not the first line of the text): in the frame block of a plain traceback
+# every line is indented or empty, so such a line is an interleaved message, a chain or a second exception.
+_COLUMN_0 = re.compile(r"\n[^ \n]")
 
 
 class _Frames:
@@ -136,6 +143,82 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     return _digest(units)
 
 
+def in_app(file: str) -> bool:
+    """True when a frame's file is the user's own code: not a library, the standard library (also
+    CPython's own ``Lib`` folder on Windows) or the tool boundary. One test for every Python path."""
+    return not is_library_path(file) and not (file[1:3] == ":\\" and _WINDOWS_STDLIB.match(file))
+
+
+def parse_plain(text: str) -> Parsed | None:
+    """The :class:`Parsed` of the common shape, found with a few C-level scans; ``None`` when the
+    full parser must decide.
+
+    The common shape: one traceback whose header starts a line, no chain, no exception group, then only
+    indented (or empty) lines down to the last line, which is the ``Type: message`` line and not a
+    syntax error. There the full parser's answer is known without walking every line: the type and the
+    message of the last line, and the innermost in-app frame (found by jumping between ``File`` lines
+    from the end). Anything else, however slightly different, returns ``None``. ``frames`` holds only
+    the chosen frame: the compactor needs no more, and :func:`parse` (which keeps them all) is unchanged.
+    """
+    at = text.find(_HEADER)
+    if at < 0 or (at and text[at - 1] != "\n") or text.find(_HEADER, at + 1) >= 0:
+        return None  # (an exception group's header holds this header too, never at column 0)
+    if at and (_CHAIN_STARTS[0] in text[:at] or _CHAIN_STARTS[1] in text[:at]):
+        return None
+    body_end = len(text.rstrip("\n"))
+    last_at = text.rfind("\n", at, body_end) + 1
+    if last_at <= at or _COLUMN_0.search(text, at, last_at) is not None:
+        return None
+    exception = _plain_exception(text[last_at:body_end])
+    if exception is None:
+        return None
+    location = plain_location(text, at, last_at)
+    if location is None:
+        return None
+    return Parsed(type=exception[0], cause=exception[1], format="python", frames=(location,), location=location)
+
+
+def _plain_exception(line: str) -> tuple[str, str] | None:
+    """``(type, message)`` of the last line as the full parser reads it; ``None`` for anything it treats
+    specially (syntax errors, groups) or would not take as an exception line."""
+    if not line or line[0] == " " or len(line) > _MAX_LINE:
+        return None
+    exc = _EXCEPTION.match(line)
+    if exc is None or (exc.group("msg") is None and not _BARE_TYPE.match(line)):
+        return None
+    short = exc.group("type").rsplit(".", 1)[-1] or exc.group("type")
+    if short in _SYNTAX_TYPES or short.endswith("ExceptionGroup"):
+        return None
+    return short, (exc.group("msg") or "").strip()
+
+
+def plain_location(text: str, start: int, end: int) -> Frame | None:
+    """The innermost in-app ``File`` line between ``start`` and ``end``, else the innermost one; ``None``
+    when there is none or a line the full parser would cut is on the way (it reads only the first
+    ``_MAX_LINE`` characters of a line).
+
+    Walks the frame lines from the end (``str.rfind`` jumps between them) and stops at the first in-app
+    frame, usually the first one read.
+    """
+    last: Frame | None = None
+    at = text.rfind(_FRAME_START, start, end)
+    while at >= 0:
+        line_end = text.find("\n", at + 1, end)
+        line = text[at + 1 : line_end if line_end >= 0 else end]
+        if len(line) > _MAX_LINE:
+            return None
+        match = _FRAME.match(line)
+        if match is not None:
+            file = match.group("file")
+            own = in_app(file)
+            frame = Frame(file, int(match.group("line")), match.group("func"), in_app=own)
+            if own:
+                return frame
+            last = last or frame
+        at = text.rfind(_FRAME_START, start, at)
+    return last
+
+
 def _units(text: str) -> list[_Unit]:
     """Walk the lines once and return the exceptions of the last traceback, in print order."""
     units: list[_Unit] = []
@@ -185,8 +268,7 @@ def _units(text: str) -> list[_Unit]:
                 if not expecting:  # a header-less traceback: a compile error printed by the interpreter
                     pending, header_is_group = _Frames(), False
                 file = frame.group("file")
-                in_app = not is_library_path(file) and not (file[1:3] == ":\\" and _WINDOWS_STDLIB.match(file))
-                pending.add(Frame(file, int(frame.group("line")), frame.group("func"), in_app=in_app))
+                pending.add(Frame(file, int(frame.group("line")), frame.group("func"), in_app=in_app(file)))
                 source, expecting, in_message = "", True, None
                 continue
         if in_message is not None:

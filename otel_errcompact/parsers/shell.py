@@ -175,18 +175,28 @@ def _is_progress(line: str) -> bool:
 
 
 def _classify(line: str) -> str | None:
-    not_found = _NOT_FOUND.search(line)
+    # Each regex runs only where the words it needs occur: its scan backtracks at every position.
+    not_found = _NOT_FOUND.search(line) if "not found" in line else None
     if not_found and (not_found.group("zsh") or "command not found" in line or line.count(":") == 1):
         return "CommandNotFound"
     if "unbound variable" in line:
         return "UnboundVariable"
-    if _SYNTAX.search(line):
+    if _may_be_syntax(line) and _SYNTAX.search(line):
         return "ShellSyntaxError"
     if "Permission denied" in line:
         return "PermissionDenied"
     if "No such file or directory" in line:
         return "NoSuchFile"
     return None
+
+
+def _may_be_syntax(line: str) -> bool:
+    """False only when :data:`_SYNTAX` cannot match: ASCII text without its lowercase words (outside
+    ASCII, ignoring case can match other letters, so the regex decides)."""
+    if not line.isascii():
+        return True
+    lowered = line.lower()
+    return "syntax error" in lowered or "unexpected" in lowered
 
 
 def _signal(code: int | None) -> int | None:

@@ -116,7 +116,10 @@ _RATE_WORDS = ("rate", "too many", "throttl", "exhausted", "requests per")
 
 
 def _mentions(lowered: str, words: tuple[str, ...]) -> bool:
-    return any(w in lowered for w in words)
+    for word in words:  # noqa: SIM110 - a plain loop: a generator costs more than these short tests
+        if word in lowered:
+            return True
+    return False
 
 
 _RETRY_HEADER = re.compile(r"(?im)^\s*(?:<\s*)?(retry-after-ms|retry-after)\s*:\s*([^\r\n]{1,40})$")

@@ -63,8 +63,7 @@ _REMINDER = re.compile(
 
 def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     """The text inside one harness's framing and the exit code it stated; ``None`` without framing."""
-    head, tail = text[:_HEAD], text[-_TAIL:]
-    if not any(marker in head for marker in _HEAD_MARKERS) and not any(marker in tail for marker in _TAIL_MARKERS):
+    if not _framed(text[:_HEAD], text[-_TAIL:]):
         return None
     inner, code = _tags(text)
     if inner is None:
@@ -79,6 +78,17 @@ def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     if code is not None and hints.exit_code is None:
         hints = dataclasses.replace(hints, exit_code=code)
     return inner, hints
+
+
+def _framed(head: str, tail: str) -> bool:
+    """A marker of framing at the head or the tail (plain loops: cheaper than generators for these tests)."""
+    for marker in _HEAD_MARKERS:
+        if marker in head:
+            return True
+    for marker in _TAIL_MARKERS:  # noqa: SIM110 - kept alike with the loop above
+        if marker in tail:
+            return True
+    return False
 
 
 def _tags(text: str) -> tuple[str | None, int | None]:

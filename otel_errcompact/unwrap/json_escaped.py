@@ -23,6 +23,7 @@ _MAX_CHARS = 262_144
 _MAX_NODES = 2_000
 _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|[\"\\/bfnrt])")
 _SIMPLE = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f", '"': '"', "\\": "\\", "/": "/"}
+_JSON_START = re.compile(r"\s*[\"{\[]")
 _ERRORISH = ("Traceback", "Error", "Exception", "panic:", "error", "at ")
 _FRAME_MARKS = ("Traceback", 'File "', "\tat ", "\n    at ", "goroutine ", "Cell In[", "Caused by:", "HTTP/")
 
@@ -31,7 +32,7 @@ def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     """The multi-line error inside JSON-escaped ``text``; ``None`` when there is none."""
     if len(text) > _MAX_CHARS:
         return None
-    stripped = text.strip()
+    stripped = text.strip() if _JSON_START.match(text) else ""  # most text is no JSON: no copy of it
     if stripped[:1] in "\"{[" and ("\\n" in stripped or "Traceback" in stripped):
         try:
             value: object = json.JSONDecoder().raw_decode(stripped)[0]
@@ -43,6 +44,8 @@ def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
             found = _best_text(value)
             if found is not None:
                 return found, hints
+    if "\\" not in text:
+        return None  # no backslash, no escape: one memchr instead of counting a two-character needle
     escaped = text.count("\\n")
     if escaped < 2 or text.count("\n") * 2 > escaped:
         return None  # real lines outnumber the escaped ones: a Windows path, not a serialised error
