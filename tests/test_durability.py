@@ -410,6 +410,36 @@ def test_a_host_sigterm_handler_is_left_alone(tmp_path: Path) -> None:
         assert store.count() == 1
 
 
+SIGTERM_INSIDE_THE_WRITER_LOCK = """
+import os, signal, sys, time, otel_errcompact
+from otel_errcompact import ToolErrorText
+ec = otel_errcompact.init("host", sqlite_path=sys.argv[1], otlp_logs=False)
+
+@ec.tool
+def lookup(key):
+    return {}[key]
+
+assert isinstance(lookup("k"), ToolErrorText)
+# SIGTERM arriving while the main thread is inside the writer's queue lock (as it is, briefly, in every
+# failed tool call): the handler runs on this thread, inside the lock.
+with ec.writer._cond:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(0.2)
+time.sleep(60)
+print("not ended")
+"""
+
+
+def test_sigterm_inside_the_writers_lock_still_ends_the_process(tmp_path: Path) -> None:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    done = subprocess.run([sys.executable, "-c", SIGTERM_INSIDE_THE_WRITER_LOCK, str(tmp_path / "t.db")],
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == -signal.SIGTERM, (done.returncode, done.stdout, done.stderr)
+    with TrajectoryStore(tmp_path / "t.db") as store:
+        assert store.count() == 1
+
+
 def test_a_spool_that_cannot_be_created_leaves_the_store_working(tmp_path: Path,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     blocker = tmp_path / "t.db-spool"

@@ -247,9 +247,13 @@ class TrajectoryWriter:
         It spools and queues the record as usual (the drain may still store it), then waits for the
         process to end, so a tool that fails during the shutdown never reports a failure whose record
         is not stored. The wait is bounded (60 s) in case the process does not end after all.
+
+        Called from a signal handler, so on the main thread, which the signal may have interrupted
+        inside ``with self._cond``: taking that lock here would wait for ever. The flag is set without
+        it (one attribute store is atomic); a ``submit`` that read the flag just before goes on as
+        usual, and its record is queued for the drain like any other.
         """
-        with self._cond:
-            self._held = True
+        self._held = True
 
     def _wait_for_the_end(self) -> None:
         if threading.current_thread() is not self._worker:
