@@ -2,7 +2,8 @@
 
 A span processor runs on the agent's thread, inside ``span.end()``; a database write or an OTLP export
 there would put I/O latency into every failed tool call. So :meth:`TrajectoryWriter.submit` only
-serialises the record, appends it to the spool (one ``write()``, no ``fsync``) and to an in-memory queue,
+serialises the record, appends it to the spool (a copy into a shared file mapping, no system call, no
+``fsync``) and to an in-memory queue,
 and a daemon worker thread, like the SDK's ``BatchSpanProcessor``, drains the queue in batches into every
 sink.
 
@@ -10,9 +11,9 @@ Durability. With a spool (``spool_dir``; ``init()`` puts it beside the store), a
 operating system before ``submit`` returns, so before the failed tool call returns to the agent: a
 ``kill -9`` of the process loses nothing the agent saw fail. The next writer opened on the same spool
 replays what the dead one had not stored (see :mod:`otel_errcompact.sinks.spool`). Without a spool a
-record is in memory until its batch is written. The ``write()`` runs outside the queue's lock (the
-segment is pinned open meanwhile): with several agent threads failing at once, none waits for another's
-system call, nor for the worker taking its batch.
+record is in memory until its batch is written. The copy into the spool runs outside the queue's lock
+(the segment is pinned open meanwhile): with several agent threads failing at once, none waits for
+another's copy, nor for the worker taking its batch.
 
 Batching. The worker wakes when ``max_batch_size`` records are waiting, when ``schedule_delay_s`` has
 passed since its last round, on :meth:`~TrajectoryWriter.force_flush` and on
@@ -183,14 +184,14 @@ class TrajectoryWriter:
                 if not held and (self._stopping or (self._full(size) and not self._wait_for_room(size))):
                     self._dropped += 1
                     return
-                pinned = spool.pin(len(line)) if spool is not None and line is not None else _NO_SEGMENT
+                slot = spool.pin(len(line)) if spool is not None and line is not None else None
                 self._in_flight += 1
-            seq = self._spool_write(spool, pinned, line)
+            seq = self._spool_write(spool, slot, line)
             with self._cond:
-                if spool is not None and pinned != _NO_SEGMENT:
-                    spool.unpin(pinned)
-                if pinned != _NO_SEGMENT and seq == _NO_SEGMENT:
-                    self._spool_failures += 1  # still queued: stored unless the process dies
+                if spool is not None and slot is not None:
+                    spool.unpin(slot)
+                    if seq == _NO_SEGMENT:
+                        self._spool_failures += 1  # still queued: stored unless the process dies
                 self._queue.append((record, seq, encoded))
                 self._queued_chars += size
                 self._in_flight -= 1
@@ -207,17 +208,18 @@ class TrajectoryWriter:
                 pass
 
     @staticmethod
-    def _spool_write(spool: Spool | None, seq: int, line: bytes | None) -> int:
-        """Append ``line`` to the pinned spool segment ``seq``, outside the queue's lock, so the other
-        agent threads and the worker do not wait for this system call; the segment, or
-        ``_NO_SEGMENT`` when there is no spool or the write failed."""
-        if spool is None or line is None or seq == _NO_SEGMENT:
+    def _spool_write(spool: Spool | None, slot: tuple[int, int] | None, line: bytes | None) -> int:
+        """Put ``line`` in the pinned spool ``slot``, outside the queue's lock, so the other agent
+        threads and the worker do not wait for it (a copy into the segment's mapping, or a
+        ``write()`` past it); the segment, or ``_NO_SEGMENT`` when there is no spool or the write
+        failed."""
+        if spool is None or line is None or slot is None:
             return _NO_SEGMENT
         try:
-            spool.write(seq, line)
+            spool.write(slot, line)
         except Exception:  # OSError (disk full...), or anything unexpected: the record is still queued
             return _NO_SEGMENT
-        return seq
+        return slot[0]
 
     def _full(self, size: int) -> bool:
         return bool(self._queue) and (
