@@ -40,7 +40,7 @@ from datetime import datetime, timedelta, timezone
 from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, to_json
 
 from otel_errcompact.digest import Digest
 
@@ -407,10 +407,20 @@ class TrajectoryRecord(BaseModel):
         reverses this exactly. Lone surrogates are escaped (see :meth:`repaired`), so the line is
         always valid UTF-8.
         """
+        return self.to_storage_line()[:-1].decode("utf-8")
+
+    def to_storage_line(self) -> bytes:
+        """:meth:`to_storage_json` as UTF-8 bytes ending in a newline: the spool's line, made on the
+        agent's thread for every failure.
+
+        The values are serialised by pydantic-core's JSON encoder straight to bytes (a dict, not the
+        model: the model's serialiser visits every field's schema, and its ``str`` would then be
+        encoded again). The text is the same as ``model_dump_json``'s.
+        """
         raw = self.raw_error
         if not raw.isascii() and _SURROGATE.search(raw):
             # Escaping changes lengths, so slices are taken of the repaired text.
-            return self.repaired().to_storage_json()
+            return self.repaired().to_storage_line()
         refs: list[str] = []
         exclude: set[str] = set()
         for name in _TEXT_FIELDS:
@@ -428,12 +438,12 @@ class TrajectoryRecord(BaseModel):
             exclude.add(name)
             refs.append(f'"{name}":[{start},{start + len(value)}]')
         try:
-            text = self.model_dump_json(exclude=exclude, fallback=_fallback, warnings=False)
+            body = to_json(self.__dict__, exclude=exclude or None, inf_nan_mode="strings", fallback=_fallback)
         except PydanticSerializationError:
-            text = self.repaired().model_dump_json(exclude=exclude, fallback=_fallback, warnings=False)
+            body = self.repaired().model_dump_json(exclude=exclude, fallback=_fallback, warnings=False).encode()
         if refs:
-            text = f'{text[:-1]},"@refs":{{{",".join(refs)}}}}}'
-        return text
+            return b"".join((body[:-1], b',"@refs":{', ",".join(refs).encode(), b"}}\n"))
+        return body + b"\n"
 
     @classmethod
     def from_storage_json(cls, text: str | bytes) -> TrajectoryRecord:

@@ -79,12 +79,12 @@ _HOLD_S = 60.0
 """How long a held ``submit`` waits for the process to end (see :meth:`TrajectoryWriter.hold`)."""
 
 
-def _size(rec: TrajectoryRecord, encoded: str | None) -> int:
+def _size(rec: TrajectoryRecord, line: bytes | None) -> int:
     # The stack trace is usually the very string passed as raw_error; count shared text once. The
-    # storage JSON made for the spool is held until the sinks have it: it counts too.
+    # storage line made for the spool is held until the sinks have it: it counts too.
     stack = rec.exception_stacktrace
     size = len(rec.raw_error) + (len(stack) if stack and stack is not rec.raw_error else 0)
-    return size + (len(encoded) if encoded is not None else 0)
+    return size + (len(line) if line is not None else 0)
 
 
 class TrajectoryWriter:
@@ -140,8 +140,8 @@ class TrajectoryWriter:
         self._leftovers: list[Leftover] = self._spool.claim_leftovers() if self._spool else []
 
         self._cond = threading.Condition(threading.Lock())
-        # (record, spool segment, the record's storage JSON when the spool made it, else None)
-        self._queue: deque[tuple[TrajectoryRecord, int, str | None]] = deque()
+        # (record, spool segment, the record's storage line when the spool made it, else None)
+        self._queue: deque[tuple[TrajectoryRecord, int, bytes | None]] = deque()
         self._queued_chars = 0
         self._in_flight = 0  # submits past the checks whose record is not yet queued (spool write)
         self._blocked = 0
@@ -175,9 +175,8 @@ class TrajectoryWriter:
         :attr:`dropped`); records submitted after :meth:`shutdown` are dropped too.
         """
         try:
-            encoded = record.to_storage_json() if self._spool is not None else None
-            size = _size(record, encoded)
-            line = (encoded + "\n").encode("utf-8") if encoded is not None else None
+            line = record.to_storage_line() if self._spool is not None else None
+            size = _size(record, line)
             spool = self._spool if line is not None else None
             with self._cond:
                 held = self._held
@@ -192,7 +191,7 @@ class TrajectoryWriter:
                     spool.unpin(slot)
                     if seq == _NO_SEGMENT:
                         self._spool_failures += 1  # still queued: stored unless the process dies
-                self._queue.append((record, seq, encoded))
+                self._queue.append((record, seq, line))
                 self._queued_chars += size
                 self._in_flight -= 1
                 if len(self._queue) == self._max_batch or (self._stopping and not self._in_flight):
@@ -385,7 +384,7 @@ class TrajectoryWriter:
 
     # -- the worker's side -------------------------------------------------------------------------
 
-    def _take(self) -> list[tuple[TrajectoryRecord, int, str | None]]:
+    def _take(self) -> list[tuple[TrajectoryRecord, int, bytes | None]]:
         # Behind by several batches: take them in one go. A SQLite transaction costs about the same
         # for 512 records as for 4,096 once the store is large (each touches most index pages), so
         # the store writes faster the further it falls behind, and catches up.
@@ -493,16 +492,18 @@ class TrajectoryWriter:
                     self._spool.close(delete=self._keep_from is None)
                 return
 
-    def _write_batch(self, batch: list[tuple[TrajectoryRecord, int, str | None]]) -> None:
+    def _write_batch(self, batch: list[tuple[TrajectoryRecord, int, bytes | None]]) -> None:
         if not batch:
             return
-        latest: dict[str, tuple[TrajectoryRecord, str | None]] = {}
-        for rec, _, encoded in batch:
+        latest: dict[str, tuple[TrajectoryRecord, bytes | None]] = {}
+        for rec, _, line in batch:
             if isinstance(rec, TrajectoryRecord):
-                latest[rec.record_id] = (rec, encoded)
+                latest[rec.record_id] = (rec, line)
             else:
                 self._report("bad-record", "trajectory writer: dropped a non-record %r", type(rec).__name__)
-        ok = self._write(list(latest.values()))
+        # The sinks take the storage JSON as text: decoded here, on the worker, not on the agent's thread.
+        ok = self._write([(rec, line[:-1].decode("utf-8") if line is not None else None)
+                          for rec, line in latest.values()])
         if self._spool is None:
             return
         if not ok:
