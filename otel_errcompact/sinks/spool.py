@@ -39,6 +39,7 @@ import contextlib
 import logging
 import mmap
 import os
+import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -84,6 +85,11 @@ class Leftover:
         """Keep the segment for a later start (its records could not all be stored) and unlock it."""
         with contextlib.suppress(OSError):
             os.close(self.fd)
+
+
+_POPULATE_WRITE: int | None = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform == "linux" else None)
+_PREFAULT_CHUNK = 16 * 1024
+"""Bytes populated per ``madvise`` call (about 15 µs, with the GIL held)."""
 
 
 class _Segment:
@@ -133,8 +139,8 @@ class Spool:
     concurrent writers may reach a segment in another order than their records reach the queue; the
     versions of one record are submitted one after the other, so their lines keep their order.
 
-    :param segment_bytes: rotate once the open segment holds this much (default 1 MiB); also the size
-        of a segment's mapping.
+    :param segment_bytes: rotate once the open segment holds this much (default 1 MiB); a segment's
+        mapping is twice this.
     :param segment_age_s: rotate a non-empty segment this old (default 0.5 s), so a closed segment
         can be deleted soon after its records are stored.
     """
@@ -166,10 +172,35 @@ class Spool:
         path = self._path(self._seq)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
         _lock(fd)
-        segment = _Segment(self._seq, path, fd, self.segment_bytes)
+        # Mapped at twice the rotation size: the worker rotates between its rounds, and the records of
+        # a busy round past ``segment_bytes`` still go to the mapping rather than to write().
+        segment = _Segment(self._seq, path, fd, 2 * self.segment_bytes)
         self._bytes = 0
+        self._populated = 0
         self._opened = time.monotonic()
         return segment
+
+    def prefault(self) -> None:
+        """Map the open segment's pages in before the agent's threads copy into them.
+
+        The first write to each page of a shared file mapping is a page fault that finds, zeroes and
+        maps a page: about 2.7 µs per record, on the agent's thread. ``MADV_POPULATE_WRITE`` (Linux
+        5.14) does it ahead, here on the writer thread, a chunk at a time with the GIL handed over
+        between chunks, so no agent thread waits long for it. Elsewhere it does nothing.
+        """
+        segment = self._open
+        mapping = segment.map
+        if mapping is None or _POPULATE_WRITE is None:
+            return
+        while self._populated < segment.capacity:
+            size = min(_PREFAULT_CHUNK, segment.capacity - self._populated)
+            try:
+                mapping.madvise(_POPULATE_WRITE, self._populated, size)
+            except (OSError, ValueError, AttributeError):
+                self._populated = segment.capacity  # an older kernel: the copies fault as they go
+                return
+            self._populated += size
+            time.sleep(0)  # hands the GIL to an agent thread waiting for it
 
     def append(self, data: bytes) -> int:
         """Write ``data`` (whole lines) to the open segment; returns its sequence number.

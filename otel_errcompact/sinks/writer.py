@@ -411,6 +411,7 @@ class TrajectoryWriter:
     def _run(self) -> None:
         token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
         try:
+            self._prefault()
             self._recover()
             self._loop()
         except BaseException:  # pragma: no cover - the loop itself catches sink errors
@@ -466,6 +467,7 @@ class TrajectoryWriter:
                 stopping = self._stopping
                 batch = self._take()
             self._write_batch(batch)
+            self._prefault()
             self._report_drops()
             # A flush or shutdown drains everything, then makes the sinks durable.
             if flush_ticket != self._flush_done or stopping:
@@ -491,6 +493,14 @@ class TrajectoryWriter:
                     # Segments holding a record some sink refused stay for the next start to retry.
                     self._spool.close(delete=self._keep_from is None)
                 return
+
+    def _prefault(self) -> None:
+        """Let the spool map in its open segment's pages, outside the lock (see :meth:`Spool.prefault`)."""
+        if self._spool is not None:
+            try:
+                self._spool.prefault()
+            except Exception:
+                self._report("prefault", "trajectory writer: could not prepare the spool segment", exc=True)
 
     def _write_batch(self, batch: list[tuple[TrajectoryRecord, int, bytes | None]]) -> None:
         if not batch:
