@@ -413,8 +413,8 @@ class TrajectoryRecord(BaseModel):
         """:meth:`to_storage_json` as UTF-8 bytes ending in a newline: the spool's line, made on the
         agent's thread for every failure.
 
-        The values are serialised by pydantic-core's JSON encoder straight to bytes (a dict, not the
-        model: the model's serialiser visits every field's schema, and its ``str`` would then be
+        The values are serialised by pydantic-core's JSON encoder straight to bytes (plain dicts, not
+        the models: a model's serialiser visits every field's schema, and its ``str`` would then be
         encoded again). The text is the same as ``model_dump_json``'s.
         """
         raw = self.raw_error
@@ -437,8 +437,14 @@ class TrajectoryRecord(BaseModel):
                 continue
             exclude.add(name)
             refs.append(f'"{name}":[{start},{start + len(value)}]')
+        values = dict(self.__dict__)
+        for name in exclude:
+            del values[name]
+        digest = values["digest"]
+        if type(digest) is DigestInfo:
+            values["digest"] = digest.__dict__  # a plain dict: no dispatch to the nested model's serialiser
         try:
-            body = to_json(self.__dict__, exclude=exclude or None, inf_nan_mode="strings", fallback=_fallback)
+            body = to_json(values, inf_nan_mode="strings", fallback=_fallback)
         except PydanticSerializationError:
             body = self.repaired().model_dump_json(exclude=exclude, fallback=_fallback, warnings=False).encode()
         if refs:

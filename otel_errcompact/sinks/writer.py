@@ -11,9 +11,10 @@ Durability. With a spool (``spool_dir``; ``init()`` puts it beside the store), a
 operating system before ``submit`` returns, so before the failed tool call returns to the agent: a
 ``kill -9`` of the process loses nothing the agent saw fail. The next writer opened on the same spool
 replays what the dead one had not stored (see :mod:`otel_errcompact.sinks.spool`). Without a spool a
-record is in memory until its batch is written. The copy into the spool runs outside the queue's lock
-(the segment is pinned open meanwhile): with several agent threads failing at once, none waits for
-another's copy, nor for the worker taking its batch.
+record is in memory until its batch is written. A record that the spool appends with ``write()`` (one
+that does not fit the segment's mapping) is written outside the queue's lock (the segment is pinned
+open meanwhile): with several agent threads failing at once, none waits for another's system call,
+nor for the worker taking its batch.
 
 Batching. The worker wakes when ``max_batch_size`` records are waiting, when ``schedule_delay_s`` has
 passed since its last round, on :meth:`~TrajectoryWriter.force_flush` and on
@@ -184,18 +185,20 @@ class TrajectoryWriter:
                     self._dropped += 1
                     return
                 slot = spool.pin(len(line)) if spool is not None and line is not None else None
-                self._in_flight += 1
-            seq = self._spool_write(spool, slot, line)
-            with self._cond:
-                if spool is not None and slot is not None:
-                    spool.unpin(slot)
-                    if seq == _NO_SEGMENT:
-                        self._spool_failures += 1  # still queued: stored unless the process dies
-                self._queue.append((record, seq, line))
-                self._queued_chars += size
-                self._in_flight -= 1
-                if len(self._queue) == self._max_batch or (self._stopping and not self._in_flight):
-                    self._cond.notify_all()
+                if slot is None or slot[1] >= 0:
+                    # No spool, or a copy into the segment's mapping: no system call, and the GIL is
+                    # held throughout anyway, so it is done here in the one critical section.
+                    self._queued(record, spool, slot, self._spool_write(spool, slot, line), line, size)
+                    slot = None
+                else:
+                    self._in_flight += 1
+            if slot is not None:
+                # A write() past the mapping: outside the lock, so that the other agent threads and
+                # the worker do not wait for the system call.
+                seq = self._spool_write(spool, slot, line)
+                with self._cond:
+                    self._in_flight -= 1
+                    self._queued(record, spool, slot, seq, line, size)
             if held:
                 self._wait_for_the_end()
         except Exception:
@@ -205,6 +208,18 @@ class TrajectoryWriter:
                     self._dropped += 1
             except Exception:
                 pass
+
+    def _queued(self, record: TrajectoryRecord, spool: Spool | None, slot: tuple[int, int] | None, seq: int,
+                line: bytes | None, size: int) -> None:
+        """Queue ``record`` once its line is in the spool (or failed to get there); under the lock."""
+        if spool is not None and slot is not None:
+            spool.unpin(slot)
+            if seq == _NO_SEGMENT:
+                self._spool_failures += 1  # still queued: stored unless the process dies
+        self._queue.append((record, seq, line))
+        self._queued_chars += size
+        if len(self._queue) == self._max_batch or (self._stopping and not self._in_flight):
+            self._cond.notify_all()
 
     @staticmethod
     def _spool_write(spool: Spool | None, slot: tuple[int, int] | None, line: bytes | None) -> int:
