@@ -288,15 +288,21 @@ def _unvalidated(cls: type[_M], values: dict[str, Any]) -> _M:
     when the values are complete, what it finally does is set these four attributes. A field added to
     the model later makes the values incomplete, and ``model_construct`` is used again.
     """
-    fields = cls.model_fields
-    if values.keys() != fields.keys():
+    names = _field_names.get(cls)
+    if names is None:  # once per model class: reading ``model_fields`` goes through a descriptor
+        names = _field_names[cls] = frozenset(cls.model_fields)
+    if values.keys() != names:
         return cls.model_construct(**values)
     model = cls.__new__(cls)
-    object.__setattr__(model, "__dict__", values)
-    object.__setattr__(model, "__pydantic_fields_set__", set(fields))
-    object.__setattr__(model, "__pydantic_extra__", None)
-    object.__setattr__(model, "__pydantic_private__", None)
+    setattr_ = object.__setattr__
+    setattr_(model, "__dict__", values)
+    setattr_(model, "__pydantic_fields_set__", set(names))
+    setattr_(model, "__pydantic_extra__", None)
+    setattr_(model, "__pydantic_private__", None)
     return model
+
+
+_field_names: dict[type[BaseModel], frozenset[str]] = {}
 
 
 def _call(listener: Callable[..., None], *args: Any) -> None:
