@@ -73,8 +73,9 @@ def test_a_segment_that_cannot_be_allocated_is_written_with_write(tmp_path: Path
     recs = [_real_record(tmp_path, i) for i in range(5)]
     for rec in recs:
         spool.append(_line(rec))
-    spool.prefault()  # nothing to map in: must do nothing
-    (segment,) = _segments(tmp_path / "spool")
+    spool.prefault()  # nothing to map in; the next segment is opened ahead, as plain file
+    segment, ready = _segments(tmp_path / "spool")
+    assert ready.stat().st_size == 0
     assert segment.stat().st_size == sum(len(_line(r)) for r in recs), "plain appends, no mapped tail"
     assert _read_ids(segment) == [r.record_id for r in recs]
     spool.close(delete=True)
@@ -88,7 +89,8 @@ def test_records_copied_into_a_dead_writers_mapping_are_recovered_into_the_store
     for rec in recs:
         spool.append(_line(rec))
     # The process dies: nothing is closed, deleted or unlocked by it. Its lock goes with its descriptors.
-    for segment in [*spool._closed, spool._open]:
+    assert spool._next is not None, "the next segment is made ready ahead"
+    for segment in [*spool._closed, spool._open, spool._next]:
         segment.close()
     writer = TrajectoryWriter([SQLiteSink(tmp_path / "t.db")], spool_dir=folder)
     writer.shutdown(timeout_s=30)
@@ -96,3 +98,20 @@ def test_records_copied_into_a_dead_writers_mapping_are_recovered_into_the_store
     with sqlite3.connect(tmp_path / "t.db") as conn:
         stored = {r[0] for r in conn.execute("SELECT record_id FROM trajectory")}
     assert stored == {r.record_id for r in recs}
+
+
+def test_rotation_takes_the_segment_made_ready_ahead(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool", segment_bytes=8192)
+    spool.prefault()
+    ready = spool._next
+    assert ready is not None and ready.seq == 1
+    assert ready.map is None or ready.populated == ready.capacity == 2 * 8192
+    rec = _real_record(tmp_path, 1)
+    spool.append(_line(rec))
+    spool.rotate()
+    assert spool._open is ready and spool._next is None and spool.seq == 1
+    spool.append(_line(rec.model_copy(update={"record_id": "a" * 32})))
+    first, second = _segments(tmp_path / "spool")
+    assert _read_ids(first) == [rec.record_id] and _read_ids(second) == ["a" * 32]
+    spool.close(delete=True)
+    assert not (tmp_path / "spool").exists()

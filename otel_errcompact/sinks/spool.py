@@ -96,7 +96,7 @@ class _Segment:
     """One open (or rotated, not yet deleted) segment file: its descriptor and, when it could be made,
     its mapping of ``capacity`` bytes."""
 
-    __slots__ = ("capacity", "fd", "map", "path", "seq")
+    __slots__ = ("capacity", "fd", "map", "path", "populated", "seq")
 
     def __init__(self, seq: int, path: Path, fd: int, segment_bytes: int) -> None:
         self.seq = seq
@@ -104,6 +104,7 @@ class _Segment:
         self.fd = fd
         self.map: mmap.mmap | None = None
         self.capacity = 0
+        self.populated = 0  # bytes of the mapping whose pages are mapped in (see Spool.prefault)
         try:
             _allocate(fd, segment_bytes)
             self.map = mmap.mmap(fd, segment_bytes, access=mmap.ACCESS_WRITE)
@@ -112,6 +113,21 @@ class _Segment:
             # No room on the disk, or a file system that cannot map: plain write() calls, as before.
             with contextlib.suppress(OSError):
                 os.ftruncate(fd, 0)
+
+    def populate(self) -> None:
+        """Map this segment's pages in, a chunk at a time, handing the GIL over between chunks."""
+        mapping = self.map
+        if mapping is None or _POPULATE_WRITE is None:
+            return
+        while self.populated < self.capacity:
+            size = min(_PREFAULT_CHUNK, self.capacity - self.populated)
+            try:
+                mapping.madvise(_POPULATE_WRITE, self.populated, size)
+            except (OSError, ValueError, AttributeError):
+                self.populated = self.capacity  # an older kernel: the copies fault as they go
+                return
+            self.populated += size
+            time.sleep(0)  # hands the GIL to an agent thread waiting for it
 
     def close(self) -> None:
         if self.map is not None:
@@ -135,7 +151,9 @@ class Spool:
 
     Not thread-safe on its own: the :class:`~otel_errcompact.sinks.writer.TrajectoryWriter` calls
     :meth:`pin`, :meth:`unpin`, :meth:`rotate` and :meth:`release_before` under its queue lock, and
-    :meth:`write` outside it, from several agent threads at once (see :meth:`write`). Lines of
+    :meth:`write` from several agent threads at once, under the lock for a copy into the mapping and
+    outside it for a ``write()`` (see :meth:`write`); :meth:`prefault` runs on the writer thread only,
+    outside the lock. Lines of
     concurrent writers may reach a segment in another order than their records reach the queue; the
     versions of one record are submitted one after the other, so their lines keep their order.
 
@@ -158,7 +176,9 @@ class Spool:
         self._closed: list[_Segment] = []  # rotated, not yet stored
         self._pins: dict[int, int] = {}  # segment → writes in flight (see pin)
         self._pid = os.getpid()
-        self._open = self._open_segment()
+        self._open = self._new_segment(0)
+        self._next: _Segment | None = None  # opened ahead by prefault(), taken by rotate()
+        self._opened = time.monotonic()
 
     @property
     def seq(self) -> int:
@@ -168,39 +188,28 @@ class Spool:
     def _path(self, seq: int) -> Path:
         return self.directory / f"{self._prefix}{seq:08d}{SUFFIX}"
 
-    def _open_segment(self) -> _Segment:
-        path = self._path(self._seq)
+    def _new_segment(self, seq: int) -> _Segment:
+        path = self._path(seq)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
         _lock(fd)
         # Mapped at twice the rotation size: the worker rotates between its rounds, and the records of
         # a busy round past ``segment_bytes`` still go to the mapping rather than to write().
-        segment = _Segment(self._seq, path, fd, 2 * self.segment_bytes)
-        self._bytes = 0
-        self._populated = 0
-        self._opened = time.monotonic()
-        return segment
+        return _Segment(seq, path, fd, 2 * self.segment_bytes)
 
     def prefault(self) -> None:
-        """Map the open segment's pages in before the agent's threads copy into them.
+        """Get the open segment's pages, and the next segment, ready before the agent's threads need them.
 
         The first write to each page of a shared file mapping is a page fault that finds, zeroes and
         maps a page: about 2.7 µs per record, on the agent's thread. ``MADV_POPULATE_WRITE`` (Linux
-        5.14) does it ahead, here on the writer thread, a chunk at a time with the GIL handed over
-        between chunks, so no agent thread waits long for it. Elsewhere it does nothing.
+        5.14) does it ahead, here on the writer thread (elsewhere the copies fault as they go). The
+        next segment is opened, allocated and mapped here too, outside the writer's lock, so that
+        :meth:`rotate`, which runs under it, only swaps segments and no agent thread waits for
+        those system calls.
         """
-        segment = self._open
-        mapping = segment.map
-        if mapping is None or _POPULATE_WRITE is None:
-            return
-        while self._populated < segment.capacity:
-            size = min(_PREFAULT_CHUNK, segment.capacity - self._populated)
-            try:
-                mapping.madvise(_POPULATE_WRITE, self._populated, size)
-            except (OSError, ValueError, AttributeError):
-                self._populated = segment.capacity  # an older kernel: the copies fault as they go
-                return
-            self._populated += size
-            time.sleep(0)  # hands the GIL to an agent thread waiting for it
+        self._open.populate()
+        if self._next is None:
+            self._next = self._new_segment(self._seq + 1)
+        self._next.populate()
 
     def append(self, data: bytes) -> int:
         """Write ``data`` (whole lines) to the open segment; returns its sequence number.
@@ -285,15 +294,18 @@ class Spool:
     def rotate(self) -> None:
         """Close the open segment for appends (it stays on disk until :meth:`release_before`).
 
-        Called by the writer thread: opening the next segment (a file, its blocks, its mapping) is
-        the part of the spool that costs system calls, and none of it runs on the agent's thread.
+        Called by the writer thread under its lock: the next segment is usually ready (see
+        :meth:`prefault`); it is opened here only when it is not.
         """
         if self._bytes == 0:
             self._opened = time.monotonic()
             return
         self._closed.append(self._open)
         self._seq += 1
-        self._open = self._open_segment()
+        ready, self._next = self._next, None
+        self._open = ready if ready is not None and ready.seq == self._seq else self._new_segment(self._seq)
+        self._bytes = 0
+        self._opened = time.monotonic()
 
     def release_before(self, seq: int) -> int:
         """Delete the rotated segments numbered below ``seq`` (all their records are stored)."""
@@ -337,8 +349,9 @@ class Spool:
         """Close every segment; ``delete`` removes them too (everything they hold is stored)."""
         if os.getpid() != self._pid:
             return  # a forked child shares the parent's descriptors: leave the parent's files alone
-        segments = [*self._closed, self._open]
+        segments = [*self._closed, self._open, *([self._next] if self._next is not None else [])]
         self._closed = []
+        self._next = None
         for segment in segments:
             try:
                 if delete:
