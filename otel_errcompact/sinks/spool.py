@@ -36,12 +36,14 @@ segments; the kernel drops the lock when a process dies, however it dies.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import logging
 import mmap
 import os
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -89,7 +91,21 @@ class Leftover:
 
 _POPULATE_WRITE: int | None = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform == "linux" else None)
 _PREFAULT_CHUNK = 16 * 1024
-"""Bytes populated per ``madvise`` call (about 15 µs, with the GIL held)."""
+"""Bytes populated per ``mmap.madvise`` call, which holds the GIL (about 15 µs), when libc's cannot be
+called."""
+
+
+@functools.lru_cache(maxsize=1)
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    """libc's ``madvise``, called through ctypes (which releases the GIL), or None where there is none."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError, TypeError):  # pragma: no cover - not a POSIX libc
+        return None
+    function.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    function.restype = ctypes.c_int
+    populate: Callable[[int, int, int], int] = function
+    return populate
 
 
 class _Segment:
@@ -115,9 +131,19 @@ class _Segment:
                 os.ftruncate(fd, 0)
 
     def populate(self) -> None:
-        """Map this segment's pages in, a chunk at a time, handing the GIL over between chunks."""
+        """Map this segment's pages in (see :meth:`Spool.prefault`)."""
         mapping = self.map
-        if mapping is None or _POPULATE_WRITE is None:
+        if mapping is None or _POPULATE_WRITE is None or self.populated >= self.capacity:
+            return
+        madvise = _libc_madvise()
+        if madvise is not None:
+            # libc's madvise through ctypes runs without the GIL; mmap.madvise holds it throughout.
+            buffer = (ctypes.c_char * self.capacity).from_buffer(mapping)
+            address = ctypes.addressof(buffer)
+            del buffer  # an exported buffer would keep the mapping from being closed
+            if madvise(address, self.capacity, _POPULATE_WRITE) != 0:
+                _log.debug("trajectory spool: MADV_POPULATE_WRITE refused (errno %d)", ctypes.get_errno())
+            self.populated = self.capacity
             return
         while self.populated < self.capacity:
             size = min(_PREFAULT_CHUNK, self.capacity - self.populated)
@@ -150,12 +176,12 @@ class Spool:
     """An append-only, segmented record log in ``directory`` (created if missing).
 
     Not thread-safe on its own: the :class:`~otel_errcompact.sinks.writer.TrajectoryWriter` calls
-    :meth:`pin`, :meth:`unpin`, :meth:`rotate` and :meth:`release_before` under its queue lock, and
-    :meth:`write` from several agent threads at once, under the lock for a copy into the mapping and
-    outside it for a ``write()`` (see :meth:`write`); :meth:`prefault` runs on the writer thread only,
-    outside the lock. Lines of
-    concurrent writers may reach a segment in another order than their records reach the queue; the
-    versions of one record are submitted one after the other, so their lines keep their order.
+    :meth:`pin`, :meth:`unpin`, :meth:`rotate` and :meth:`release_before` under its queue lock
+    (:meth:`discard` after it, outside), and :meth:`write` from several agent threads at once, under
+    the lock for a copy into the mapping and outside it for a ``write()`` (see :meth:`write`);
+    :meth:`prefault` runs on the writer thread only, outside the lock. Lines of concurrent writers may
+    reach a segment in another order than their records reach the queue; the versions of one record
+    are submitted one after the other, so their lines keep their order.
 
     :param segment_bytes: rotate once the open segment holds this much (default 1 MiB); a segment's
         mapping is twice this.
@@ -201,7 +227,8 @@ class Spool:
 
         The first write to each page of a shared file mapping is a page fault that finds, zeroes and
         maps a page: about 2.7 µs per record, on the agent's thread. ``MADV_POPULATE_WRITE`` (Linux
-        5.14) does it ahead, here on the writer thread (elsewhere the copies fault as they go). The
+        5.14) does it ahead, here on the writer thread and without the GIL (elsewhere the copies
+        fault as they go). The
         next segment is opened, allocated and mapped here too, outside the writer's lock, so that
         :meth:`rotate`, which runs under it, only swaps segments and no agent thread waits for
         those system calls.
@@ -307,14 +334,26 @@ class Spool:
         self._bytes = 0
         self._opened = time.monotonic()
 
-    def release_before(self, seq: int) -> int:
-        """Delete the rotated segments numbered below ``seq`` (all their records are stored)."""
-        deleted = 0
+    def release_before(self, seq: int) -> list[_Segment]:
+        """Take the rotated segments numbered below ``seq`` (all their records are stored) off the
+        list; :meth:`discard` them outside the caller's lock.
+
+        Deleting a file and unmapping a segment whose pages are mapped in are system calls that
+        take a while; the agent's threads must not wait for them on the writer's lock.
+        """
         pinned = self.pinned
         if pinned is not None:
             seq = min(seq, pinned)  # a write to it is in flight
+        released: list[_Segment] = []
         while self._closed and self._closed[0].seq < seq:
-            segment = self._closed.pop(0)
+            released.append(self._closed.pop(0))
+        return released
+
+    @staticmethod
+    def discard(segments: list[_Segment]) -> int:
+        """Delete and close segments :meth:`release_before` took off; how many files were deleted."""
+        deleted = 0
+        for segment in segments:
             try:
                 segment.path.unlink(missing_ok=True)
                 deleted += 1

@@ -540,7 +540,8 @@ class TrajectoryWriter:
             limit = next((seq for _, seq, _ in self._queue if seq != _NO_SEGMENT), self._spool.seq)
             if self._keep_from is not None:
                 limit = min(limit, self._keep_from)
-            self._spool.release_before(limit)
+            released = self._spool.release_before(limit)
+        self._spool.discard(released)  # file deletions and unmappings: not under the agents' lock
 
     def _write(self, items: Sequence[tuple[TrajectoryRecord, str | None]]) -> bool:
         """Hand the records to every sink; ``True`` when none raised.
