@@ -57,7 +57,7 @@ from opentelemetry import context as otel_context
 
 from otel_errcompact.sinks._base import TrajectorySink
 from otel_errcompact.sinks.spool import Leftover, Spool, read_segment
-from otel_errcompact.trajectory import TrajectoryRecord
+from otel_errcompact.trajectory import TrajectoryRecord, record_from_values, storage_line
 
 __all__ = ["TrajectoryWriter"]
 
@@ -80,11 +80,28 @@ _HOLD_S = 60.0
 """How long a held ``submit`` waits for the process to end (see :meth:`TrajectoryWriter.hold`)."""
 
 
-def _size(rec: TrajectoryRecord, line: bytes | None) -> int:
+_Item = TrajectoryRecord | dict[str, Any]
+"""A queued record: the model, or its field values when the pipeline submitted those."""
+
+
+def _record_of(item: _Item) -> object:
+    """The record of a queued item, built here on the worker when the pipeline queued its values."""
+    if type(item) is not dict:
+        return item
+    try:
+        return record_from_values(item)
+    except Exception:
+        return item  # reported as a non-record by the caller
+
+
+def _size(item: _Item, line: bytes | None) -> int:
     # The stack trace is usually the very string passed as raw_error; count shared text once. The
     # storage line made for the spool is held until the sinks have it: it counts too.
-    stack = rec.exception_stacktrace
-    size = len(rec.raw_error) + (len(stack) if stack and stack is not rec.raw_error else 0)
+    if type(item) is dict:
+        raw, stack = item["raw_error"], item["exception_stacktrace"]
+    else:
+        raw, stack = item.raw_error, item.exception_stacktrace  # type: ignore[union-attr]
+    size = len(raw) + (len(stack) if stack and stack is not raw else 0)
     return size + (len(line) if line is not None else 0)
 
 
@@ -142,7 +159,7 @@ class TrajectoryWriter:
 
         self._cond = threading.Condition(threading.Lock())
         # (record, spool segment, the record's storage line when the spool made it, else None)
-        self._queue: deque[tuple[TrajectoryRecord, int, bytes | None]] = deque()
+        self._queue: deque[tuple[_Item, int, bytes | None]] = deque()
         self._queued_chars = 0
         self._in_flight = 0  # submits past the checks whose record is not yet queued (spool write)
         self._blocked = 0
@@ -176,40 +193,61 @@ class TrajectoryWriter:
         :attr:`dropped`); records submitted after :meth:`shutdown` are dropped too.
         """
         try:
-            line = record.to_storage_line() if self._spool is not None else None
-            size = _size(record, line)
-            spool = self._spool if line is not None else None
-            with self._cond:
-                held = self._held
-                if not held and (self._stopping or (self._full(size) and not self._wait_for_room(size))):
-                    self._dropped += 1
-                    return
-                slot = spool.pin(len(line)) if spool is not None and line is not None else None
-                if slot is None or slot[1] >= 0:
-                    # No spool, or a copy into the segment's mapping: no system call, and the GIL is
-                    # held throughout anyway, so it is done here in the one critical section.
-                    self._queued(record, spool, slot, self._spool_write(spool, slot, line), line, size)
-                    slot = None
-                else:
-                    self._in_flight += 1
-            if slot is not None:
-                # A write() past the mapping: outside the lock, so that the other agent threads and
-                # the worker do not wait for the system call.
-                seq = self._spool_write(spool, slot, line)
-                with self._cond:
-                    self._in_flight -= 1
-                    self._queued(record, spool, slot, seq, line, size)
-            if held:
-                self._wait_for_the_end()
+            self._enqueue(record, record.to_storage_line() if self._spool is not None else None)
         except Exception:
             # A non-record passed by mistake must not break the agent; the worker's log says why.
-            try:
-                with self._cond:
-                    self._dropped += 1
-            except Exception:
-                pass
+            self._count_drop()
 
-    def _queued(self, record: TrajectoryRecord, spool: Spool | None, slot: tuple[int, int] | None, seq: int,
+    def submit_values(self, values: dict[str, Any]) -> None:
+        """:meth:`submit` for a record given as its field values (see
+        :func:`~otel_errcompact.trajectory.record_from_values`), as the pipeline makes them for a
+        failed span: the spool line is written from the values, and the :class:`TrajectoryRecord`
+        is built on the worker thread, not the agent's. Takes ownership of ``values``; never raises.
+        """
+        try:
+            line = storage_line(values) if self._spool is not None else None
+            if line is None and self._spool is not None:
+                self.submit(record_from_values(values))  # one to repair first: the model's path
+                return
+            self._enqueue(values, line)
+        except Exception:
+            self._count_drop()
+
+    def _count_drop(self) -> None:
+        try:
+            with self._cond:
+                self._dropped += 1
+        except Exception:
+            pass
+
+    def _enqueue(self, record: _Item, line: bytes | None) -> None:
+        """Spool ``line`` (when there is a spool) and queue ``record`` with it; may raise."""
+        size = _size(record, line)
+        spool = self._spool if line is not None else None
+        with self._cond:
+            held = self._held
+            if not held and (self._stopping or (self._full(size) and not self._wait_for_room(size))):
+                self._dropped += 1
+                return
+            slot = spool.pin(len(line)) if spool is not None and line is not None else None
+            if slot is None or slot[1] >= 0:
+                # No spool, or a copy into the segment's mapping: no system call, and the GIL is
+                # held throughout anyway, so it is done here in the one critical section.
+                self._queued(record, spool, slot, self._spool_write(spool, slot, line), line, size)
+                slot = None
+            else:
+                self._in_flight += 1
+        if slot is not None:
+            # A write() past the mapping: outside the lock, so that the other agent threads and
+            # the worker do not wait for the system call.
+            seq = self._spool_write(spool, slot, line)
+            with self._cond:
+                self._in_flight -= 1
+                self._queued(record, spool, slot, seq, line, size)
+        if held:
+            self._wait_for_the_end()
+
+    def _queued(self, record: _Item, spool: Spool | None, slot: tuple[int, int] | None, seq: int,
                 line: bytes | None, size: int) -> None:
         """Queue ``record`` once its line is in the spool (or failed to get there); under the lock."""
         if spool is not None and slot is not None:
@@ -223,10 +261,8 @@ class TrajectoryWriter:
 
     @staticmethod
     def _spool_write(spool: Spool | None, slot: tuple[int, int] | None, line: bytes | None) -> int:
-        """Put ``line`` in the pinned spool ``slot``, outside the queue's lock, so the other agent
-        threads and the worker do not wait for it (a copy into the segment's mapping, or a
-        ``write()`` past it); the segment, or ``_NO_SEGMENT`` when there is no spool or the write
-        failed."""
+        """Put ``line`` in the pinned spool ``slot`` (a copy into the segment's mapping, or a ``write()``
+        past it); the segment, or ``_NO_SEGMENT`` when there is no spool or the write failed."""
         if spool is None or line is None or slot is None:
             return _NO_SEGMENT
         try:
@@ -399,7 +435,7 @@ class TrajectoryWriter:
 
     # -- the worker's side -------------------------------------------------------------------------
 
-    def _take(self) -> list[tuple[TrajectoryRecord, int, bytes | None]]:
+    def _take(self) -> list[tuple[_Item, int, bytes | None]]:
         # Behind by several batches: take them in one go. A SQLite transaction costs about the same
         # for 512 records as for 4,096 once the store is large (each touches most index pages), so
         # the store writes faster the further it falls behind, and catches up.
@@ -517,11 +553,12 @@ class TrajectoryWriter:
             except Exception:
                 self._report("prefault", "trajectory writer: could not prepare the spool segment", exc=True)
 
-    def _write_batch(self, batch: list[tuple[TrajectoryRecord, int, bytes | None]]) -> None:
+    def _write_batch(self, batch: list[tuple[_Item, int, bytes | None]]) -> None:
         if not batch:
             return
         latest: dict[str, tuple[TrajectoryRecord, bytes | None]] = {}
-        for rec, _, line in batch:
+        for item, _, line in batch:
+            rec = _record_of(item)
             if isinstance(rec, TrajectoryRecord):
                 latest[rec.record_id] = (rec, line)
             else:
