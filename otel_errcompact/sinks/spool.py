@@ -228,10 +228,9 @@ class Spool:
         The first write to each page of a shared file mapping is a page fault that finds, zeroes and
         maps a page: about 2.7 µs per record, on the agent's thread. ``MADV_POPULATE_WRITE`` (Linux
         5.14) does it ahead, here on the writer thread and without the GIL (elsewhere the copies
-        fault as they go). The
-        next segment is opened, allocated and mapped here too, outside the writer's lock, so that
-        :meth:`rotate`, which runs under it, only swaps segments and no agent thread waits for
-        those system calls.
+        fault as they go). The next segment is opened, allocated and mapped here too, outside the
+        writer's lock, so that :meth:`rotate`, which runs under it, only swaps segments and no agent
+        thread waits for those system calls.
         """
         self._open.populate()
         if self._next is None:
