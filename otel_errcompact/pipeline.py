@@ -23,9 +23,7 @@ import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Any, Literal, TypeVar
-
-from pydantic import BaseModel
+from typing import Any, Literal
 
 from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
@@ -40,6 +38,7 @@ from otel_errcompact.trajectory import (
     TrajectoryRecord,
     jsonable,
     new_record_id,
+    record_from_values,
 )
 
 __all__ = ["ErrorPipeline", "EscalationListener", "Failure", "FailureListener", "Outcome", "SuccessListener"]
@@ -180,9 +179,12 @@ class ErrorPipeline:
             return None
         try:
             if _prevalidated(failure):
-                record = _construct(failure, digest, observation)
-                self.writer.submit(record)
-                return record.record_id
+                # The record's values go to the writer as they are: it writes the spool line from them
+                # here and builds the TrajectoryRecord on its own thread.
+                values = _values(failure, digest, observation)
+                self.writer.submit_values(values)
+                record_id: str = values["record_id"]
+                return record_id
             record = TrajectoryRecord(
                 record_id=new_record_id(),
                 **_failure_fields(failure),
@@ -236,13 +238,18 @@ def _failure_fields(failure: Failure) -> dict[str, Any]:
 
 
 def _construct(failure: Failure, digest: Digest | None, observation: Observation | None) -> TrajectoryRecord:
-    """The trajectory record of a prevalidated failure, built without validation.
+    """The trajectory record of a prevalidated failure, built without validation."""
+    return record_from_values(_values(failure, digest, observation))
+
+
+def _values(failure: Failure, digest: Digest | None, observation: Observation | None) -> dict[str, Any]:
+    """The trajectory record's field values for a prevalidated failure, the digest as a plain dict.
 
     The values are laid out here in the model's field order, with no keyword expansion and no
     re-ordering: this runs on the agent's thread for every failure.
     """
     escalation = observation.escalation if observation is not None else None
-    return _unvalidated(TrajectoryRecord, {
+    return {
         "schema_name": SCHEMA_NAME,
         "schema_version": SCHEMA_VERSION,
         "record_id": new_record_id(),
@@ -269,10 +276,10 @@ def _construct(failure: Failure, digest: Digest | None, observation: Observation
         "attributes": jsonable(failure.attributes),  # span attributes may still hold bytes, odd keys
         "resource": _jsonable_resource(failure.resource),
         # The compactor's own values: bounded strings, ints and a bool.
-        "digest": _unvalidated(DigestInfo, DigestInfo.fields_of(digest)) if digest is not None else None,
+        "digest": DigestInfo.fields_of(digest) if digest is not None else None,
         "count": observation.count if observation is not None else None,
         "escalation": jsonable(escalation.to_dict()) if escalation is not None else None,
-    })
+    }
 
 
 _resource_memo: tuple[Mapping[str, Any], dict[str, Any]] | None = None
@@ -288,28 +295,6 @@ def _jsonable_resource(resource: Mapping[str, Any]) -> dict[str, Any]:
     converted: dict[str, Any] = jsonable(resource)
     _resource_memo = (resource, converted)
     return converted
-
-
-_M = TypeVar("_M", bound=BaseModel)
-
-
-def _unvalidated(cls: type[_M], values: dict[str, Any]) -> _M:
-    """``cls.model_construct(**values)`` for values that name every field in field order, at a tenth of
-    its cost.
-
-    ``model_construct`` walks every field looking for aliases and defaults (about 14 µs for a record);
-    when the values are complete, what it finally does is set these four attributes. A field added to
-    the model later makes the values incomplete, and ``model_construct`` is used again.
-    """
-    fields = cls.model_fields
-    if values.keys() != fields.keys():
-        return cls.model_construct(**values)
-    model = cls.__new__(cls)
-    object.__setattr__(model, "__dict__", values)
-    object.__setattr__(model, "__pydantic_fields_set__", set(fields))
-    object.__setattr__(model, "__pydantic_extra__", None)
-    object.__setattr__(model, "__pydantic_private__", None)
-    return model
 
 
 def _call(listener: Callable[..., None], *args: Any) -> None:

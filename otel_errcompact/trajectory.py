@@ -37,10 +37,10 @@ import re
 import time
 from collections.abc import Mapping
 from datetime import datetime, timedelta, timezone
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pydantic_core import PydanticSerializationError
+from pydantic_core import PydanticSerializationError, to_json
 
 from otel_errcompact.digest import Digest
 
@@ -52,7 +52,9 @@ __all__ = [
     "escape_surrogates",
     "jsonable",
     "new_record_id",
+    "record_from_values",
     "span_id_hex",
+    "storage_line",
     "trace_id_hex",
     "trajectory_json_schema",
     "utc_from_ns",
@@ -407,33 +409,22 @@ class TrajectoryRecord(BaseModel):
         reverses this exactly. Lone surrogates are escaped (see :meth:`repaired`), so the line is
         always valid UTF-8.
         """
-        raw = self.raw_error
-        if not raw.isascii() and _SURROGATE.search(raw):
-            # Escaping changes lengths, so slices are taken of the repaired text.
-            return self.repaired().to_storage_json()
-        refs: list[str] = []
-        exclude: set[str] = set()
-        for name in _TEXT_FIELDS:
-            value = getattr(self, name)
-            if not value or len(value) < _MIN_REF_CHARS:
-                continue
-            if value is raw or value == raw:
-                start = 0
-            elif len(value) < len(raw):
-                start = raw.find(value)
-                if start < 0:
-                    continue
-            else:
-                continue
-            exclude.add(name)
-            refs.append(f'"{name}":[{start},{start + len(value)}]')
-        try:
-            text = self.model_dump_json(exclude=exclude, fallback=_fallback, warnings=False)
-        except PydanticSerializationError:
-            text = self.repaired().model_dump_json(exclude=exclude, fallback=_fallback, warnings=False)
-        if refs:
-            text = f'{text[:-1]},"@refs":{{{",".join(refs)}}}}}'
-        return text
+        return self.to_storage_line()[:-1].decode("utf-8")
+
+    def to_storage_line(self) -> bytes:
+        """:meth:`to_storage_json` as UTF-8 bytes ending in a newline: the spool's line.
+
+        See :func:`storage_line`; a record it cannot write (a lone surrogate, a value smuggled in by
+        ``model_copy`` that JSON cannot carry) is written :meth:`repaired`.
+        """
+        line = storage_line(self.__dict__)
+        if line is not None:
+            return line
+        repaired = self.repaired()
+        line = storage_line(repaired.__dict__)
+        if line is not None:
+            return line
+        return (repaired.model_dump_json(fallback=_fallback, warnings=False) + "\n").encode()
 
     @classmethod
     def from_storage_json(cls, text: str | bytes) -> TrajectoryRecord:
@@ -452,6 +443,86 @@ class TrajectoryRecord(BaseModel):
     def from_json(cls, text: str | bytes) -> TrajectoryRecord:
         """Parse a record written by :meth:`to_json`; raises ``ValueError`` for another schema."""
         return cls.model_validate_json(text)
+
+
+def storage_line(values: Mapping[str, Any]) -> bytes | None:
+    """The storage line (:meth:`TrajectoryRecord.to_storage_json` as UTF-8 bytes, newline ended) of
+    the record whose field values are ``values`` (in field order; ``digest`` a :class:`DigestInfo`, the
+    dict of its fields, or None); ``None`` when the values need :meth:`TrajectoryRecord.repaired` first
+    (a lone surrogate, bytes that are not UTF-8).
+
+    Made on the agent's thread for every failure. The values are serialised by pydantic-core's JSON
+    encoder straight to bytes (plain dicts, not the models: a model's serialiser visits every field's
+    schema, and its ``str`` would then be encoded again). The text is the same as
+    ``model_dump_json``'s.
+    """
+    raw = values["raw_error"]
+    if type(raw) is not str or (not raw.isascii() and _SURROGATE.search(raw)):
+        return None  # escaping changes lengths, so slices are taken of the repaired text
+    out = dict(values)
+    refs: list[str] = []
+    for name in _TEXT_FIELDS:
+        value = out[name]
+        if not value or len(value) < _MIN_REF_CHARS:
+            continue
+        if value is raw or value == raw:
+            start = 0
+        elif len(value) < len(raw):
+            start = raw.find(value)
+            if start < 0:
+                continue
+        else:
+            continue
+        del out[name]
+        refs.append(f'"{name}":[{start},{start + len(value)}]')
+    digest = out["digest"]
+    if type(digest) is DigestInfo:
+        out["digest"] = digest.__dict__  # a plain dict: no dispatch to the nested model's serialiser
+    try:
+        body = to_json(out, inf_nan_mode="strings", fallback=_fallback)
+    except PydanticSerializationError:
+        return None
+    if refs:
+        return b"".join((body[:-1], b',"@refs":{', ",".join(refs).encode(), b"}}\n"))
+    return body + b"\n"
+
+
+def record_from_values(values: dict[str, Any]) -> TrajectoryRecord:
+    """The record whose field values are ``values`` (as :func:`storage_line` takes them), built without
+    validation: the values are the pipeline's own, already checked (see ``pipeline._prevalidated``).
+    Takes ownership of ``values``."""
+    digest = values["digest"]
+    if type(digest) is dict:
+        values["digest"] = unvalidated(DigestInfo, digest)
+    return unvalidated(TrajectoryRecord, values)
+
+
+_M = TypeVar("_M", bound=BaseModel)
+
+
+def unvalidated(cls: type[_M], values: dict[str, Any]) -> _M:
+    """``cls.model_construct(**values)`` for values that name every field in field order, at a tenth of
+    its cost.
+
+    ``model_construct`` walks every field looking for aliases and defaults (about 14 µs for a record);
+    when the values are complete, what it finally does is set these four attributes. A field added to
+    the model later makes the values incomplete, and ``model_construct`` is used again.
+    """
+    names = _field_names.get(cls)
+    if names is None:  # once per model class: reading ``model_fields`` goes through a descriptor
+        names = _field_names[cls] = frozenset(cls.model_fields)
+    if values.keys() != names:
+        return cls.model_construct(**values)
+    model = cls.__new__(cls)
+    setattr_ = object.__setattr__
+    setattr_(model, "__dict__", values)
+    setattr_(model, "__pydantic_fields_set__", set(names))
+    setattr_(model, "__pydantic_extra__", None)
+    setattr_(model, "__pydantic_private__", None)
+    return model
+
+
+_field_names: dict[type[BaseModel], frozenset[str]] = {}
 
 
 def _fallback(value: Any) -> Any:

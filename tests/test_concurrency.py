@@ -144,7 +144,21 @@ def test_shutdown_under_load_loses_nothing_that_was_accepted(make_otel: Callable
             if writer.dropped == before:
                 (accepted_amended if record.digest is not None else accepted_raw).add(record.record_id)
 
+    original_submit_values = writer.submit_values
+
+    def observing_submit_values(values: dict[str, Any]) -> None:
+        # A failed span's record goes to the writer as its field values (the model is built later).
+        nonlocal submitted
+        with gate:
+            submitted += 1
+            before = writer.dropped
+            record_id, has_digest = values["record_id"], values["digest"] is not None
+            original_submit_values(values)
+            if writer.dropped == before:
+                (accepted_amended if has_digest else accepted_raw).add(record_id)
+
     writer.submit = observing_submit  # type: ignore[method-assign]
+    writer.submit_values = observing_submit_values  # type: ignore[method-assign]
 
     @ec.tool
     def lookup(key: str) -> int:

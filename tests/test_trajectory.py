@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -242,3 +243,38 @@ def test_the_fast_record_of_a_span_failure_equals_the_validated_one(keyerror_tb:
     assert fast.model_dump() == validated.model_dump()
     assert list(fast.model_dump()) == list(TrajectoryRecord.model_fields)
     assert TrajectoryRecord.from_storage_json(fast.to_storage_json()) == validated
+    # The pipeline spools the line written from the values (the record itself is built later, on the
+    # writer's thread): byte for byte the validated record's line.
+    from otel_errcompact.pipeline import _values
+    from otel_errcompact.trajectory import record_from_values, storage_line
+
+    values = _values(failure, digest, observation)
+    line = storage_line(values)
+    rebuilt = TrajectoryRecord(**{**validated.model_dump(), "record_id": values["record_id"],
+                                  "recorded_at": values["recorded_at"]})
+    assert line == rebuilt.to_storage_line() == (rebuilt.model_dump_json(exclude={"exception_stacktrace"})[:-1]
+                                                 + f',"@refs":{{"exception_stacktrace":[0,{len(keyerror_tb)}]}}}}\n'
+                                                 ).encode()
+    assert record_from_values(values) == rebuilt
+
+
+def test_a_failed_span_record_with_a_lone_surrogate_is_spooled_repaired(tmp_path: Path) -> None:
+    """The values path cannot write a lone surrogate: the writer repairs that one record through the
+    model, and it is stored."""
+    from otel_errcompact.sinks import SQLiteSink, TrajectoryStore, TrajectoryWriter
+    from otel_errcompact.trajectory import storage_line
+
+    folder = tmp_path / "in"
+    folder.mkdir()
+    with open(os.path.join(os.fsencode(folder), b"caf\xe9.txt"), "w"):
+        pass
+    (name,) = os.listdir(folder)  # a non-UTF-8 name, as Python keeps it: a lone surrogate
+    raw = f"ValueError: cannot parse {name}"
+    values = TrajectoryRecord(source="span", raw_error=raw, scope="s").model_dump()
+    assert storage_line(values) is None
+    writer = TrajectoryWriter([SQLiteSink(tmp_path / "t.db")], spool_dir=tmp_path / "spool")
+    writer.submit_values(values)
+    assert writer.force_flush(10)
+    writer.shutdown()
+    (stored,) = list(TrajectoryStore(tmp_path / "t.db").records())
+    assert "caf\\xe9.txt" in stored.raw_error

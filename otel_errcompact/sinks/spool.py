@@ -2,10 +2,21 @@
 
 The writer's queue lives in memory, so a process killed with ``kill -9`` (or by the OOM killer, or a
 container runtime) loses whatever was queued: failures the agent had already seen. The spool closes that
-gap. :meth:`Spool.append` hands each record to the operating system with one ``write()`` on a file opened
-with ``O_APPEND``, on the agent's thread, before the tool call returns. No ``fsync``: once ``write()`` has
-returned, the data is in the kernel's page cache and survives the death of the process (not a power
-loss, which the SQLite store does not promise either with ``synchronous=NORMAL``).
+gap. :meth:`Spool.append` hands each record to the operating system on the agent's thread, before the
+tool call returns. No ``fsync``: once the bytes are in the kernel's page cache they survive the death of
+the process (not a power loss, which the SQLite store does not promise either with
+``synchronous=NORMAL``).
+
+Mapped segments. A segment's blocks are allocated when it is opened (``posix_fallocate``, on the writer
+thread) and the file is mapped shared into memory; a record is then copied into its reserved range of
+the mapping. The copy puts the bytes straight into the page cache, like ``write()``, but without a
+system call: ``os.write`` releases the GIL, and taking it back from a busy background thread made the
+agent's thread wait. Because the blocks exist before any copy, a full disk shows as an error when the
+segment is opened (the segment then falls back to ``write()``), never as a ``SIGBUS`` in the agent's
+process. A record that does not fit in what is left of the mapping is appended past its end with one
+``write()`` on the ``O_APPEND`` descriptor, and the segment is rotated soon after. A mapped segment is
+as long as its mapping, so its unused tail, and the range of a record whose copy a ``kill -9``
+interrupted, are zero bytes: :func:`read_segment` skips them (a JSON line never holds a NUL byte).
 
 Segments. The spool is a folder of segment files, ``<start-ns>-<pid>-<seq>.spool``, each a run of JSON
 lines (:meth:`TrajectoryRecord.to_storage_json`). The writer thread rotates to a new segment every
@@ -25,10 +36,14 @@ segments; the kernel drops the lock when a process dies, however it dies.
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import functools
 import logging
+import mmap
 import os
+import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,16 +89,102 @@ class Leftover:
             os.close(self.fd)
 
 
+_POPULATE_WRITE: int | None = getattr(mmap, "MADV_POPULATE_WRITE", 23 if sys.platform == "linux" else None)
+_PREFAULT_CHUNK = 16 * 1024
+"""Bytes populated per ``mmap.madvise`` call, which holds the GIL (about 15 µs), when libc's cannot be
+called."""
+
+
+@functools.lru_cache(maxsize=1)
+def _libc_madvise() -> Callable[[int, int, int], int] | None:
+    """libc's ``madvise``, called through ctypes (which releases the GIL), or None where there is none."""
+    try:
+        function = ctypes.CDLL(None, use_errno=True).madvise
+    except (OSError, AttributeError, TypeError):  # pragma: no cover - not a POSIX libc
+        return None
+    function.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+    function.restype = ctypes.c_int
+    populate: Callable[[int, int, int], int] = function
+    return populate
+
+
+class _Segment:
+    """One open (or rotated, not yet deleted) segment file: its descriptor and, when it could be made,
+    its mapping of ``capacity`` bytes."""
+
+    __slots__ = ("capacity", "fd", "map", "path", "populated", "seq")
+
+    def __init__(self, seq: int, path: Path, fd: int, segment_bytes: int) -> None:
+        self.seq = seq
+        self.path = path
+        self.fd = fd
+        self.map: mmap.mmap | None = None
+        self.capacity = 0
+        self.populated = 0  # bytes of the mapping whose pages are mapped in (see Spool.prefault)
+        try:
+            _allocate(fd, segment_bytes)
+            self.map = mmap.mmap(fd, segment_bytes, access=mmap.ACCESS_WRITE)
+            self.capacity = segment_bytes
+        except (OSError, ValueError, AttributeError):
+            # No room on the disk, or a file system that cannot map: plain write() calls, as before.
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, 0)
+
+    def populate(self) -> None:
+        """Map this segment's pages in (see :meth:`Spool.prefault`)."""
+        mapping = self.map
+        if mapping is None or _POPULATE_WRITE is None or self.populated >= self.capacity:
+            return
+        madvise = _libc_madvise()
+        if madvise is not None:
+            # libc's madvise through ctypes runs without the GIL; mmap.madvise holds it throughout.
+            buffer = (ctypes.c_char * self.capacity).from_buffer(mapping)
+            address = ctypes.addressof(buffer)
+            del buffer  # an exported buffer would keep the mapping from being closed
+            if madvise(address, self.capacity, _POPULATE_WRITE) != 0:
+                _log.debug("trajectory spool: MADV_POPULATE_WRITE refused (errno %d)", ctypes.get_errno())
+            self.populated = self.capacity
+            return
+        while self.populated < self.capacity:
+            size = min(_PREFAULT_CHUNK, self.capacity - self.populated)
+            try:
+                mapping.madvise(_POPULATE_WRITE, self.populated, size)
+            except (OSError, ValueError, AttributeError):
+                self.populated = self.capacity  # an older kernel: the copies fault as they go
+                return
+            self.populated += size
+            time.sleep(0)  # hands the GIL to an agent thread waiting for it
+
+    def close(self) -> None:
+        if self.map is not None:
+            with contextlib.suppress(Exception):
+                self.map.close()
+        with contextlib.suppress(OSError):
+            os.close(self.fd)
+
+
+def _allocate(fd: int, size: int) -> None:
+    """Give the file ``size`` bytes of real blocks (not a sparse hole), so that copies into its mapping
+    never need the file system to find room."""
+    fallocate = getattr(os, "posix_fallocate", None)
+    if fallocate is None:  # pragma: no cover - macOS, Windows
+        raise OSError("no posix_fallocate: a mapped segment could run out of room")
+    fallocate(fd, 0, size)
+
+
 class Spool:
     """An append-only, segmented record log in ``directory`` (created if missing).
 
     Not thread-safe on its own: the :class:`~otel_errcompact.sinks.writer.TrajectoryWriter` calls
-    :meth:`pin`, :meth:`unpin`, :meth:`rotate` and :meth:`release_before` under its queue lock, and
-    :meth:`write` outside it, from several agent threads at once (see :meth:`write`). Lines of
-    concurrent writers may reach a segment in another order than their records reach the queue; the
-    versions of one record are submitted one after the other, so their lines keep their order.
+    :meth:`pin`, :meth:`unpin`, :meth:`rotate` and :meth:`release_before` under its queue lock
+    (:meth:`discard` after it, outside), and :meth:`write` from several agent threads at once, under
+    the lock for a copy into the mapping and outside it for a ``write()`` (see :meth:`write`);
+    :meth:`prefault` runs on the writer thread only, outside the lock. Lines of concurrent writers may
+    reach a segment in another order than their records reach the queue; the versions of one record
+    are submitted one after the other, so their lines keep their order.
 
-    :param segment_bytes: rotate once the open segment holds this much (default 1 MiB).
+    :param segment_bytes: rotate once the open segment holds this much (default 1 MiB); a segment's
+        mapping is twice this.
     :param segment_age_s: rotate a non-empty segment this old (default 0.5 s), so a closed segment
         can be deleted soon after its records are stored.
     """
@@ -96,13 +197,14 @@ class Spool:
         self.segment_age_s = segment_age_s
         self._prefix = f"{time.time_ns():020d}-{os.getpid()}-"
         self._seq = 0
-        self._fd = -1
         self._bytes = 0
         self._opened = 0.0
-        self._closed: list[tuple[int, Path, int]] = []  # (seq, path, fd), rotated, not yet stored
+        self._closed: list[_Segment] = []  # rotated, not yet stored
         self._pins: dict[int, int] = {}  # segment → writes in flight (see pin)
         self._pid = os.getpid()
-        self._open_segment()
+        self._open = self._new_segment(0)
+        self._next: _Segment | None = None  # opened ahead by prefault(), taken by rotate()
+        self._opened = time.monotonic()
 
     @property
     def seq(self) -> int:
@@ -112,29 +214,46 @@ class Spool:
     def _path(self, seq: int) -> Path:
         return self.directory / f"{self._prefix}{seq:08d}{SUFFIX}"
 
-    def _open_segment(self) -> None:
-        path = self._path(self._seq)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
+    def _new_segment(self, seq: int) -> _Segment:
+        path = self._path(seq)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND | getattr(os, "O_CLOEXEC", 0), 0o600)
         _lock(fd)
-        self._fd = fd
-        self._bytes = 0
-        self._opened = time.monotonic()
+        # Mapped at twice the rotation size: the worker rotates between its rounds, and the records of
+        # a busy round past ``segment_bytes`` still go to the mapping rather than to write().
+        return _Segment(seq, path, fd, 2 * self.segment_bytes)
+
+    def prefault(self) -> None:
+        """Get the open segment's pages, and the next segment, ready before the agent's threads need them.
+
+        The first write to each page of a shared file mapping is a page fault that finds, zeroes and
+        maps a page: about 2.7 µs per record, on the agent's thread. ``MADV_POPULATE_WRITE`` (Linux
+        5.14) does it ahead, here on the writer thread and without the GIL (elsewhere the copies
+        fault as they go). The next segment is opened, allocated and mapped here too, outside the
+        writer's lock, so that :meth:`rotate`, which runs under it, only swaps segments and no agent
+        thread waits for those system calls.
+        """
+        self._open.populate()
+        if self._next is None:
+            self._next = self._new_segment(self._seq + 1)
+        self._next.populate()
 
     def append(self, data: bytes) -> int:
         """Write ``data`` (whole lines) to the open segment; returns its sequence number.
 
-        One ``write()`` for the usual record; a partial write (a huge record, a full disk) is
-        continued until everything is written or the OS reports an error, which is raised.
+        A copy into the segment's mapping, or one ``write()`` when it does not fit; a partial write
+        (a huge record, a full disk) is continued until everything is written or the OS reports an
+        error, which is raised.
         """
-        seq = self.pin(len(data))
+        slot = self.pin(len(data))
         try:
-            self.write(seq, data)
+            self.write(slot, data)
         finally:
-            self.unpin(seq)
-        return seq
+            self.unpin(slot)
+        return slot[0]
 
-    def pin(self, size: int) -> int:
-        """Reserve room for ``size`` bytes in the open segment; returns its sequence number.
+    def pin(self, size: int) -> tuple[int, int]:
+        """Reserve ``size`` bytes in the open segment; returns the slot: its sequence number and the
+        offset of the reserved range in its mapping (-1: append with ``write()``).
 
         The segment stays open, and is not deleted, until :meth:`unpin`, so :meth:`write` may run
         without the caller's lock (see :meth:`TrajectoryWriter.submit
@@ -142,26 +261,39 @@ class Spool:
         """
         seq = self._seq
         self._pins[seq] = self._pins.get(seq, 0) + 1
-        self._bytes += size
-        return seq
+        offset = self._bytes
+        self._bytes = offset + size
+        if self._bytes > self._open.capacity:
+            # Past the mapping: appended at the end of the file. No later copy goes to the mapping, so
+            # what is in the file stays in the order of the reservations.
+            self._bytes = max(self._bytes, self._open.capacity + size)
+            return seq, -1
+        return seq, offset
 
-    def write(self, seq: int, data: bytes) -> None:
-        """Append ``data`` to the pinned segment ``seq``; thread-safe between writers.
+    def write(self, slot: tuple[int, int], data: bytes) -> None:
+        """Put ``data`` in the reserved range of the pinned ``slot``; thread-safe between writers.
 
-        The file is opened with ``O_APPEND``: the kernel places each ``write()`` at the end of the file
-        atomically, so lines written by several threads at once never overlap. Only a partial write
-        (which a regular file sees when the disk is full) can leave a cut line, which recovery skips.
+        Each writer copies into its own range of the mapping, so lines written by several threads at
+        once never overlap. Past the mapping, the file is opened with ``O_APPEND``: the kernel places
+        each ``write()`` at its end atomically. Only a partial write (which a regular file sees when
+        the disk is full) can leave a cut line, which recovery skips.
         """
-        # Read without the lock: if the worker rotates meanwhile, the line may land in the next segment,
-        # which is kept at least as long as the pinned one (release_before stops at the oldest pin).
-        fd = self._fd if seq == self._seq else self._fd_of(seq)
+        seq, offset = slot
+        # Read without the lock: if the worker rotates meanwhile, the segment is found among the
+        # rotated ones, which are kept at least as long as the pinned one (release_before stops at the
+        # oldest pin).
+        segment = self._open if seq == self._open.seq else self._segment_of(seq)
+        if offset >= 0 and segment.map is not None:
+            segment.map[offset:offset + len(data)] = data
+            return
         view = memoryview(data)
         while view:
-            written = os.write(fd, view)
+            written = os.write(segment.fd, view)
             view = view[written:]
 
-    def unpin(self, seq: int) -> None:
+    def unpin(self, slot: tuple[int, int]) -> None:
         """Release a :meth:`pin` (under the caller's lock)."""
+        seq = slot[0]
         left = self._pins.get(seq, 0) - 1
         if left > 0:
             self._pins[seq] = left
@@ -173,10 +305,10 @@ class Spool:
         """The oldest segment with a write in flight, if any."""
         return min(self._pins) if self._pins else None
 
-    def _fd_of(self, seq: int) -> int:
-        for closed_seq, _, fd in list(self._closed):  # a copy: the worker may rotate or release meanwhile
-            if closed_seq == seq:
-                return fd
+    def _segment_of(self, seq: int) -> _Segment:
+        for segment in list(self._closed):  # a copy: the worker may rotate or release meanwhile
+            if segment.seq == seq:
+                return segment
         raise OSError(f"trajectory spool: segment {seq} is no longer open")
 
     def due(self) -> bool:
@@ -186,29 +318,48 @@ class Spool:
         return self._bytes > 0 and time.monotonic() - self._opened >= self.segment_age_s
 
     def rotate(self) -> None:
-        """Close the open segment for appends (it stays on disk until :meth:`release_before`)."""
+        """Close the open segment for appends (it stays on disk until :meth:`release_before`).
+
+        Called by the writer thread under its lock: the next segment is usually ready (see
+        :meth:`prefault`); it is opened here only when it is not.
+        """
         if self._bytes == 0:
             self._opened = time.monotonic()
             return
-        self._closed.append((self._seq, self._path(self._seq), self._fd))
+        self._closed.append(self._open)
         self._seq += 1
-        self._open_segment()
+        ready, self._next = self._next, None
+        self._open = ready if ready is not None and ready.seq == self._seq else self._new_segment(self._seq)
+        self._bytes = 0
+        self._opened = time.monotonic()
 
-    def release_before(self, seq: int) -> int:
-        """Delete the rotated segments numbered below ``seq`` (all their records are stored)."""
-        deleted = 0
+    def release_before(self, seq: int) -> list[_Segment]:
+        """Take the rotated segments numbered below ``seq`` (all their records are stored) off the
+        list; :meth:`discard` them outside the caller's lock.
+
+        Deleting a file and unmapping a segment whose pages are mapped in are system calls that
+        take a while; the agent's threads must not wait for them on the writer's lock.
+        """
         pinned = self.pinned
         if pinned is not None:
             seq = min(seq, pinned)  # a write to it is in flight
-        while self._closed and self._closed[0][0] < seq:
-            _, path, fd = self._closed.pop(0)
+        released: list[_Segment] = []
+        while self._closed and self._closed[0].seq < seq:
+            released.append(self._closed.pop(0))
+        return released
+
+    @staticmethod
+    def discard(segments: list[_Segment]) -> int:
+        """Delete and close segments :meth:`release_before` took off; how many files were deleted."""
+        deleted = 0
+        for segment in segments:
             try:
-                path.unlink(missing_ok=True)
+                segment.path.unlink(missing_ok=True)
                 deleted += 1
             except OSError:
-                _log.warning("trajectory spool: could not delete %s", path, exc_info=True)
+                _log.warning("trajectory spool: could not delete %s", segment.path, exc_info=True)
             finally:
-                os.close(fd)
+                segment.close()
         return deleted
 
     def claim_leftovers(self) -> list[Leftover]:
@@ -236,25 +387,25 @@ class Spool:
         """Close every segment; ``delete`` removes them too (everything they hold is stored)."""
         if os.getpid() != self._pid:
             return  # a forked child shares the parent's descriptors: leave the parent's files alone
-        segments = [*self._closed, (self._seq, self._path(self._seq), self._fd)]
+        segments = [*self._closed, self._open, *([self._next] if self._next is not None else [])]
         self._closed = []
-        for _, path, fd in segments:
+        self._next = None
+        for segment in segments:
             try:
                 if delete:
-                    path.unlink(missing_ok=True)
+                    segment.path.unlink(missing_ok=True)
             except OSError:
-                _log.warning("trajectory spool: could not delete %s", path, exc_info=True)
+                _log.warning("trajectory spool: could not delete %s", segment.path, exc_info=True)
             finally:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
-        self._fd = -1
+                segment.close()
         if delete:
             with contextlib.suppress(OSError):
                 self.directory.rmdir()  # only if empty: another writer's segments keep it
 
     def disk_bytes(self) -> int:
-        """Bytes in the open and rotated-but-not-yet-stored segments of this writer."""
-        return self._bytes + sum(_size(p) for _, p, _ in self._closed)
+        """Bytes in the open and rotated-but-not-yet-stored segments of this writer (a mapped segment
+        counts its whole mapping: its blocks are allocated)."""
+        return max(self._bytes, self._open.capacity) + sum(_size(s.path) for s in self._closed)
 
 
 def _size(path: Path) -> int:
@@ -267,13 +418,19 @@ def _size(path: Path) -> int:
 def read_segment(path: str | os.PathLike[str], *, chunk_lines: int = 512) -> Iterator[list[bytes]]:
     """The complete lines of a segment, ``chunk_lines`` at a time (a cut-off last line is skipped).
 
-    Read line by line so that memory holds one chunk, not the whole segment.
+    Zero bytes are a mapped segment's unused space: its tail, or the range of a record whose copy was
+    interrupted. A line is what follows the last zero byte before its newline, so an interrupted
+    record (a prefix of its line, then zeros) is skipped and the line after it is kept whole. Read
+    line by line so that memory holds one chunk, not the whole segment.
     """
     chunk: list[bytes] = []
     with open(path, "rb") as fh:
-        for line in fh:
-            if not line.endswith(b"\n"):
-                break  # the process died inside this write
+        for raw in fh:
+            if not raw.endswith(b"\n"):
+                break  # the process died inside this write, or the mapping's unused tail
+            line = raw.rpartition(b"\0")[2]
+            if line == b"\n":
+                continue
             chunk.append(line)
             if len(chunk) >= chunk_lines:
                 yield chunk

@@ -2,7 +2,8 @@
 
 A span processor runs on the agent's thread, inside ``span.end()``; a database write or an OTLP export
 there would put I/O latency into every failed tool call. So :meth:`TrajectoryWriter.submit` only
-serialises the record, appends it to the spool (one ``write()``, no ``fsync``) and to an in-memory queue,
+serialises the record, appends it to the spool (a copy into a shared file mapping, no system call, no
+``fsync``) and to an in-memory queue,
 and a daemon worker thread, like the SDK's ``BatchSpanProcessor``, drains the queue in batches into every
 sink.
 
@@ -10,9 +11,10 @@ Durability. With a spool (``spool_dir``; ``init()`` puts it beside the store), a
 operating system before ``submit`` returns, so before the failed tool call returns to the agent: a
 ``kill -9`` of the process loses nothing the agent saw fail. The next writer opened on the same spool
 replays what the dead one had not stored (see :mod:`otel_errcompact.sinks.spool`). Without a spool a
-record is in memory until its batch is written. The ``write()`` runs outside the queue's lock (the
-segment is pinned open meanwhile): with several agent threads failing at once, none waits for another's
-system call, nor for the worker taking its batch.
+record is in memory until its batch is written. A record that the spool appends with ``write()`` (one
+that does not fit the segment's mapping) is written outside the queue's lock (the segment is pinned
+open meanwhile): with several agent threads failing at once, none waits for another's system call,
+nor for the worker taking its batch.
 
 Batching. The worker wakes when ``max_batch_size`` records are waiting, when ``schedule_delay_s`` has
 passed since its last round, on :meth:`~TrajectoryWriter.force_flush` and on
@@ -55,7 +57,7 @@ from opentelemetry import context as otel_context
 
 from otel_errcompact.sinks._base import TrajectorySink
 from otel_errcompact.sinks.spool import Leftover, Spool, read_segment
-from otel_errcompact.trajectory import TrajectoryRecord
+from otel_errcompact.trajectory import TrajectoryRecord, record_from_values, storage_line
 
 __all__ = ["TrajectoryWriter"]
 
@@ -78,12 +80,29 @@ _HOLD_S = 60.0
 """How long a held ``submit`` waits for the process to end (see :meth:`TrajectoryWriter.hold`)."""
 
 
-def _size(rec: TrajectoryRecord, encoded: str | None) -> int:
+_Item = TrajectoryRecord | dict[str, Any]
+"""A queued record: the model, or its field values when the pipeline submitted those."""
+
+
+def _record_of(item: _Item) -> object:
+    """The record of a queued item, built here on the worker when the pipeline queued its values."""
+    if type(item) is not dict:
+        return item
+    try:
+        return record_from_values(item)
+    except Exception:
+        return item  # reported as a non-record by the caller
+
+
+def _size(item: _Item, line: bytes | None) -> int:
     # The stack trace is usually the very string passed as raw_error; count shared text once. The
-    # storage JSON made for the spool is held until the sinks have it: it counts too.
-    stack = rec.exception_stacktrace
-    size = len(rec.raw_error) + (len(stack) if stack and stack is not rec.raw_error else 0)
-    return size + (len(encoded) if encoded is not None else 0)
+    # storage line made for the spool is held until the sinks have it: it counts too.
+    if type(item) is dict:
+        raw, stack = item["raw_error"], item["exception_stacktrace"]
+    else:
+        raw, stack = item.raw_error, item.exception_stacktrace  # type: ignore[union-attr]
+    size = len(raw) + (len(stack) if stack and stack is not raw else 0)
+    return size + (len(line) if line is not None else 0)
 
 
 class TrajectoryWriter:
@@ -139,8 +158,8 @@ class TrajectoryWriter:
         self._leftovers: list[Leftover] = self._spool.claim_leftovers() if self._spool else []
 
         self._cond = threading.Condition(threading.Lock())
-        # (record, spool segment, the record's storage JSON when the spool made it, else None)
-        self._queue: deque[tuple[TrajectoryRecord, int, str | None]] = deque()
+        # (record, spool segment, the record's storage line when the spool made it, else None)
+        self._queue: deque[tuple[_Item, int, bytes | None]] = deque()
         self._queued_chars = 0
         self._in_flight = 0  # submits past the checks whose record is not yet queued (spool write)
         self._blocked = 0
@@ -174,50 +193,83 @@ class TrajectoryWriter:
         :attr:`dropped`); records submitted after :meth:`shutdown` are dropped too.
         """
         try:
-            encoded = record.to_storage_json() if self._spool is not None else None
-            size = _size(record, encoded)
-            line = (encoded + "\n").encode("utf-8") if encoded is not None else None
-            spool = self._spool if line is not None else None
-            with self._cond:
-                held = self._held
-                if not held and (self._stopping or (self._full(size) and not self._wait_for_room(size))):
-                    self._dropped += 1
-                    return
-                pinned = spool.pin(len(line)) if spool is not None and line is not None else _NO_SEGMENT
-                self._in_flight += 1
-            seq = self._spool_write(spool, pinned, line)
-            with self._cond:
-                if spool is not None and pinned != _NO_SEGMENT:
-                    spool.unpin(pinned)
-                if pinned != _NO_SEGMENT and seq == _NO_SEGMENT:
-                    self._spool_failures += 1  # still queued: stored unless the process dies
-                self._queue.append((record, seq, encoded))
-                self._queued_chars += size
-                self._in_flight -= 1
-                if len(self._queue) == self._max_batch or (self._stopping and not self._in_flight):
-                    self._cond.notify_all()
-            if held:
-                self._wait_for_the_end()
+            self._enqueue(record, record.to_storage_line() if self._spool is not None else None)
         except Exception:
             # A non-record passed by mistake must not break the agent; the worker's log says why.
-            try:
-                with self._cond:
-                    self._dropped += 1
-            except Exception:
-                pass
+            self._count_drop()
+
+    def submit_values(self, values: dict[str, Any]) -> None:
+        """:meth:`submit` for a record given as its field values (see
+        :func:`~otel_errcompact.trajectory.record_from_values`), as the pipeline makes them for a
+        failed span: the spool line is written from the values, and the :class:`TrajectoryRecord`
+        is built on the worker thread, not the agent's. Takes ownership of ``values``; never raises.
+        """
+        try:
+            line = storage_line(values) if self._spool is not None else None
+            if line is None and self._spool is not None:
+                self.submit(record_from_values(values))  # one to repair first: the model's path
+                return
+            self._enqueue(values, line)
+        except Exception:
+            self._count_drop()
+
+    def _count_drop(self) -> None:
+        try:
+            with self._cond:
+                self._dropped += 1
+        except Exception:
+            pass
+
+    def _enqueue(self, record: _Item, line: bytes | None) -> None:
+        """Spool ``line`` (when there is a spool) and queue ``record`` with it; may raise."""
+        size = _size(record, line)
+        spool = self._spool if line is not None else None
+        with self._cond:
+            held = self._held
+            if not held and (self._stopping or (self._full(size) and not self._wait_for_room(size))):
+                self._dropped += 1
+                return
+            slot = spool.pin(len(line)) if spool is not None and line is not None else None
+            if slot is None or slot[1] >= 0:
+                # No spool, or a copy into the segment's mapping: no system call, and the GIL is
+                # held throughout anyway, so it is done here in the one critical section.
+                self._queued(record, spool, slot, self._spool_write(spool, slot, line), line, size)
+                slot = None
+            else:
+                self._in_flight += 1
+        if slot is not None:
+            # A write() past the mapping: outside the lock, so that the other agent threads and
+            # the worker do not wait for the system call.
+            seq = self._spool_write(spool, slot, line)
+            with self._cond:
+                self._in_flight -= 1
+                self._queued(record, spool, slot, seq, line, size)
+        if held:
+            self._wait_for_the_end()
+
+    def _queued(self, record: _Item, spool: Spool | None, slot: tuple[int, int] | None, seq: int,
+                line: bytes | None, size: int) -> None:
+        """Queue ``record`` once its line is in the spool (or failed to get there); under the lock."""
+        if spool is not None and slot is not None:
+            spool.unpin(slot)
+            if seq == _NO_SEGMENT:
+                self._spool_failures += 1  # still queued: stored unless the process dies
+        self._queue.append((record, seq, line))
+        self._queued_chars += size
+        if len(self._queue) == self._max_batch or (self._stopping and not self._in_flight):
+            self._cond.notify_all()
 
     @staticmethod
-    def _spool_write(spool: Spool | None, seq: int, line: bytes | None) -> int:
-        """Append ``line`` to the pinned spool segment ``seq``, outside the queue's lock, so the other
-        agent threads and the worker do not wait for this system call; the segment, or
-        ``_NO_SEGMENT`` when there is no spool or the write failed."""
-        if spool is None or line is None or seq == _NO_SEGMENT:
+    def _spool_write(spool: Spool | None, slot: tuple[int, int] | None, line: bytes | None) -> int:
+        """Put ``line`` in the pinned spool ``slot`` (a copy into the segment's mapping, or a ``write()``
+        past it); the segment, or ``_NO_SEGMENT`` when there is no spool or the write failed."""
+        if spool is None or line is None or slot is None:
             return _NO_SEGMENT
         try:
-            spool.write(seq, line)
+            spool.write(slot, line)
         except Exception:  # OSError (disk full...), or anything unexpected: the record is still queued
             return _NO_SEGMENT
-        return seq
+        return slot[0]
 
     def _full(self, size: int) -> bool:
         return bool(self._queue) and (
@@ -387,7 +439,7 @@ class TrajectoryWriter:
 
     # -- the worker's side -------------------------------------------------------------------------
 
-    def _take(self) -> list[tuple[TrajectoryRecord, int, str | None]]:
+    def _take(self) -> list[tuple[_Item, int, bytes | None]]:
         # Behind by several batches: take them in one go. A SQLite transaction costs about the same
         # for 512 records as for 4,096 once the store is large (each touches most index pages), so
         # the store writes faster the further it falls behind, and catches up.
@@ -414,6 +466,7 @@ class TrajectoryWriter:
     def _run(self) -> None:
         token = otel_context.attach(otel_context.set_value(_SUPPRESS_KEY, True))
         try:
+            self._prefault()
             self._recover()
             self._loop()
         except BaseException:  # pragma: no cover - the loop itself catches sink errors
@@ -469,6 +522,7 @@ class TrajectoryWriter:
                 stopping = self._stopping
                 batch = self._take()
             self._write_batch(batch)
+            self._prefault()
             self._report_drops()
             # A flush or shutdown drains everything, then makes the sinks durable.
             if flush_ticket != self._flush_done or stopping:
@@ -495,16 +549,27 @@ class TrajectoryWriter:
                     self._spool.close(delete=self._keep_from is None)
                 return
 
-    def _write_batch(self, batch: list[tuple[TrajectoryRecord, int, str | None]]) -> None:
+    def _prefault(self) -> None:
+        """Let the spool map in its open segment's pages, outside the lock (see :meth:`Spool.prefault`)."""
+        if self._spool is not None:
+            try:
+                self._spool.prefault()
+            except Exception:
+                self._report("prefault", "trajectory writer: could not prepare the spool segment", exc=True)
+
+    def _write_batch(self, batch: list[tuple[_Item, int, bytes | None]]) -> None:
         if not batch:
             return
-        latest: dict[str, tuple[TrajectoryRecord, str | None]] = {}
-        for rec, _, encoded in batch:
+        latest: dict[str, tuple[TrajectoryRecord, bytes | None]] = {}
+        for item, _, line in batch:
+            rec = _record_of(item)
             if isinstance(rec, TrajectoryRecord):
-                latest[rec.record_id] = (rec, encoded)
+                latest[rec.record_id] = (rec, line)
             else:
                 self._report("bad-record", "trajectory writer: dropped a non-record %r", type(rec).__name__)
-        ok = self._write(list(latest.values()))
+        # The sinks take the storage JSON as text: decoded here, on the worker, not on the agent's thread.
+        ok = self._write([(rec, line[:-1].decode("utf-8") if line is not None else None)
+                          for rec, line in latest.values()])
         if self._spool is None:
             return
         if not ok:
@@ -516,7 +581,8 @@ class TrajectoryWriter:
             limit = next((seq for _, seq, _ in self._queue if seq != _NO_SEGMENT), self._spool.seq)
             if self._keep_from is not None:
                 limit = min(limit, self._keep_from)
-            self._spool.release_before(limit)
+            released = self._spool.release_before(limit)
+        self._spool.discard(released)  # file deletions and unmappings: not under the agents' lock
 
     def _write(self, items: Sequence[tuple[TrajectoryRecord, str | None]]) -> bool:
         """Hand the records to every sink; ``True`` when none raised.

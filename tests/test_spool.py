@@ -1,0 +1,117 @@
+"""The spool's mapped segments: what a killed process leaves in them is read back whole, or skipped.
+
+A segment is a file whose blocks are allocated up front and mapped into memory; records are copied into
+reserved ranges. A range whose copy a ``kill -9`` interrupted, and the unused tail, are zero bytes. These
+tests write real records through a real :class:`Spool`, damage a segment the way an interrupted copy
+does, and read it back as recovery does.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from otel_errcompact.sinks import SQLiteSink, TrajectoryWriter
+from otel_errcompact.sinks import spool as spool_module
+from otel_errcompact.sinks.spool import SUFFIX, Spool, read_segment
+from otel_errcompact.trajectory import TrajectoryRecord
+from tests.test_durability import _real_record
+
+
+def _line(rec: TrajectoryRecord) -> bytes:
+    return rec.to_storage_line()
+
+
+def _read_ids(path: Path) -> list[str]:
+    return [TrajectoryRecord.from_storage_json(line).record_id for lines in read_segment(path) for line in lines]
+
+
+def _segments(folder: Path) -> list[Path]:
+    return sorted(folder.glob(f"*{SUFFIX}"))
+
+
+def test_an_interrupted_copy_is_skipped_and_the_lines_around_it_are_kept(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool")
+    recs = [_real_record(tmp_path, i) for i in range(3)]
+    first, cut, last = (_line(r) for r in recs)
+    spool.append(first)
+    # A second writer reserved its range and died half-way through its copy: a prefix of its line,
+    # then the zero bytes of the rest of its range. A third writer finished its copy after it.
+    slot = spool.pin(len(cut))
+    spool.write(slot, cut[: len(cut) // 2])
+    spool.unpin(slot)
+    spool.append(last)
+    (segment,) = _segments(tmp_path / "spool")
+    assert segment.stat().st_size > len(first) + len(cut) + len(last), "the segment is mapped ahead"
+    assert _read_ids(segment) == [recs[0].record_id, recs[2].record_id]
+    spool.close(delete=True)
+
+
+def test_a_record_bigger_than_the_mapping_is_appended_after_it(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool", segment_bytes=4096)
+    small = _real_record(tmp_path, 1)
+    big = small.model_copy(update={"record_id": "f" * 32, "raw_error": small.raw_error * 40})
+    assert len(_line(big)) > 2 * 4096
+    spool.append(_line(small))
+    spool.append(_line(big))
+    spool.append(_line(small.model_copy(update={"record_id": "e" * 32})))
+    assert spool.due()
+    (segment,) = _segments(tmp_path / "spool")
+    assert _read_ids(segment) == [small.record_id, "f" * 32, "e" * 32]
+    spool.close(delete=True)
+
+
+def test_a_segment_that_cannot_be_allocated_is_written_with_write(tmp_path: Path,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_room(fd: int, size: int) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(spool_module, "_allocate", no_room)
+    spool = Spool(tmp_path / "spool")
+    recs = [_real_record(tmp_path, i) for i in range(5)]
+    for rec in recs:
+        spool.append(_line(rec))
+    spool.prefault()  # nothing to map in; the next segment is opened ahead, as plain file
+    segment, ready = _segments(tmp_path / "spool")
+    assert ready.stat().st_size == 0
+    assert segment.stat().st_size == sum(len(_line(r)) for r in recs), "plain appends, no mapped tail"
+    assert _read_ids(segment) == [r.record_id for r in recs]
+    spool.close(delete=True)
+
+
+def test_records_copied_into_a_dead_writers_mapping_are_recovered_into_the_store(tmp_path: Path) -> None:
+    folder = tmp_path / "t.db-spool"
+    spool = Spool(folder)
+    spool.prefault()
+    recs = [_real_record(tmp_path, i) for i in range(40)]
+    for rec in recs:
+        spool.append(_line(rec))
+    # The process dies: nothing is closed, deleted or unlocked by it. Its lock goes with its descriptors.
+    assert spool._next is not None, "the next segment is made ready ahead"
+    for segment in [*spool._closed, spool._open, spool._next]:
+        segment.close()
+    writer = TrajectoryWriter([SQLiteSink(tmp_path / "t.db")], spool_dir=folder)
+    writer.shutdown(timeout_s=30)
+    assert writer.recovered == len(recs) and writer.lost == 0
+    with sqlite3.connect(tmp_path / "t.db") as conn:
+        stored = {r[0] for r in conn.execute("SELECT record_id FROM trajectory")}
+    assert stored == {r.record_id for r in recs}
+
+
+def test_rotation_takes_the_segment_made_ready_ahead(tmp_path: Path) -> None:
+    spool = Spool(tmp_path / "spool", segment_bytes=8192)
+    spool.prefault()
+    ready = spool._next
+    assert ready is not None and ready.seq == 1
+    assert ready.map is None or ready.populated == ready.capacity == 2 * 8192
+    rec = _real_record(tmp_path, 1)
+    spool.append(_line(rec))
+    spool.rotate()
+    assert spool._open is ready and spool._next is None and spool.seq == 1
+    spool.append(_line(rec.model_copy(update={"record_id": "a" * 32})))
+    first, second = _segments(tmp_path / "spool")
+    assert _read_ids(first) == [rec.record_id] and _read_ids(second) == ["a" * 32]
+    spool.close(delete=True)
+    assert not (tmp_path / "spool").exists()
