@@ -43,6 +43,7 @@ from otel_errcompact.trajectory import span_id_hex, trace_id_hex, utc_from_ns
 __all__ = ["ErrorCompactionProcessor", "ExceptionLogProcessor", "SpanPredicate"]
 
 _log = logging.getLogger("otel_errcompact")
+_monotonic = time.monotonic
 
 SpanPredicate = Callable[[ReadableSpan], bool]
 """A user rule for spans the conventions do not mark as tool spans: True means "treat as a tool call"."""
@@ -152,7 +153,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         # Trace id -> when its anchors were last touched, least recently touched first (re-inserted on
         # each touch), so a sweep reads the eviction candidates from the front.
         self._anchor_touched: dict[int, float] = {}
-        self._registrations = 0
+        self._until_sweep = ANCHOR_SWEEP_EVERY  # registrations left before the next sweep
         # Bound once: one success is handed over per successful tool call.
         self._resolve = self._resolve_success
         self._defer = pipeline.history.defer_success  # ErrorPipeline.succeeded_later, one call less
@@ -548,23 +549,31 @@ class ErrorCompactionProcessor(SpanProcessor):
         trace_id = context.trace_id
         span_id = context.span_id
         anchors_by_trace = self._anchors
-        anchors = anchors_by_trace.setdefault(trace_id, {})
-        known = bool(anchors)
-        anchors[span_id] = span
+        fresh = {span_id: span}
+        anchors = anchors_by_trace.setdefault(trace_id, fresh)
         self._anchor_ids.add(span_id)
+        if anchors is fresh:  # a new trace (a root span): created with its anchor in it, nothing to re-check
+            self._anchor_touched[trace_id] = _monotonic()
+        else:
+            self._add_to_trace(trace_id, span_id, span, anchors)
+        self._until_sweep -= 1
+        if self._until_sweep <= 0 or len(anchors_by_trace) > self._max_anchor_traces:
+            self._until_sweep = ANCHOR_SWEEP_EVERY
+            with self._lock:
+                self._evict_anchors()
+
+    def _add_to_trace(self, trace_id: int, span_id: int, span: Span, anchors: dict[int, Span]) -> None:
+        """Register an agent span in a trace that already has anchors (see :meth:`_register_anchor`)."""
+        anchors[span_id] = span
+        anchors_by_trace = self._anchors
         if anchors_by_trace.get(trace_id) is not anchors:
             with self._lock:  # dropped meanwhile: register again
                 anchors_by_trace.setdefault(trace_id, {})[span_id] = span
         touched = self._anchor_touched
-        if known:  # re-inserted: the least recently touched stay in front
-            touched.pop(trace_id, None)
-        touched[trace_id] = time.monotonic()
+        touched.pop(trace_id, None)  # re-inserted: the least recently touched stay in front
+        touched[trace_id] = _monotonic()
         if len(anchors) > _MAX_ANCHORS_PER_TRACE:
             self._drop_oldest_anchor(anchors)
-        self._registrations += 1
-        if len(anchors_by_trace) > self._max_anchor_traces or self._registrations % ANCHOR_SWEEP_EVERY == 0:
-            with self._lock:
-                self._evict_anchors()
 
     def _drop_oldest_anchor(self, anchors: dict[int, Span]) -> None:
         try:
@@ -590,7 +599,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         snapshot = [s for s in reversed(list(anchors.values())) if s.end_time is None]
         touched = self._anchor_touched
         touched.pop(trace_id, None)
-        touched[trace_id] = time.monotonic()
+        touched[trace_id] = _monotonic()
         with self._lock:
             self._evict_anchors()
         return snapshot
@@ -598,7 +607,7 @@ class ErrorCompactionProcessor(SpanProcessor):
     def _evict_anchors(self) -> None:
         """Forget the least recently touched traces beyond the bound, and those idle too long (call with
         the lock held). Amortised O(1): each trace is evicted once."""
-        now = time.monotonic()
+        now = _monotonic()
         touched = self._anchor_touched
         anchors_by_trace = self._anchors
         if len(anchors_by_trace) > len(touched):  # a stamp lost to a race: never leave a trace unswept
