@@ -25,7 +25,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, Literal
 
 from opentelemetry.context import Context
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
@@ -38,11 +38,11 @@ from otel_errcompact.halted import HaltedTraces
 from otel_errcompact.history import Escalation
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.telemetry import tool_label
-from otel_errcompact.trajectory import span_id_hex, trace_id_hex, utc_from_ns
 
 __all__ = ["ErrorCompactionProcessor", "ExceptionLogProcessor", "SpanPredicate"]
 
 _log = logging.getLogger("otel_errcompact")
+_monotonic = time.monotonic
 
 SpanPredicate = Callable[[ReadableSpan], bool]
 """A user rule for spans the conventions do not mark as tool spans: True means "treat as a tool call"."""
@@ -74,6 +74,12 @@ _TL_KIND = semconv.TRACELOOP_KIND
 _TOOL_NAME = semconv.GEN_AI_TOOL_NAME
 _ERROR_TYPE = semconv.ERROR_TYPE
 _CONVERSATION_ATTRIBUTES = semconv.CONVERSATION_ATTRIBUTES
+_CONVERSATION_ID = semconv.GEN_AI_CONVERSATION_ID
+_AGENT_NAME = semconv.GEN_AI_AGENT_NAME
+_TOOL_CALL_ID = semconv.GEN_AI_TOOL_CALL_ID
+_TOOL_CALL_ARGUMENTS = semconv.GEN_AI_TOOL_CALL_ARGUMENTS
+_UTC = timezone.utc
+_from_timestamp = datetime.fromtimestamp
 _AGENT_OPERATIONS = ("invoke_agent", "create_agent")
 _AGENT_KINDS = ("agent", "workflow")
 _MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
@@ -96,14 +102,42 @@ def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
 
 
 def _jsonable(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in attrs.items():
-        if isinstance(value, tuple):
-            value = list(value)
-        if isinstance(value, str) and len(value) > _MAX_ATTRIBUTE_CHARS:
-            value = value[:_MAX_ATTRIBUTE_CHARS]
-        out[key] = value
+    """A copy of span attributes for a record: tuples as lists, texts cut at ``_MAX_ATTRIBUTE_CHARS``.
+
+    A copy, because the span's own dict is annotated after the record is built. Values are replaced in
+    place in the copy (no key is added or removed while iterating), so the common case, a few short
+    strings, costs one ``dict()`` and a pass of type checks."""
+    out = dict(attrs)
+    for key, value in out.items():
+        if isinstance(value, str):
+            if len(value) > _MAX_ATTRIBUTE_CHARS:
+                out[key] = value[:_MAX_ATTRIBUTE_CHARS]
+        elif isinstance(value, tuple):
+            out[key] = list(value)
     return out
+
+
+def _first_text(attrs: Mapping[str, Any], name: str, read: Callable[[Mapping[str, Any]], str | None]) -> str | None:
+    """``read(attrs)`` (a :mod:`semconv` reader whose first choice is ``name``), answered without the
+    call when ``name`` holds a non-empty string, as it does on most spans."""
+    value = attrs.get(name)
+    if type(value) is str and value:
+        return value
+    return read(attrs)
+
+
+def _utc_from_ns(ns: int) -> datetime:
+    """OTel's nanoseconds since the epoch as an aware UTC datetime, exact to the microsecond.
+
+    Exact although it goes through a float: the whole microseconds (below 2**53 until the year 2255)
+    are an exact float, dividing by 10**6 is correctly rounded (an error far below half a
+    microsecond), and ``fromtimestamp`` rounds to the nearest microsecond. Half the cost of adding a
+    ``timedelta`` to the epoch (``trajectory.utc_from_ns``), and a failed span converts two."""
+    return _from_timestamp(ns // 1000 / 1e6, _UTC)
+
+
+def _now_utc() -> datetime:
+    return datetime.now(timezone.utc)
 
 
 def raw_error_of(
@@ -152,7 +186,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         # Trace id -> when its anchors were last touched, least recently touched first (re-inserted on
         # each touch), so a sweep reads the eviction candidates from the front.
         self._anchor_touched: dict[int, float] = {}
-        self._registrations = 0
+        self._until_sweep = ANCHOR_SWEEP_EVERY  # registrations left before the next sweep
         # Bound once: one success is handed over per successful tool call.
         self._resolve = self._resolve_success
         self._defer = pipeline.history.defer_success  # ErrorPipeline.succeeded_later, one call less
@@ -345,11 +379,14 @@ class ErrorCompactionProcessor(SpanProcessor):
                 anchors = self._anchors.get(context.trace_id)
                 self._defer(self._resolve, (span, list(anchors.values()) if anchors else None))
             return
-        failure = self.failure_of(span)
+        if is_tool:
+            context = span.context
+            failure = self._failure(span, context, attrs) if context is not None else None
+        else:
+            failure = self.failure_of(span)
         if failure is None:
             return
         outcome = self.pipeline.handle(failure)
-        self._note_failed_parent(span)
         if writable is not None:
             _annotate(writable, _annotations(outcome))
 
@@ -373,7 +410,6 @@ class ErrorCompactionProcessor(SpanProcessor):
         if model_text is not None:
             failure = dataclasses.replace(failure, model_text=model_text)
         outcome = self.pipeline.handle(failure)
-        self._note_failed_parent(span)
         span.set_attributes(_annotations(outcome))
         return outcome
 
@@ -387,7 +423,8 @@ class ErrorCompactionProcessor(SpanProcessor):
 
     def failure_of(self, span: ReadableSpan) -> Failure | None:
         """The :class:`Failure` a failed tool span describes; ``None`` for other spans (a successful tool
-        span resets its scope's consecutive counter on the way)."""
+        span resets its scope's consecutive counter on the way). A failed span's parent is noted as
+        wrapping a failure (see ``_failed_parents``)."""
         attrs = _attributes_of(span)
         context = span.context
         if context is None:
@@ -400,44 +437,88 @@ class ErrorCompactionProcessor(SpanProcessor):
         if span.status.status_code is not StatusCode.ERROR and _ERROR_TYPE not in attrs:
             self._defer_success(span, context)
             return None
-        trace_id = context.trace_id
-        conversation = semconv.conversation_id(attrs) or self.anchor_conversation(trace_id)
+        return self._failure(span, context, attrs)
+
+    def _failure(self, span: ReadableSpan, context: Any, attrs: Mapping[str, Any]) -> Failure | None:
+        """The :class:`Failure` of a tool span known to have failed, built on the agent's thread: every
+        value is read once, in the form the record takes (hex ids, UTC datetimes, a bounded copy of the
+        attributes), so the pipeline can use it without validating it again."""
+        span_id = context.span_id
         parent = span.parent
-        scope = semconv.scope_for(conversation, trace_id, in_trace=parent is not None)
-        with self._lock:
-            held = self._pending.pop(context.span_id, None)
-            self._tool_parents.pop(context.span_id, None)
-            if parent is not None:
-                self._tool_parents[parent.span_id] = None
-                while len(self._tool_parents) > _MAX_FAILED_PARENTS:
-                    self._tool_parents.popitem(last=False)
-        exception = semconv.exception_from_events(span.events) or held
-        if _not_a_tool_failure(exception, attrs):
+        exception = self._exception_of(span, span_id, parent, attrs)
+        if exception is False:
             return None
-        description = span.status.description
+        trace_id = context.trace_id
+        trace_hex = f"{trace_id:032x}" if trace_id else None
+        conversation = _first_text(attrs, _CONVERSATION_ID, semconv.conversation_id)
+        agent = _first_text(attrs, _AGENT_NAME, semconv.agent_name)
+        if conversation is None or agent is None:
+            anchor_conversation, anchor_agent = self._anchor_facts(trace_id)
+            conversation = conversation or anchor_conversation
+            agent = agent or anchor_agent
+        status = span.status
+        description = status.description
+        start, end = span.start_time, span.end_time
+        tool = attrs.get(_TOOL_NAME)
+        if type(tool) is not str or not tool:
+            tool = semconv.tool_name(attrs, span.name)
+        error_type = attrs.get(_ERROR_TYPE)
+        # semconv.scope_for, with the trace id already in hex
+        in_trace = parent is not None and trace_hex
+        scope = conversation or (f"trace:{trace_hex}" if in_trace else semconv.DEFAULT_SCOPE)
         return Failure(
             scope=scope,
             raw_error=raw_error_of(attrs, exception, description),
             source="span",
-            tool_name=semconv.tool_name(attrs, span.name),
-            tool_call_id=semconv.tool_call_id(attrs),
-            tool_arguments=semconv.tool_arguments(attrs) if self._capture_arguments else None,
+            tool_name=tool,
+            tool_call_id=_first_text(attrs, _TOOL_CALL_ID, semconv.tool_call_id),
+            tool_arguments=(
+                _first_text(attrs, _TOOL_CALL_ARGUMENTS, semconv.tool_arguments) if self._capture_arguments else None
+            ),
             conversation_id=conversation,
-            agent_name=semconv.agent_name(attrs) or self._anchor_agent_name(trace_id),
-            trace_id=trace_id_hex(trace_id),
-            span_id=span_id_hex(context.span_id),
-            parent_span_id=span_id_hex(parent.span_id) if parent is not None else None,
+            agent_name=agent,
+            trace_id=trace_hex,
+            span_id=f"{span_id:016x}" if span_id else None,
+            parent_span_id=f"{parent.span_id:016x}" if parent is not None and parent.span_id else None,
             span_name=span.name,
             status_description=description,
-            error_type=str(attrs[semconv.ERROR_TYPE]) if semconv.ERROR_TYPE in attrs else None,
+            error_type=str(error_type) if error_type is not None or _ERROR_TYPE in attrs else None,
             exception_type=exception[0] if exception else None,
             exception_message=exception[1] if exception else None,
             exception_stacktrace=exception[2] if exception else None,
-            started_at=utc_from_ns(span.start_time),
-            ended_at=utc_from_ns(span.end_time) or datetime.now(timezone.utc),
+            started_at=_utc_from_ns(start) if start is not None else None,
+            ended_at=_utc_from_ns(end) if end is not None else _now_utc(),
             attributes=_jsonable(attrs) if self._capture_arguments else _without_arguments(attrs),
             resource=self._resource_of(span),
         )
+
+    def _exception_of(
+        self, span: ReadableSpan, span_id: int, parent: Any, attrs: Mapping[str, Any]
+    ) -> tuple[str | None, str | None, str | None] | Literal[False] | None:
+        """The exception a failed tool span recorded (an event, else one held from a log record), or
+        False when it is not a tool failure (see :func:`_not_a_tool_failure`). Does the span's
+        bookkeeping under one lock: the held exception taken, the span noted as its parent's tool call
+        and, when it failed, its parent as wrapping a failure."""
+        events = getattr(span, "_events", None)
+        exception = semconv.exception_from_events(span.events if events is None else events)
+        with self._lock:
+            held = self._pending.pop(span_id, None) if self._pending else None
+            if exception is None:
+                exception = held
+            tool_parents = self._tool_parents
+            tool_parents.pop(span_id, None)
+            not_a_failure = _not_a_tool_failure(exception, attrs)
+            if parent is not None:
+                parent_id = parent.span_id
+                tool_parents[parent_id] = None
+                while len(tool_parents) > _MAX_FAILED_PARENTS:
+                    tool_parents.popitem(last=False)
+                if not not_a_failure:
+                    failed_parents = self._failed_parents
+                    failed_parents[parent_id] = None
+                    while len(failed_parents) > _MAX_FAILED_PARENTS:
+                        failed_parents.popitem(last=False)
+        return False if not_a_failure else exception
 
     def _defer_success(self, span: ReadableSpan, context: Any) -> None:
         """A successful tool span: what the agent's thread must capture now, the rest later.
@@ -509,15 +590,6 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._resource_cache = (resource, converted)
         return converted
 
-    def _note_failed_parent(self, span: ReadableSpan) -> None:
-        parent = span.parent
-        if parent is None:
-            return
-        with self._lock:
-            self._failed_parents[parent.span_id] = None
-            while len(self._failed_parents) > _MAX_FAILED_PARENTS:
-                self._failed_parents.popitem(last=False)
-
     def _wraps_a_failure(self, span_id: int, attrs: Mapping[str, Any]) -> bool:
         if span_id in self._failed_parents:  # a racy read is fine: the pop under the lock decides
             with self._lock:
@@ -548,23 +620,31 @@ class ErrorCompactionProcessor(SpanProcessor):
         trace_id = context.trace_id
         span_id = context.span_id
         anchors_by_trace = self._anchors
-        anchors = anchors_by_trace.setdefault(trace_id, {})
-        known = bool(anchors)
-        anchors[span_id] = span
+        fresh = {span_id: span}
+        anchors = anchors_by_trace.setdefault(trace_id, fresh)
         self._anchor_ids.add(span_id)
+        if anchors is fresh:  # a new trace (a root span): created with its anchor in it, nothing to re-check
+            self._anchor_touched[trace_id] = _monotonic()
+        else:
+            self._add_to_trace(trace_id, span_id, span, anchors)
+        self._until_sweep -= 1
+        if self._until_sweep <= 0 or len(anchors_by_trace) > self._max_anchor_traces:
+            self._until_sweep = ANCHOR_SWEEP_EVERY
+            with self._lock:
+                self._evict_anchors()
+
+    def _add_to_trace(self, trace_id: int, span_id: int, span: Span, anchors: dict[int, Span]) -> None:
+        """Register an agent span in a trace that already has anchors (see :meth:`_register_anchor`)."""
+        anchors[span_id] = span
+        anchors_by_trace = self._anchors
         if anchors_by_trace.get(trace_id) is not anchors:
             with self._lock:  # dropped meanwhile: register again
                 anchors_by_trace.setdefault(trace_id, {})[span_id] = span
         touched = self._anchor_touched
-        if known:  # re-inserted: the least recently touched stay in front
-            touched.pop(trace_id, None)
-        touched[trace_id] = time.monotonic()
+        touched.pop(trace_id, None)  # re-inserted: the least recently touched stay in front
+        touched[trace_id] = _monotonic()
         if len(anchors) > _MAX_ANCHORS_PER_TRACE:
             self._drop_oldest_anchor(anchors)
-        self._registrations += 1
-        if len(anchors_by_trace) > self._max_anchor_traces or self._registrations % ANCHOR_SWEEP_EVERY == 0:
-            with self._lock:
-                self._evict_anchors()
 
     def _drop_oldest_anchor(self, anchors: dict[int, Span]) -> None:
         try:
@@ -582,23 +662,38 @@ class ErrorCompactionProcessor(SpanProcessor):
         return next(agents, anchors[0] if anchors else None)
 
     def _anchors_of(self, trace_id: int) -> list[Span]:
-        """The trace's live agent and root spans, newest first (a copy); touches the trace and sweeps
-        idle ones (a failure's look-up)."""
+        """The trace's live agent and root spans, newest first (a copy); touches the trace (a failure's
+        look-up)."""
         anchors = self._anchors.get(trace_id)
         if not anchors:
             return []
         snapshot = [s for s in reversed(list(anchors.values())) if s.end_time is None]
-        touched = self._anchor_touched
-        touched.pop(trace_id, None)
-        touched[trace_id] = time.monotonic()
-        with self._lock:
-            self._evict_anchors()
+        self._touch(trace_id)
         return snapshot
+
+    def _touch(self, trace_id: int) -> None:
+        """Mark the trace as used now (the least recently touched stay in front) and sweep when the
+        front is due: over the bound, or idle too long. The due test reads without the lock; the sweep
+        takes it."""
+        touched = self._anchor_touched
+        now = _monotonic()
+        touched.pop(trace_id, None)
+        touched[trace_id] = now
+        if len(self._anchors) > self._max_anchor_traces or len(self._anchors) > len(touched):
+            due = True
+        else:
+            try:
+                due = now - touched[next(iter(touched))] > self._anchor_idle_s
+            except (StopIteration, RuntimeError, KeyError):  # emptied or changed meanwhile: sweep to be sure
+                due = True
+        if due:
+            with self._lock:
+                self._evict_anchors()
 
     def _evict_anchors(self) -> None:
         """Forget the least recently touched traces beyond the bound, and those idle too long (call with
         the lock held). Amortised O(1): each trace is evicted once."""
-        now = time.monotonic()
+        now = _monotonic()
         touched = self._anchor_touched
         anchors_by_trace = self._anchors
         if len(anchors_by_trace) > len(touched):  # a stamp lost to a race: never leave a trace unswept
@@ -655,12 +750,37 @@ class ErrorCompactionProcessor(SpanProcessor):
                     break
         return None
 
-    def _anchor_agent_name(self, trace_id: int) -> str | None:
-        for span in self._anchors_of(trace_id):
-            attrs = _attributes_of(span)
-            if semconv.is_agent_span(attrs):
-                return semconv.agent_name(attrs)
-        return None
+    def _anchor_facts(self, trace_id: int) -> tuple[str | None, str | None]:
+        """The conversation id and the agent name a failed tool span takes from its trace's live anchors
+        when it records neither: the newest live anchor that records a conversation, and the innermost
+        live agent span's name. One pass, newest first, over one copy of the anchors for both; the
+        look-up touches the trace (see :meth:`_touch`)."""
+        anchors = self._anchors.get(trace_id)
+        if not anchors:
+            return None, None
+        snapshot = list(anchors.values())
+        self._touch(trace_id)
+        conversation: str | None = None
+        agent: str | None = None
+        agent_seen = conversation_seen = False
+        for span in reversed(snapshot):
+            if span.end_time is not None:
+                continue
+            try:
+                attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
+            except AttributeError:
+                attrs = _attributes_of(span)
+            if not agent_seen and semconv.is_agent_span(attrs):
+                agent, agent_seen = semconv.agent_name(attrs), True
+            if not conversation_seen:
+                for name in _CONVERSATION_ATTRIBUTES:  # as _conversation_of reads them
+                    if name in attrs:
+                        conversation = semconv.conversation_id(attrs)
+                        conversation_seen = conversation is not None
+                        break
+            if agent_seen and conversation_seen:
+                break
+        return conversation, agent
 
     def _forget_anchor(self, trace_id: int, span_id: int) -> None:
         """Drop an ending anchor span, without the lock; the trace goes with its last anchor.
@@ -702,10 +822,11 @@ _NOT_FAILURES = frozenset({"ErrorBudgetExceeded", "CancelledError", "KeyboardInt
 def _not_a_tool_failure(exception: tuple[str | None, str | None, str | None] | None, attrs: Mapping[str, Any]) -> bool:
     """The library's own halt, and cancellations, end a tool span with an exception but are not tool
     failures: counting them would record the halt as the failure it reports (pointing at history.py)."""
-    names = [str(attrs.get(semconv.ERROR_TYPE) or "")]
-    if exception is not None and exception[0]:
-        names.append(exception[0])
-    return any(n.rsplit(".", 1)[-1] in _NOT_FAILURES for n in names if n)
+    error_type = attrs.get(_ERROR_TYPE)
+    if error_type and str(error_type).rpartition(".")[2] in _NOT_FAILURES:
+        return True
+    exception_type = exception[0] if exception is not None else None
+    return bool(exception_type) and str(exception_type).rpartition(".")[2] in _NOT_FAILURES
 
 
 def _annotations(outcome: Outcome) -> dict[str, str | int]:
@@ -725,12 +846,22 @@ def _annotate(span: Span, values: Mapping[str, str | int]) -> None:
     """Set attributes on a span inside ``_on_ending``.
 
     The SDK (1.45) freezes a span's attributes just before calling ``_on_ending``, so the public
-    ``set_attribute`` refuses; the frozen flag is lifted for these few keys under the span's own lock.
-    If the SDK's internals differ, the annotation is skipped: the digest is still in the trajectory
-    record and the history.
+    ``set_attribute`` refuses. When the span's limits leave nothing to truncate or drop, the values go
+    into the attributes' dict under their own lock (one update, not three validated writes); otherwise
+    the frozen flag is lifted for these few keys under the span's lock and the SDK's writes apply the
+    limits. If the SDK's internals differ, the annotation is skipped: the digest is still in the
+    trajectory record and the history.
     """
     try:
         attributes: Any = span._attributes
+        plain = attributes._dict
+        maxlen = attributes.maxlen
+        if attributes.max_value_len is None and (maxlen is None or len(plain) + len(values) <= maxlen):
+            # Nothing to clean or drop (the values are short strings and ints under new keys, see
+            # _process): written under the attributes' own lock, as BoundedAttributes writes them.
+            with attributes._lock:
+                plain.update(values)
+            return
         lock: Any = span._lock
         with lock:
             frozen = attributes._immutable

@@ -129,13 +129,30 @@ def exception_from_attributes(attrs: Mapping[str, Any]) -> tuple[str | None, str
 
 
 def exception_from_events(events: Iterable[Any]) -> tuple[str | None, str | None, str | None] | None:
-    """The last ``exception`` event's ``(type, message, stacktrace)``: the one that ended the span."""
-    found = None
-    for event in events:
-        if getattr(event, "name", None) == EXCEPTION_EVENT:
-            attributes = getattr(event, "attributes", None) or {}
-            found = exception_from_attributes(attributes) or found
-    return found
+    """The last ``exception`` event's ``(type, message, stacktrace)``: the one that ended the span.
+
+    Read on the agent's thread for every failed tool span: the events are searched from the newest (by
+    index when they are a sequence: iterating the SDK's ``BoundedList`` copies it under a lock), and
+    an SDK event's attributes are read through their plain dict (``BoundedAttributes.get`` goes through
+    the slower ``Mapping`` mixin)."""
+    try:
+        count = len(events)  # type: ignore[arg-type]
+        events[0]  # type: ignore[index]  # a sequence: the SDK's BoundedList indexes without a copy
+    except (TypeError, IndexError, KeyError):
+        events = tuple(events)
+        count = len(events)
+    for index in range(count - 1, -1, -1):
+        event = events[index]  # type: ignore[index]
+        if getattr(event, "name", None) != EXCEPTION_EVENT:
+            continue
+        attributes = getattr(event, "attributes", None)
+        if not attributes:
+            continue
+        plain = getattr(attributes, "_dict", None)
+        found = exception_from_attributes(plain if isinstance(plain, dict) else attributes)
+        if found is not None:
+            return found
+    return None
 
 
 DEFAULT_SCOPE = "default"

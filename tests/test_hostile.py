@@ -188,7 +188,7 @@ def test_anchors_idle_too_long_are_forgotten(monkeypatch: pytest.MonkeyPatch) ->
     from otel_errcompact import processor as processor_module
 
     now = [1000.0]
-    monkeypatch.setattr(processor_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(processor_module, "_monotonic", lambda: now[0])
     exporter = InMemorySpanExporter()
     provider = TracerProvider()
     processor = ErrorCompactionProcessor(
@@ -217,7 +217,7 @@ def test_a_failure_looking_up_anchors_sweeps_idle_ones(monkeypatch: pytest.Monke
     from otel_errcompact import processor as processor_module
 
     now = [1000.0]
-    monkeypatch.setattr(processor_module.time, "monotonic", lambda: now[0])
+    monkeypatch.setattr(processor_module, "_monotonic", lambda: now[0])
     provider = TracerProvider()
     processor = ErrorCompactionProcessor(
         ErrorPipeline(ErrorHistory(Thresholds(consecutive=2))), max_anchor_traces=10_000, anchor_idle_s=0.05

@@ -557,3 +557,75 @@ def test_escalation_goes_to_the_innermost_live_agent_span(otel: OTel) -> None:
     assert [e.name for e in exported(otel, outer).events] == []
     assert {r.agent_name for r in otel.records()} == {"researcher"}
     assert {r.scope for r in otel.records()} == {"conv-nested"}
+
+
+def test_record_times_are_the_span_times_to_the_microsecond(otel: OTel) -> None:
+    from datetime import datetime, timedelta, timezone
+
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    with agent(otel.tracer, "conv-times"):
+        span, _ = failing_tool_span(otel.tracer)
+    out = exported(otel, span)
+    record = only_record(otel)
+    assert out.start_time is not None and out.end_time is not None
+    assert record.started_at == epoch + timedelta(microseconds=out.start_time // 1000)
+    assert record.ended_at == epoch + timedelta(microseconds=out.end_time // 1000)
+    assert record.started_at is not None and record.started_at.tzinfo is not None
+
+
+def test_the_last_exception_event_is_the_failure(otel: OTel) -> None:
+    first = raise_from(parse_config, "{not json")
+    with (
+        agent(otel.tracer, "conv-two-events"),
+        otel.tracer.start_as_current_span(
+            "execute_tool lookup", attributes=dict(GENAI_TOOL), record_exception=False, set_status_on_exception=False
+        ) as span,
+    ):
+        span.record_exception(first)  # retried inside the tool, then failed for good
+        span.add_event("retrying", {"attempt": 2})
+        last = raise_from(lookup_user, {}, "u-9")
+        span.record_exception(last)
+        span.set_status(Status(StatusCode.ERROR, "lookup failed"))
+    record = only_record(otel)
+    assert record.exception_type == "KeyError"
+    assert record.raw_error == "".join(traceback.format_exception(last))
+
+
+def test_annotations_respect_the_providers_span_limits() -> None:
+    from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from otel_errcompact.history import ErrorHistory
+    from otel_errcompact.pipeline import ErrorPipeline
+    from otel_errcompact.processor import ErrorCompactionProcessor
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider(span_limits=SpanLimits(max_span_attributes=4, max_attribute_length=12))
+    provider.add_span_processor(ErrorCompactionProcessor(ErrorPipeline(ErrorHistory())))
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    tracer = provider.get_tracer("tests.limits")
+    try:
+        failing_tool_span(tracer, attributes={**GENAI_TOOL, "app.a": "1", "app.b": "2"})
+        (out,) = exporter.get_finished_spans()
+        attrs = dict(out.attributes or {})
+        assert len(attrs) == 4  # the SDK dropped the oldest to make room, as for any late attribute
+        assert attrs["errcompact.count"] == 1
+        assert len(str(attrs["errcompact.digest"])) == 12  # cut at the provider's attribute length
+        assert "errcompact.key" in attrs
+    finally:
+        provider.shutdown()
+
+
+def test_nanosecond_times_convert_exactly_to_the_microsecond() -> None:
+    import random
+    from datetime import datetime, timedelta, timezone
+
+    from otel_errcompact.processor import _utc_from_ns
+
+    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    rng = random.Random(9)
+    samples = [rng.randrange(0, 4_102_444_800 * 10**9) for _ in range(20_000)]  # up to the year 2100
+    samples += [1_763_840_000_999_999_999, 1_763_840_000_000_000_500, 10**9 - 1, 0]
+    for ns in samples:
+        assert _utc_from_ns(ns) == epoch + timedelta(microseconds=ns // 1000), ns
