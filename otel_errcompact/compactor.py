@@ -15,6 +15,9 @@ Fast paths, because this runs on the agent's thread for every failed tool call:
   few scans (:func:`otel_errcompact.parsers.python.parse_plain`) before the line-by-line parser runs; an
   exception the span describes with fields (``exception.type``/``.message``/``.stacktrace``) is first
   checked against them (:mod:`otel_errcompact.structured`). Both give exactly the full parser's digest;
+- a text that is such a traceback from its first line, with no hints, skips the unwrappers and the parsers
+  ahead of python that provably decline it (:func:`otel_errcompact.structured.parse_first`; any sign that
+  one of them might take it sends the text the whole way);
 - digests are cached: short texts by the text itself, texts over 16 KB by a hash of their sanitised
   form (what the parsers see), both in one bounded LRU.
 
@@ -40,9 +43,13 @@ from otel_errcompact.digest import DedupKey, Digest, Location, short_file
 from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, innermost_in_app
 from otel_errcompact.parsers import fallback as _fallback
+from otel_errcompact.parsers import ipython as _ipython
+from otel_errcompact.parsers import linter as _linter
+from otel_errcompact.parsers import pytest_report as _pytest_report
 from otel_errcompact.parsers import python as _python
+from otel_errcompact.parsers import unittest_report as _unittest_report
 from otel_errcompact.recovery.classify import classify_text, with_raw_text
-from otel_errcompact.structured import parse_exception
+from otel_errcompact.structured import parse_fast, parse_first
 from otel_errcompact.unwrap import unwrap
 
 __all__ = ["MAX_CAUSE_CHARS", "Compactor", "Summarizer", "compact_text"]
@@ -117,6 +124,9 @@ class Compactor:
             (parser, None if markers is None else tuple((_gate(m), m) for m in markers))
             for (_, parser), markers in zip(self._parsers, self._markers, strict=True)
         )
+        # The default parsers ahead of python, in their order: a plain traceback may skip them when they
+        # provably decline it (see ``_plain_first``).
+        self._python_leads = tuple(parser for _, parser in self._parsers[:5]) == _PYTHON_LEADS
         self._summarizer = summarizer
         self._cache: OrderedDict[str, Parsed | None] = OrderedDict()
         self._cache_size = summary_cache_size
@@ -165,11 +175,11 @@ class Compactor:
                 if cached is not None:
                     return cached
             hints = Hints(exit_code=exit_code, command=command, kind=kind)
-            text, hints = unwrap(text, hints)
-            digest = with_raw_text(
-                self.from_parsed(self._parse(text, hints, exception_type, exception_message), hints, raw_chars),
-                text,
-            )
+            parsed = self._plain_first(text, hints, exception_type, exception_message)
+            if parsed is None:
+                text, hints = unwrap(text, hints)
+                parsed = self._parse(text, hints, exception_type, exception_message)
+            digest = with_raw_text(self.from_parsed(parsed, hints, raw_chars), text)
             if cache_key is not None:
                 with self._cache_lock:
                     self._digests[cache_key] = digest
@@ -229,6 +239,20 @@ class Compactor:
                 return summary
         return _fallback.parse(text, hints)
 
+    def _plain_first(
+        self, text: str, hints: Hints, exception_type: str | None, exception_message: str | None
+    ) -> Parsed | None:
+        """A plain traceback's digest without the unwrappers and parsers that provably decline it
+        (:func:`~otel_errcompact.structured.parse_first`); ``None``: take the whole way. Only for the
+        default order ahead of python and without hints (with them every parser is tried)."""
+        if not self._python_leads or hints.kind or hints.exit_code is not None or hints.command is not None:
+            return None
+        try:
+            return parse_first(text, exception_type, exception_message)
+        except Exception:
+            _log.debug("otel-errcompact: python fast path failed", exc_info=True)
+            return None
+
     def _run(
         self, parser: Parser, text: str, hints: Hints, exception_type: str | None, exception_message: str | None
     ) -> Parsed | None:
@@ -236,9 +260,7 @@ class Compactor:
         give the same digest (see the module docstring)."""
         if parser is _python.parse:
             try:
-                fast = (
-                    parse_exception(text, exception_type, exception_message) if exception_type else None
-                ) or _python.parse_plain(text)
+                fast = parse_fast(text, exception_type, exception_message)
             except Exception:
                 _log.debug("otel-errcompact: python fast path failed", exc_info=True)
                 fast = None
@@ -332,6 +354,9 @@ class Compactor:
         )
 
 
+_PYTHON_LEADS = (
+    _pytest_report.parse, _unittest_report.parse, _linter.parse, _ipython.parse, _python.parse
+)
 _RARE = "=!*[]`#|%$@~^{}<>✖\t_(."
 
 

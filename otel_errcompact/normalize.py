@@ -170,11 +170,16 @@ def _may_number_a_file(text: str) -> bool:
     return ("a0" in shape or "u0" in shape) and ("0.a" in shape or "0.u" in shape)
 
 
+# A pattern that must start with one of a few characters says so first, in a lookahead (``(?=[-+\d])``), or
+# starts with its literal (the port rule's ``:``, its lookbehind moved after it): the engine then rejects
+# most positions with one character test instead of trying lookbehinds and alternations at each. Both are
+# implied by the pattern, so what it matches is unchanged.
 _RULES: tuple[_Rule, ...] = (
     (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", ("*", ("****",)), False),
     (
         re.compile(
-            r"(?i)\b((?:(?:exit|return|error|status)[ _\-]?)?(?:code|status|signal|signum)|exit(?:ed)?(?: with)?)"
+            r"(?i)(?=[ercs])\b((?:(?:exit|return|error|status)[ _\-]?)?(?:code|status|signal|signum)"
+            r"|exit(?:ed)?(?: with)?)"
             r"([ \t]*[:=]?[ \t]*[(\[]?)(-?\d+)"
         ),
         "\\1\\2" + _SHIELD + "\\3",
@@ -183,7 +188,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     (
         re.compile(
-            r"(?i)((?:invalid literal for [\w.]+\(\)(?: with base \d+)?|for input string|could not convert "
+            r"(?i)(?=[ifct])((?:invalid literal for [\w.]+\(\)(?: with base \d+)?|for input string|could not convert "
             r"string to [\w.]+|invalid (?:value|input|number|integer|float)(?: for [\w.\- ]{1,40})?)"
             r"[ \t]*:?[ \t]*|time data[ \t]+)(?:'(?:[^'\\\n]|\\.){0,200}'|\"(?:[^\"\\\n]|\\.){0,200}\")"
         ),
@@ -210,7 +215,7 @@ _RULES: tuple[_Rule, ...] = (
     ),
     (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", ("x", ("0x",)), False),
     (
-        re.compile(r"(?i)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"),
+        re.compile(r"(?i)(?=b)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"),
         "\\1 <b>",
         ((" 0",), ("byte", "BYTE")),
         True,
@@ -236,25 +241,30 @@ _RULES: tuple[_Rule, ...] = (
         (_DIGITS + ":", _may_hold_ip),
         False,
     ),
-    (re.compile(r"(?<=[\w>\]]):\d{2,5}\b"), ":<port>", (":", _may_hold_port), False),
+    (re.compile(r":(?<=[\w>\]]:)\d{2,5}\b"), ":<port>", (":", _may_hold_port), False),
     (
         re.compile(
-            r"(?i)\b((?:x-)?(?:request|req|trace|span|correlation|transaction|message|job|run|task|session)"
+            r"(?i)(?=[xrtscmj])\b((?:x-)?(?:request|req|trace|span|correlation|transaction|message|job|run|task|session)"
             r"[\s_\-]?id)([^\w<]{1,3})[A-Za-z0-9_\-:.]{4,}"
         ),
         r"\1\2<id>",
         ("dD", _may_name_an_id),
         False,
     ),
-    (re.compile(r"\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"), "<id>", ("_",), False),
     (
-        re.compile(_NB + r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}" + _NA),
+        re.compile(r"(?=[rmcetj])\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"),
+        "<id>",
+        ("_",),
+        False,
+    ),
+    (
+        re.compile(r"(?=[0-9a-f]{7})" + _NB + r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}" + _NA),
         "<hex>",
         (_DIGITS, _run_of("0123456789abcdef", 7)),
         True,
     ),
     (
-        re.compile(_NB + r"(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}" + _NA),
+        re.compile(r"(?=[A-Za-z0-9]{16})" + _NB + r"(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}" + _NA),
         "<id>",
         (_DIGITS, _run_of(_ALNUM, 16)),
         False,
@@ -276,7 +286,9 @@ _RULES: tuple[_Rule, ...] = (
     ),
     # After a dot only when a letter precedes it (``s.3``, ``libssl.so.3``): ``1.5`` stays one number.
     (
-        re.compile(r"(?:(?<![A-Za-z0-9." + _SHIELD + r"])|(?<=[A-Za-z]\.))[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?" + _NA),
+        re.compile(
+            r"(?=[-+\d])(?:(?<![A-Za-z0-9." + _SHIELD + r"])|(?<=[A-Za-z]\.))[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?" + _NA
+        ),
         "<n>",
         (_DIGITS,),
         True,

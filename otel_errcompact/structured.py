@@ -20,10 +20,14 @@ from __future__ import annotations
 
 import re
 
+from otel_errcompact.parsers import linter, pytest_report
 from otel_errcompact.parsers._base import Parsed
 from otel_errcompact.parsers.python import parse_plain
+from otel_errcompact.unwrap import harness, lint_gate
 
-__all__ = ["parse_exception"]
+__all__ = ["parse_exception", "parse_fast", "parse_first"]
+
+_HEADER_LINE = "Traceback (most recent call last):\n"
 
 _SYNTAX_TYPES = frozenset({"SyntaxError", "IndentationError", "TabError"})
 _PYDANTIC = re.compile(r"\d+ validation errors? for \S+$")
@@ -43,5 +47,39 @@ def parse_exception(text: str, exception_type: str | None, exception_message: st
         return None
     parsed = parse_plain(text)
     if parsed is None or parsed.type != short or parsed.cause != message:
+        return None
+    return parsed
+
+
+def parse_fast(text: str, exception_type: str | None, exception_message: str | None) -> Parsed | None:
+    """The python parser's answer through its fast paths: checked against the exception's fields when
+    there are any, else read from the text's common shape; ``None`` when the full parser must decide."""
+    return (parse_exception(text, exception_type, exception_message) if exception_type else None) or parse_plain(
+        text
+    )
+
+
+def parse_first(text: str, exception_type: str | None, exception_message: str | None) -> Parsed | None:
+    """The answer the default unwrappers and parsers give for a plain traceback that starts the text,
+    without running those that provably decline it; ``None``: let them run.
+
+    The shape :func:`parse_plain` accepts, with the header as the first line: every line down to the
+    last is indented or empty, and the last is ``Type: message`` (a type name, then a colon or the end).
+    No line but the first and the last starts at column 0, and neither starts with ``File "``, ``Ran ``,
+    ``- ``, a digit, a month, a log level or a quote. So, in the default order:
+
+    - unwrapping changes nothing: ``log_prefix`` needs a timestamp or level first, ``json_escaped`` a
+      quote or bracket first or a backslash, ``reindent`` a line starting with ``File "``; ``harness`` and
+      ``lint_gate`` are asked (:func:`harness.declines`, :func:`lint_gate.declines`);
+    - the parsers ahead of python return ``None``: ``unittest`` needs a line starting with ``Ran ``,
+      ``ipython`` a ``Type   Traceback (most recent call last)`` line, the linter a ``- `` line or a
+      ``:line`` position (asked); pytest is asked (:func:`pytest_report.declines`).
+
+    Every check is exact: a text any of them could take goes the whole way, and gets today's answer.
+    """
+    if not text.startswith(_HEADER_LINE) or "\\" in text or not harness.declines(text) or not lint_gate.declines(text):
+        return None
+    parsed = parse_fast(text, exception_type, exception_message)
+    if parsed is None or not linter.declines_unbulleted(text) or not pytest_report.declines(text):
         return None
     return parsed

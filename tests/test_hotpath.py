@@ -496,3 +496,50 @@ def test_metrics_worker_is_not_woken_for_every_item() -> None:
         assert len(handled) == 266  # a full batch wakes it without a flush
     finally:
         queue.shutdown(30)
+
+
+# -- a plain traceback skips the unwrappers and parsers that provably decline it ----------------------------
+
+# Failing lines whose source or message carries what a skipped step looks for: each must go the whole way
+# (or be shown to be declined) and get the digest trying every parser gives.
+_HOSTILE_LINES = (
+    "raise ValueError('app.py:12:5: F821 undefined name x')",
+    "raise KeyError('see = FAILURES = and 3 failed')",
+    "raise RuntimeError('Cell In[3], line 5')",
+    "raise LookupError('<output>gone</output>')",
+    "raise OSError('Exit code 2; DO NOT re-run the same command')",
+    "raise ValueError('proposed edit has introduced new syntax error')",
+    "x = '- E999 IndentationError'; raise ValueError(x)",
+    "x = 'C:\\\\Users\\\\me\\\\app.py'; raise FileNotFoundError(x)",
+    "x = '[Current working directory: /repo]'; raise KeyError(x)",
+    "raise TimeoutError('upstream host:5432 error')",
+)
+
+
+def test_plain_traceback_skips_only_what_declines_it(app: ModuleType, tmp_path: Path) -> None:
+    from otel_errcompact.parsers import ipython, linter, pytest_report, unittest_report
+    from otel_errcompact.structured import parse_first
+    from otel_errcompact.unwrap import UNWRAPPERS
+
+    plain = [_fields(deep_exception(app, order)) for order in range(10)]
+    for etype, message, stack in plain:
+        assert parse_first(stack, etype, message) is not None
+        assert parse_first(stack, None, None) is not None
+        # What the skip relies on, on real text: every unwrapper and every parser ahead of python declines.
+        assert all(step(stack, Hints()) is None for _, step in UNWRAPPERS)
+        for parser in (pytest_report.parse, unittest_report.parse, linter.parse, ipython.parse):
+            assert parser(stack, Hints()) is None
+    default = Compactor(digest_cache_size=0)
+    tried_all = Compactor(_every_parser(), digest_cache_size=0)
+    hostile = [
+        _fields(_raised(f"def main():\n    {line}\n", tmp_path, f"hostile_{i}"))
+        for i, line in enumerate(_HOSTILE_LINES)
+    ]
+    taken = 0
+    for etype, message, stack in [*plain, *hostile]:
+        taken += parse_first(stack, None, None) is not None
+        assert default.compact(stack) == tried_all.compact(stack), stack
+        assert default.compact(stack, exception_type=etype, exception_message=message) == tried_all.compact(
+            stack, exception_type=etype, exception_message=message
+        ), stack
+    assert taken < len(plain) + len(hostile)  # some hostile texts were really sent the whole way

@@ -28,7 +28,7 @@ import re
 
 from otel_errcompact.parsers._base import Frame, Hints, Parsed
 
-__all__ = ["MARKERS", "parse"]
+__all__ = ["MARKERS", "declines_unbulleted", "parse"]
 
 MARKERS = (":",)
 _MAX_LINES = 4000
@@ -52,6 +52,12 @@ _BULLET_FILE = re.compile(r"^\[File: (?P<file>[^\]\n]+?)\]$|^The file (?P<edited
 # ``  12:5  error``): one C-level scan rules out most text before the line-anchored patterns run.
 _POSITION = re.compile(r":\d+[:\s]")  # a literal first character: the engine skips to each colon
 _SYNTAX = ("E999", "E902", "invalid-syntax", "Parsing error", "SyntaxError")
+
+
+def declines_unbulleted(text: str) -> bool:
+    """True when :func:`parse` returns ``None`` for ``text``, which the caller knows neither starts with
+    ``- `` nor has a line that does: then only a ``:line`` position could make it a report."""
+    return _POSITION.search(text) is None
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:

@@ -24,7 +24,7 @@ import re
 
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, innermost_in_app, is_library_path
 
-__all__ = ["parse"]
+__all__ = ["declines", "parse"]
 
 _FORMAT = "pytest"
 _MAX_LINES = 6000
@@ -44,6 +44,16 @@ _DEF = re.compile(r"^\s*(?:>\s+)?(?:async\s+)?def\s+(?P<name>[A-Za-z_]\w*)\s*\("
 _SUMMARY = re.compile(r"^(?P<kind>FAILED|ERROR)\s(?P<id>\S+)(?:\s-\s(?P<msg>.*))?$")
 _EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?P<short>[A-Za-z_]\w*))(?::(?:\s(?P<msg>.*))?)?$")
 _HEADER_PREFIXES = ("ERROR at setup of ", "ERROR at teardown of ", "ERROR collecting ")
+
+
+def declines(text: str) -> bool:
+    """True when :func:`parse` returns ``None`` for ``text`` at its first test: no section marker, no
+    ``failed`` or ``error`` a result line would hold."""
+    return (
+        " failed" not in text
+        and " error" not in text
+        and not any(marker in text for marker in _MARKERS)
+    )
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:

@@ -210,11 +210,10 @@ def plain_location(text: str, start: int, end: int) -> Frame | None:
         match = _FRAME.match(line)
         if match is not None:
             file = match.group("file")
-            own = in_app(file)
-            frame = Frame(file, int(match.group("line")), match.group("func"), in_app=own)
-            if own:
-                return frame
-            last = last or frame
+            if in_app(file):
+                return Frame(file, int(match.group("line")), match.group("func"), in_app=True)
+            if last is None:  # the innermost library frame: the answer when no frame is the user's
+                last = Frame(file, int(match.group("line")), match.group("func"), in_app=False)
         at = text.rfind(_FRAME_START, start, at)
     return last
 

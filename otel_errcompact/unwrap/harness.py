@@ -32,7 +32,7 @@ import re
 
 from otel_errcompact.parsers._base import Hints
 
-__all__ = ["unwrap"]
+__all__ = ["declines", "unwrap"]
 
 # Cheap substring checks first: most errors carry no framing at all. Framing opens the text (tags,
 # headers, banners) or closes it (trailers, reminders), so each set is looked for only at its end.
@@ -63,7 +63,7 @@ _REMINDER = re.compile(
 
 def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     """The text inside one harness's framing and the exit code it stated; ``None`` without framing."""
-    if not _framed(text[:_HEAD], text[-_TAIL:]):
+    if declines(text):
         return None
     inner, code = _tags(text)
     if inner is None:
@@ -78,6 +78,12 @@ def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     if code is not None and hints.exit_code is None:
         hints = dataclasses.replace(hints, exit_code=code)
     return inner, hints
+
+
+def declines(text: str) -> bool:
+    """True when :func:`unwrap` returns ``None`` for ``text`` (no framing marker at either end): the test it
+    starts with, for a caller that wants to know before running the other unwrappers."""
+    return not _framed(text[:_HEAD], text[-_TAIL:])
 
 
 def _framed(head: str, tail: str) -> bool:

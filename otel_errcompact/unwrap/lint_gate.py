@@ -16,7 +16,7 @@ import re
 
 from otel_errcompact.parsers._base import Hints
 
-__all__ = ["unwrap"]
+__all__ = ["declines", "unwrap"]
 
 _MARKER = "proposed edit has introduced new syntax error"
 _ERRORS = re.compile(r"^\[?ERRORS:\]?[ \t]*$", re.M)
@@ -24,9 +24,14 @@ _WINDOW = re.compile(r"^\[?This is (?:how your edit would have looked|the origin
 _FILE = re.compile(r"^\[File: (?P<path>[^\]\n]+?)(?: \(\d+ lines total\))?\]$", re.M)
 
 
+def declines(text: str) -> bool:
+    """True when :func:`unwrap` returns ``None`` for ``text``: the preamble is not where it looks for it."""
+    return _MARKER not in text[:400]
+
+
 def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     """The error list and the edited file's header; ``None`` without the lint gate's preamble."""
-    if _MARKER not in text[:400]:
+    if declines(text):
         return None
     errors = _ERRORS.search(text)
     if errors is None:
