@@ -127,14 +127,12 @@ def test_record_without_digest_is_stored(tmp_path: Path, tracebacks: dict[str, s
     assert got == raw
 
 
-def test_ten_thousand_records_from_eight_threads_all_arrive(tmp_path: Path,
-                                                           tracebacks: dict[str, str]) -> None:
-    db, jl = tmp_path / "t.db", tmp_path / "t.jsonl"
-    writer = TrajectoryWriter([SQLiteSink(db), JSONLSink(jl)])
-    template = _raw(tracebacks["sql"])
-    per_thread = 1250
-    start = threading.Barrier(8)
-    ids: list[list[str]] = [[] for _ in range(8)]
+def _submit_from_threads(writer: TrajectoryWriter, template: TrajectoryRecord, *, threads: int,
+                         per_thread: int) -> list[list[str]]:
+    """Submit ``per_thread`` copies of ``template`` (fresh ids, a scope per thread) from ``threads``
+    threads started together; the ids each thread submitted."""
+    start = threading.Barrier(threads)
+    ids: list[list[str]] = [[] for _ in range(threads)]
 
     def produce(n: int) -> None:
         start.wait()
@@ -143,11 +141,21 @@ def test_ten_thousand_records_from_eight_threads_all_arrive(tmp_path: Path,
             ids[n].append(rec.record_id)
             writer.submit(rec)
 
-    threads = [threading.Thread(target=produce, args=(n,)) for n in range(8)]
-    for t in threads:
+    pool = [threading.Thread(target=produce, args=(n,)) for n in range(threads)]
+    for t in pool:
         t.start()
-    for t in threads:
+    for t in pool:
         t.join()
+    return ids
+
+
+def test_ten_thousand_records_from_eight_threads_all_arrive(tmp_path: Path,
+                                                           tracebacks: dict[str, str]) -> None:
+    db, jl = tmp_path / "t.db", tmp_path / "t.jsonl"
+    writer = TrajectoryWriter([SQLiteSink(db), JSONLSink(jl)])
+    template = _raw(tracebacks["sql"])
+    per_thread = 1250
+    ids = _submit_from_threads(writer, template, threads=8, per_thread=per_thread)
     writer.shutdown(timeout_s=60.0)  # no force_flush: shutdown alone must drain everything
 
     assert writer.dropped == 0
@@ -467,21 +475,7 @@ def test_spool_lines_written_by_eight_threads_at_once_stay_whole(tmp_path: Path,
     writer._spool.segment_bytes = 16 * 1024
     template = _raw(tracebacks["sql"])
     per_thread = 150
-    start = threading.Barrier(8)
-    ids: list[list[str]] = [[] for _ in range(8)]
-
-    def produce(n: int) -> None:
-        start.wait()
-        for _ in range(per_thread):
-            rec = template.model_copy(update={"record_id": uuid.uuid4().hex, "scope": f"t{n}"})
-            ids[n].append(rec.record_id)
-            writer.submit(rec)
-
-    threads = [threading.Thread(target=produce, args=(n,)) for n in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    ids = _submit_from_threads(writer, template, threads=8, per_thread=per_thread)
     # The worker is held inside its first batch: everything since is only in the spool.
     spooled: list[str] = []
     for segment in sorted(spool_dir.glob("*.spool")):
