@@ -241,9 +241,9 @@ _RULES: tuple[_Rule, ...] = (
     ),
     (
         re.compile(
-            r"(?:/private)?/var/folders/(?:[^/\s'\"]+/)+"
+            r"(?=/|[A-Za-z]:\\)(?:(?:/private)?/var/folders/(?:[^/\s'\"]+/)+"
             r"|(?:/tmp|/var/tmp|/dev/shm)/(?:[^/\s'\"]+/)*"
-            r"|[A-Za-z]:\\(?:[^\\\s'\"]+\\)*?Temp\\(?:[^\\\s'\"]+\\)*"
+            r"|[A-Za-z]:\\(?:[^\\\s'\"]+\\)*?Temp\\(?:[^\\\s'\"]+\\)*)"
         ),
         "<tmp>/",
         lambda t, d: ("/" in t or "\\" in t)
