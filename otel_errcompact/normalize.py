@@ -149,6 +149,15 @@ _HEX_RUN = _run_of("0123456789abcdef", 7)
 _ALNUM_RUN = _run_of(_ALNUM, 16)
 
 
+def _mixes_letters_and_digits(text: str) -> bool:
+    """What the hex and long-id rules need: a run holding a letter and a digit holds the two side by side.
+    (Outside ASCII, their ``\\d`` reaches further: the regex decides there.)"""
+    if not text.isascii():
+        return True
+    shape = _shape(text)
+    return "0a" in shape or "a0" in shape or "0u" in shape or "u0" in shape
+
+
 def _may_hold_time(text: str) -> bool:
     """What every clock time of the timestamp rule holds: a digit, a colon, a digit."""
     return "0:0" in _shape(text) if text.isascii() else _DIGIT_COLON_DIGIT.search(text) is not None
@@ -285,14 +294,14 @@ _RULES: tuple[_Rule, ...] = (
     (
         re.compile(r"(?=[0-9a-f]{7})" + _NB + r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}" + _NA),
         "<hex>",
-        lambda t, d: d and _HEX_RUN(t),
+        lambda t, d: d and _mixes_letters_and_digits(t) and _HEX_RUN(t),
         True,
         True,
     ),
     (
         re.compile(r"(?=[A-Za-z0-9]{16})" + _NB + r"(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}" + _NA),
         "<id>",
-        lambda t, d: d and _ALNUM_RUN(t),
+        lambda t, d: d and _mixes_letters_and_digits(t) and _ALNUM_RUN(t),
         False,
         True,
     ),
