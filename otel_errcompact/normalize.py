@@ -48,7 +48,6 @@ __all__ = ["MAX_NORMALIZED_CHARS", "normalize_message", "value_signature"]
 MAX_NORMALIZED_CHARS = 240
 
 _MONTH = r"(?:Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)"
-_DIGITS = "0123456789"
 # A code's digits are shielded from the number rule by this private-use mark, removed at the end.
 _SHIELD = "\ue000"
 # "Not a letter or digit": the boundary of a value. ``_`` and ``-`` separate like any other punctuation,
@@ -56,15 +55,16 @@ _SHIELD = "\ue000"
 _NB = r"(?<![A-Za-z0-9])"
 _NA = r"(?![A-Za-z0-9])"
 # Each rule: (pattern, placeholder, guard, whether it masks a *value* the caller chose rather than machine
-# noise). The guard is a tuple of clauses that must all hold in the text for the rule to run (the cheapest
-# first): one clause is part of the rule's meaning (characters or substrings of which at least one must
+# noise, whether its guard needs an ASCII digit). The guard ``guard(text, has_digit)`` says whether the rule
+# runs on ``text``: part of it is the rule's meaning (characters or substrings of which at least one must
 # occur; the exit code rule runs only where one of its exact needles occurs, so ``eXit 7`` keeps its
-# digits); the others are conditions the pattern cannot match without (a substring, or a regex to search),
-# which only spare a regex pass. A clause is a string of characters, a tuple of substrings, a compiled
-# pattern (searched) or a test.
+# digits; the uuid rule only where an ASCII digit does); the rest are conditions the pattern cannot match
+# without, which only spare a regex pass. A guard is one call of plain ``in`` tests (C-level scans, the
+# cheapest first) and shape tests: no loop over clauses. ``has_digit`` is computed once per version of
+# the text, since most rules need a digit.
 _Test = Callable[[str], bool]
-_Clause = str | tuple[str, ...] | re.Pattern[str] | _Test
-_Rule = tuple[re.Pattern[str], str, tuple[_Clause, ...], bool]
+_Guard = Callable[[str, bool], bool]
+_Rule = tuple[re.Pattern[str], str, _Guard, bool, bool]
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -79,6 +79,8 @@ def _run_of(chars: str, length: int) -> _Test:
 
     return test
 _ID_WORD = re.compile(r"(?i)id")
+_ANY_DIGIT = re.compile(r"\d").search  # any Unicode digit, as the code rule's ``\d`` reads one
+_ASCII_DIGIT = re.compile("[0-9]").search
 _DIGIT_DOT_DIGIT = re.compile(r"\d\.\d")
 _BRACKETED_COLON = re.compile(r"\[[0-9a-fA-F:]*:")
 _HEX_COLON_HEX = re.compile(r"[0-9a-fA-F]:[0-9a-fA-F]")
@@ -143,6 +145,19 @@ def _shape(text: str) -> str:
     return shape
 
 
+_HEX_RUN = _run_of("0123456789abcdef", 7)
+_ALNUM_RUN = _run_of(_ALNUM, 16)
+
+
+def _mixes_letters_and_digits(text: str) -> bool:
+    """What the hex and long-id rules need: a run holding a letter and a digit holds the two side by side.
+    (Outside ASCII, their ``\\d`` reaches further: the regex decides there.)"""
+    if not text.isascii():
+        return True
+    shape = _shape(text)
+    return "0a" in shape or "a0" in shape or "0u" in shape or "u0" in shape
+
+
 def _may_hold_time(text: str) -> bool:
     """What every clock time of the timestamp rule holds: a digit, a colon, a digit."""
     return "0:0" in _shape(text) if text.isascii() else _DIGIT_COLON_DIGIT.search(text) is not None
@@ -175,7 +190,7 @@ def _may_number_a_file(text: str) -> bool:
 # most positions with one character test instead of trying lookbehinds and alternations at each. Both are
 # implied by the pattern, so what it matches is unchanged.
 _RULES: tuple[_Rule, ...] = (
-    (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", ("*", ("****",)), False),
+    (re.compile(r"[\w\-]*\*{4,}[\w\-]*"), "<key>", lambda t, d: "****" in t, False, False),
     (
         re.compile(
             r"(?i)(?=[ercs])\b((?:(?:exit|return|error|status)[ _\-]?)?(?:code|status|signal|signum)"
@@ -183,7 +198,12 @@ _RULES: tuple[_Rule, ...] = (
             r"([ \t]*[:=]?[ \t]*[(\[]?)(-?\d+)"
         ),
         "\\1\\2" + _SHIELD + "\\3",
-        (("xit", "XIT", "ode", "ODE", "tatus", "TATUS", "ignal", "ignum"), re.compile(r"\d")),
+        lambda t, d: (
+            ("xit" in t or "XIT" in t or "ode" in t or "ODE" in t or "tatus" in t or "TATUS" in t or "ignal" in t
+             or "ignum" in t)
+            and (d or _ANY_DIGIT(t) is not None)
+        ),
+        False,
         False,
     ),
     (
@@ -193,8 +213,13 @@ _RULES: tuple[_Rule, ...] = (
             r"[ \t]*:?[ \t]*|time data[ \t]+)(?:'(?:[^'\\\n]|\\.){0,200}'|\"(?:[^\"\\\n]|\\.){0,200}\")"
         ),
         "\\1<v>",
-        (("literal", "nput string", "NPUT STRING", "convert string", "time data", "nvalid", "NVALID"), "'\""),
+        lambda t, d: (
+            ("literal" in t or "nput string" in t or "NPUT STRING" in t or "convert string" in t or "time data" in t
+             or "nvalid" in t or "NVALID" in t)
+            and ("'" in t or '"' in t)
+        ),
         True,
+        False,
     ),
     (
         re.compile(
@@ -204,33 +229,39 @@ _RULES: tuple[_Rule, ...] = (
             r"|\b\d{2}:\d{2}:\d{2}(?:[.,]\d+)?\b"
         ),
         "<ts>",
-        (_DIGITS, _may_hold_time),
+        lambda t, d: d and _may_hold_time(t),
         False,
+        True,
     ),
     (
         re.compile(_NB + r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}" + _NA),
         "<uuid>",
-        (_DIGITS, ("-",)),
+        lambda t, d: d and "-" in t,
+        True,
         True,
     ),
-    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", ("x", ("0x",)), False),
+    (re.compile(r"\b0x[0-9a-fA-F]{4,}\b"), "<addr>", lambda t, d: "0x" in t, False, False),
     (
         re.compile(r"(?i)(?=b)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"),
         "\\1 <b>",
-        ((" 0",), ("byte", "BYTE")),
+        lambda t, d: " 0" in t and ("byte" in t or "BYTE" in t),
         True,
+        False,
     ),
     (
         re.compile(
-            r"(?:/private)?/var/folders/(?:[^/\s'\"]+/)+"
+            r"(?=/|[A-Za-z]:\\)(?:(?:/private)?/var/folders/(?:[^/\s'\"]+/)+"
             r"|(?:/tmp|/var/tmp|/dev/shm)/(?:[^/\s'\"]+/)*"
-            r"|[A-Za-z]:\\(?:[^\\\s'\"]+\\)*?Temp\\(?:[^\\\s'\"]+\\)*"
+            r"|[A-Za-z]:\\(?:[^\\\s'\"]+\\)*?Temp\\(?:[^\\\s'\"]+\\)*)"
         ),
         "<tmp>/",
-        ("/\\", ("/var/folders/", "/tmp/", "/dev/shm/", "Temp\\")),
+        lambda t, d: ("/" in t or "\\" in t)
+        and ("/var/folders/" in t or "/tmp/" in t or "/dev/shm/" in t or "Temp\\" in t),
+        False,
         False,
     ),
-    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>", (("=",), "?&;"), True),
+    (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>",
+     lambda t, d: "=" in t and ("?" in t or "&" in t or ";" in t), True, False),
     (
         re.compile(
             r"\b(?:\d{1,3}\.){3}\d{1,3}\b"
@@ -238,50 +269,57 @@ _RULES: tuple[_Rule, ...] = (
             r"|(?<![\w:])(?:[0-9a-fA-F]{1,4}:){2,7}[0-9a-fA-F]{1,4}(?![\w:])"
         ),
         "<ip>",
-        (_DIGITS + ":", _may_hold_ip),
+        lambda t, d: (d or ":" in t) and _may_hold_ip(t),
+        False,
         False,
     ),
-    (re.compile(r":(?<=[\w>\]]:)\d{2,5}\b"), ":<port>", (":", _may_hold_port), False),
+    (re.compile(r":(?<=[\w>\]]:)\d{2,5}\b"), ":<port>", lambda t, d: ":" in t and _may_hold_port(t), False, False),
     (
         re.compile(
             r"(?i)(?=[xrtscmj])\b((?:x-)?(?:request|req|trace|span|correlation|transaction|message|job|run|task|session)"
             r"[\s_\-]?id)([^\w<]{1,3})[A-Za-z0-9_\-:.]{4,}"
         ),
         r"\1\2<id>",
-        ("dD", _may_name_an_id),
+        lambda t, d: ("d" in t or "D" in t) and _may_name_an_id(t),
+        False,
         False,
     ),
     (
         re.compile(r"(?=[rmcetj])\b(?:req|msg|run|call|chatcmpl|resp|toolu|evt|job)_[A-Za-z0-9]{8,}\b"),
         "<id>",
-        ("_",),
+        lambda t, d: "_" in t,
+        False,
         False,
     ),
     (
         re.compile(r"(?=[0-9a-f]{7})" + _NB + r"(?=[0-9a-f]*[a-f])(?=[0-9a-f]*\d)[0-9a-f]{7,}" + _NA),
         "<hex>",
-        (_DIGITS, _run_of("0123456789abcdef", 7)),
+        lambda t, d: d and _mixes_letters_and_digits(t) and _HEX_RUN(t),
+        True,
         True,
     ),
     (
         re.compile(r"(?=[A-Za-z0-9]{16})" + _NB + r"(?=[A-Za-z0-9]*\d)(?=[A-Za-z0-9]*[A-Za-z])[A-Za-z0-9]{16,}" + _NA),
         "<id>",
-        (_DIGITS, _run_of(_ALNUM, 16)),
+        lambda t, d: d and _mixes_letters_and_digits(t) and _ALNUM_RUN(t),
         False,
+        True,
     ),
     (
         re.compile(
             r"\b\d+(?:\.\d+)?\s?(?:ns|us|µs|ms|s|sec|secs|seconds?|m|mins?|minutes?|h|hrs?|hours?)\b"
         ),
         "<dur>",
-        (_DIGITS, _may_hold_duration),
+        lambda t, d: d and _may_hold_duration(t),
         False,
+        True,
     ),
     # A numbered file: the digits that end a file name's stem (``report3.csv``, ``chunk_0007.parquet``).
     (
         re.compile(r"(?<=[A-Za-z])\d+(?=\.[A-Za-z][A-Za-z0-9]{0,7}" + _NA + ")"),
         "<n>",
-        (_DIGITS, _may_number_a_file),
+        lambda t, d: d and _may_number_a_file(t),
+        True,
         True,
     ),
     # After a dot only when a letter precedes it (``s.3``, ``libssl.so.3``): ``1.5`` stays one number.
@@ -290,70 +328,55 @@ _RULES: tuple[_Rule, ...] = (
             r"(?=[-+\d])(?:(?<![A-Za-z0-9." + _SHIELD + r"])|(?<=[A-Za-z]\.))[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?" + _NA
         ),
         "<n>",
-        (_DIGITS,),
+        lambda t, d: d,
+        True,
         True,
     ),
-    (re.compile(r"\s+"), " ", (" \t\n", _folds_space), False),
+    (
+        re.compile(r"\s+"),
+        " ",
+        lambda t, d: (" " in t or "\t" in t or "\n" in t) and _folds_space(t),
+        False,
+        False,
+    ),
 )
-_NOISE_RULES = tuple(rule for rule in _RULES if not rule[3])
+_Guarded = tuple[Callable[..., str], str, _Guard]
 
 
-def _compiled(clause: _Clause) -> Callable[[str], object]:
-    """A guard clause as one test whose result is truthy when the clause holds: substrings and characters
-    become one literal, alternation or character class, so a clause costs one C-level scan."""
-    if isinstance(clause, re.Pattern):
-        return clause.search
-    if callable(clause):
-        return clause
-    if isinstance(clause, tuple):
-        return re.compile("|".join(map(re.escape, clause))).search
-    return re.compile("[" + "".join(map(re.escape, clause)) + "]").search
-
-
-_Guarded = tuple[Callable[..., str], str, tuple[int, ...]]
-
-
-def _guarded(rules: tuple[_Rule, ...], ids: dict[_Clause, int]) -> tuple[_Guarded, ...]:
-    """``(sub, placeholder, clause ids)`` per rule; one id per distinct clause, so its answer is shared."""
+def _guarded(rules: tuple[_Rule, ...], with_digit: bool) -> tuple[_Guarded, ...]:
+    """``(sub, placeholder, guard)`` per rule; without a digit, the rules whose guard needs one are left
+    out up front (no replacement brings a digit: placeholders hold none, groups copy the text)."""
     return tuple(
-        (pattern.sub, placeholder, tuple(ids.setdefault(clause, len(ids)) for clause in guard))
-        for pattern, placeholder, guard, _value in rules
+        (pattern.sub, placeholder, guard)
+        for pattern, placeholder, guard, _value, needs_digit in rules
+        if with_digit or not needs_digit
     )
 
 
-_IDS: dict[_Clause, int] = {}
-_ALL = _guarded(_RULES, _IDS)
-_NOISE = _guarded(_NOISE_RULES, _IDS)
-_TESTS = tuple(_compiled(clause) for clause in _IDS)  # in id order (dicts keep insertion order)
-# No replacement brings a digit (placeholders hold none; groups copy the text), so a text without an ASCII
-# digit never meets a rule whose guard needs one: those are left out up front.
-_DIGIT_ID = _IDS[_DIGITS]
-_ALL_NO_DIGIT = tuple(rule for rule in _ALL if _DIGIT_ID not in rule[2])
-_NOISE_NO_DIGIT = tuple(rule for rule in _NOISE if _DIGIT_ID not in rule[2])
-_HAS_DIGIT = _TESTS[_DIGIT_ID]
+_NOISE_RULES = tuple(rule for rule in _RULES if not rule[3])
+_ALL = _guarded(_RULES, True)
+_ALL_NO_DIGIT = _guarded(_RULES, False)
+_NOISE = _guarded(_NOISE_RULES, True)
+_NOISE_NO_DIGIT = _guarded(_NOISE_RULES, False)
 
 
-def _apply(message: str, rules: tuple[_Guarded, ...]) -> str:
-    """Run the rules in order, each where its guard holds. A clause is tested once and its answer kept
-    until a rule changes the text (``sub`` returns the very same string when nothing matched)."""
+def _apply(message: str, rules: tuple[_Guarded, ...], no_digit_rules: tuple[_Guarded, ...]) -> str:
+    """Run the rules in order, each where its guard holds on the text as the rules before left it. Whether
+    the text holds a digit is asked once, and again only after a rule changed the text (``sub`` returns
+    the very same string when nothing matched)."""
     text = message[: MAX_NORMALIZED_CHARS * 4]
-    known: list[object] = [None] * len(_TESTS)
-    tests = _TESTS
-    for sub, placeholder, guard in rules:
-        for i in guard:
-            holds = known[i]
-            if holds is None:
-                holds = known[i] = bool(tests[i](text))
-            if not holds:
-                break
-        else:
+    has_digit = _ASCII_DIGIT(text) is not None
+    for sub, placeholder, guard in rules if has_digit else no_digit_rules:
+        if guard(text, has_digit):
             changed = sub(placeholder, text)
             if changed is not text and changed != text:
-                known = [None] * len(tests)
-            text = changed
+                text = changed
+                if has_digit:
+                    has_digit = _ASCII_DIGIT(text) is not None
     if _SHIELD in text:
         text = text.replace(_SHIELD, "")
     return text.strip()[:MAX_NORMALIZED_CHARS]
+
 
 def normalize_message(message: str) -> str:
     """Mask variable data in ``message`` (see the module docstring for the rules).
@@ -367,7 +390,7 @@ def normalize_message(message: str) -> str:
     >>> normalize_message("Exit code 144") != normalize_message("Exit code 7")
     True
     """
-    return _apply(message, _ALL if _HAS_DIGIT(message) else _ALL_NO_DIGIT)
+    return _apply(message, _ALL, _ALL_NO_DIGIT)
 
 
 def value_signature(message: str) -> str:
@@ -378,4 +401,4 @@ def value_signature(message: str) -> str:
     >>> value_signature("KeyError: 'user_42' at 2026-11-22T06:02:19Z")
     "KeyError: 'user_42' at <ts>"
     """
-    return _apply(message, _NOISE if _HAS_DIGIT(message) else _NOISE_NO_DIGIT)
+    return _apply(message, _NOISE, _NOISE_NO_DIGIT)

@@ -240,6 +240,10 @@ _ANCHORS = tuple(dict.fromkeys(anchor for rule in _RULES for anchor in rule.anch
 # Families of key prefixes share a substring (``xox`` of ``xoxa-``…``xoxs-``): the family's members are
 # looked for only where that gate occurs.
 _GATES = ("xox", "gh", "k_", "gl")
+# The rules each anchor belongs to, in order.
+_RULE_INDEXES = {
+    anchor: tuple(index for index, rule in enumerate(_RULES) if anchor in rule.anchors) for anchor in _ANCHORS
+}
 _GATED = tuple((gate, tuple(a for a in _ANCHORS if gate in a)) for gate in _GATES)
 _UNGATED = tuple(a for a in _ANCHORS if not any(gate in a for gate in _GATES))
 
@@ -366,21 +370,33 @@ def redact(text: str) -> str:
 
 def _redact_known(text: str, low: str, present: set[str]) -> str:
     """The built-in rules, in order, each where one of its anchors occurs (``present``: those of ``low``,
-    the lowercased ``text``); both are recomputed when a rule changed the text."""
+    the lowercased ``text``); both are recomputed when a rule changed the text. Only the rules of the
+    present anchors are visited: most text holds one or two anchors, for one or two of the rules."""
     found: dict[tuple[str, ...], list[int]] = {}
-    for rule in _RULES:
-        if present.isdisjoint(rule.anchors):
-            continue
-        starts = _starts(rule.anchors, low, found, present)
-        if not starts:
-            continue
-        redacted = _apply(rule, text, starts)
-        if redacted is not text:
-            text = redacted
-            low = _lower(text)
-            found.clear()
-            present = _present(low)
-    return text
+    after = -1  # the rule that last changed the text: the rules up to it are done
+    while True:
+        for index in _rules_of(present, after):
+            rule = _RULES[index]
+            starts = _starts(rule.anchors, low, found, present)
+            if not starts:
+                continue
+            redacted = _apply(rule, text, starts)
+            if redacted is not text:
+                text = redacted
+                low = _lower(text)
+                found.clear()
+                present = _present(low)
+                after = index
+                break
+        else:
+            return text
+
+
+def _rules_of(present: set[str], after: int) -> list[int]:
+    """The indexes, in order and past ``after``, of the rules one of whose anchors is ``present``."""
+    if len(present) == 1:  # the common case: no set to build and sort
+        return [index for index in _RULE_INDEXES[next(iter(present))] if index > after]
+    return sorted({index for anchor in present for index in _RULE_INDEXES[anchor] if index > after})
 
 
 def neutralize_delimiters(text: str) -> str:

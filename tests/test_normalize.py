@@ -249,3 +249,11 @@ def test_key_explains_what_it_was_built_from(tmp_path: Path) -> None:
     assert "ConnectionRefusedError" in explained
     assert "line numbers ignored" in explained
     assert sys.executable not in explained
+
+
+def test_guards_read_the_text_as_earlier_rules_left_it() -> None:
+    """A uuid is masked only where an ASCII digit occurs: once the timestamp rule took the only digits,
+    an all-letter uuid stays, and one digit anywhere after it brings the rule back."""
+    letters = "abcdefab-abcd-abcd-abcd-abcdefabcdef"
+    assert normalize_message(f"at 12:34:56 {letters}") == f"at <ts> {letters}"
+    assert normalize_message(f"at 12:34:56 {letters} x1") == "at <ts> <uuid> x1"
