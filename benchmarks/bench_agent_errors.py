@@ -274,8 +274,12 @@ def speed(entries: list[Entry], tracebacks: list[Traceback]) -> dict[str, Any]:
         "corpus": time_distinct([(e.text, {"exit_code": e.exit_code, "command": e.command}) for e in entries]),
     }
     lines = sorted(len(tb.text.splitlines()) for tb in tracebacks)
+    by_kind: dict[str, list[float]] = defaultdict(list)
+    for tb, took in zip(tracebacks, series["traceback_text"], strict=True):
+        by_kind[tb.type.rsplit(".", 1)[-1]].append(took)
     return {
         "traceback_lines": [lines[0], lines[-1]] if lines else [],
+        "traceback_text_us_median_by_type": {kind: statistics.median(v) for kind, v in sorted(by_kind.items())},
         **{f"{name}_calls": len(times) for name, times in series.items()},
         **{f"{name}_us_median": statistics.median(times) for name, times in series.items() if times},
         **{f"{name}_us_p99": _percentile(times, 99) for name, times in series.items() if times},
@@ -352,6 +356,8 @@ def main(argv: list[str] | None = None) -> int:
                         ("one_line", "one-line corpus errors"), ("corpus", "every corpus record")):
         print(f"  {label:42} median {timing[name + '_us_median']:6.1f} µs, p99 {timing[name + '_us_p99']:6.1f} µs "
               f"({timing[name + '_calls']} calls)")
+    kinds = ", ".join(f"{kind} {us:.1f}" for kind, us in timing["traceback_text_us_median_by_type"].items())
+    print(f"  tracebacks, text, median µs by exception type: {kinds}")
     if args.verbose or len(lost) <= 20:
         for item in lost:
             print(f"  cause lost: {item['id']} {item['tokens']}\n    {item['line']}")
