@@ -17,6 +17,10 @@ process. A record that does not fit in what is left of the mapping is appended p
 ``write()`` on the ``O_APPEND`` descriptor, and the segment is rotated soon after. A mapped segment is
 as long as its mapping, so its unused tail, and the range of a record whose copy a ``kill -9``
 interrupted, are zero bytes: :func:`read_segment` skips them (a JSON line never holds a NUL byte).
+The one thing a mapped segment does not survive is being shortened behind the writer's back: a live
+segment truncated by another process turns the next copy into it into a ``SIGBUS``. Nothing but this
+module writes to the spool folder; leave it to the library (``otel-errcompact`` deletes each segment
+itself once its records are stored).
 
 Segments. The spool is a folder of segment files, ``<start-ns>-<pid>-<seq>.spool``, each a run of JSON
 lines (:meth:`TrajectoryRecord.to_storage_json`). The writer thread rotates to a new segment every
