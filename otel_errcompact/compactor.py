@@ -12,9 +12,8 @@ Fast paths, because this runs on the agent's thread for every failed tool call:
   caller passes an exit code or a command every parser is tried (some recognise text by those hints
   alone);
 - where the walk reaches the built-in python parser, the common shape of a traceback is read with a
-  few scans (:func:`otel_errcompact.parsers.python.parse_plain`) before the line-by-line parser runs; an
-  exception the span describes with fields (``exception.type``/``.message``/``.stacktrace``) is first
-  checked against them (:mod:`otel_errcompact.structured`). Both give exactly the full parser's digest;
+  few scans (:func:`otel_errcompact.parsers.python.parse_plain`) before the line-by-line parser runs; it
+  gives exactly the full parser's digest;
 - a text that is such a traceback from its first line, with no hints, skips the unwrappers and the parsers
   ahead of python that provably decline it (:func:`otel_errcompact.structured.parse_first`; any sign that
   one of them might take it sends the text the whole way);
@@ -34,7 +33,7 @@ import re
 import sys
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
 from otel_errcompact._sanitize import prompt_text, sanitize, strip_invisible
@@ -49,7 +48,7 @@ from otel_errcompact.parsers import pytest_report as _pytest_report
 from otel_errcompact.parsers import python as _python
 from otel_errcompact.parsers import unittest_report as _unittest_report
 from otel_errcompact.recovery.classify import classify_text, with_raw_text
-from otel_errcompact.structured import parse_fast, parse_first
+from otel_errcompact.structured import parse_first
 from otel_errcompact.unwrap import unwrap
 
 __all__ = ["MAX_CAUSE_CHARS", "Compactor", "Summarizer", "compact_text"]
@@ -149,8 +148,9 @@ class Compactor:
 
         ``exit_code`` and ``command`` describe a failed process; ``kind`` names the format when the caller
         knows it (``"python"``, ``"http"``, ``"shell"``, ``"gcc"`` …) and makes that parser go first.
-        ``exception_type`` and ``exception_message`` are the exception's fields when ``raw`` is its stack
-        trace (an OTel ``exception`` event): they let a plain traceback skip the text parsers.
+        ``exception_type`` and ``exception_message`` (an OTel ``exception`` event's fields, when ``raw`` is
+        its stack trace) are accepted from callers that hold them but change nothing: the traceback's own
+        last line names the same type and message, and a plain traceback takes the fast path either way.
         """
         raw_chars = 0
         try:
@@ -175,10 +175,10 @@ class Compactor:
                 if cached is not None:
                     return cached
             hints = Hints(exit_code=exit_code, command=command, kind=kind)
-            parsed = self._plain_first(text, hints, exception_type, exception_message)
+            parsed = self._plain_first(text, hints)
             if parsed is None:
                 text, hints = unwrap(text, hints)
-                parsed = self._parse(text, hints, exception_type, exception_message)
+                parsed = self._parse(text, hints)
             digest = with_raw_text(self.from_parsed(parsed, hints, raw_chars), text)
             if cache_key is not None:
                 with self._cache_lock:
@@ -205,32 +205,17 @@ class Compactor:
 
     __call__ = compact
 
-    def _parse(
-        self,
-        text: str,
-        hints: Hints,
-        exception_type: str | None = None,
-        exception_message: str | None = None,
-    ) -> Parsed:
+    def _parse(self, text: str, hints: Hints) -> Parsed:
         first = self._by_kind.get(hints.kind) if hints.kind else None
         if first is not None:
-            parsed = self._run(first, text, hints, exception_type, exception_message)
+            parsed = self._run(first, text, hints)
             if parsed is not None:
                 return parsed
-        every = hints.exit_code is not None or hints.command is not None
-        low: str | None = None
-        for parser, markers in self._walk:
+        for index in self._worth_trying(text, hints):
+            parser = self._walk[index][0]
             if parser is first:
                 continue
-            if markers is not None and not every:
-                if low is None:
-                    low = text.lower()
-                for gate, marker in markers:
-                    if gate in low and marker in low:
-                        break
-                else:
-                    continue
-            parsed = self._run(parser, text, hints, exception_type, exception_message)
+            parsed = self._run(parser, text, hints)
             if parsed is not None:
                 return parsed
         if self._summarizer is not None and text.strip():
@@ -239,28 +224,40 @@ class Compactor:
                 return summary
         return _fallback.parse(text, hints)
 
-    def _plain_first(
-        self, text: str, hints: Hints, exception_type: str | None, exception_message: str | None
-    ) -> Parsed | None:
+    def _worth_trying(self, text: str, hints: Hints) -> Iterator[int]:
+        """Indexes of the parsers worth trying on ``text``, in order, found lazily: a parser's markers are
+        looked for only when the walk reaches it (see the module docstring)."""
+        every = hints.exit_code is not None or hints.command is not None
+        low: str | None = None
+        for index, (_, markers) in enumerate(self._walk):
+            if markers is not None and not every:
+                if low is None:
+                    low = text.lower()
+                for gate, marker in markers:
+                    if gate in low and marker in low:
+                        break
+                else:
+                    continue
+            yield index
+
+    def _plain_first(self, text: str, hints: Hints) -> Parsed | None:
         """A plain traceback's digest without the unwrappers and parsers that provably decline it
         (:func:`~otel_errcompact.structured.parse_first`); ``None``: take the whole way. Only for the
         default order ahead of python and without hints (with them every parser is tried)."""
         if not self._python_leads or hints.kind or hints.exit_code is not None or hints.command is not None:
             return None
         try:
-            return parse_first(text, exception_type, exception_message)
+            return parse_first(text)
         except Exception:
             _log.debug("otel-errcompact: python fast path failed", exc_info=True)
             return None
 
-    def _run(
-        self, parser: Parser, text: str, hints: Hints, exception_type: str | None, exception_message: str | None
-    ) -> Parsed | None:
-        """``parser`` on ``text``; the built-in python parser's common shape through its fast paths, which
-        give the same digest (see the module docstring)."""
+    def _run(self, parser: Parser, text: str, hints: Hints) -> Parsed | None:
+        """``parser`` on ``text``; the built-in python parser's common shape through its fast path, which
+        gives the same digest (see the module docstring)."""
         if parser is _python.parse:
             try:
-                fast = parse_fast(text, exception_type, exception_message)
+                fast = _python.parse_plain(text)
             except Exception:
                 _log.debug("otel-errcompact: python fast path failed", exc_info=True)
                 fast = None
@@ -269,14 +266,8 @@ class Compactor:
         return self._try(parser, text, hints)
 
     def _candidates(self, text: str, hints: Hints) -> list[int]:
-        """Indexes of the parsers :meth:`_parse` may try on ``text``, in order (see the module docstring);
-        for inspection: ``_parse`` checks a parser's markers only when it reaches it."""
-        if hints.exit_code is not None or hints.command is not None:
-            return list(range(len(self._parsers)))
-        low = text.lower()
-        return [
-            i for i, markers in enumerate(self._markers) if markers is None or any(m in low for m in markers)
-        ]
+        """Indexes of the parsers :meth:`_parse` may try on ``text``, in order, all at once (for inspection)."""
+        return list(self._worth_trying(text, hints))
 
     @staticmethod
     def _try(parser: Parser, text: str, hints: Hints) -> Parsed | None:

@@ -1,13 +1,13 @@
-"""The fast path for an exception the span already describes: type, message and stack trace as fields.
+"""Plain tracebacks without the walk: the shortcut for a traceback that starts the text, and a check of an
+exception's fields against its traceback.
 
-An OpenTelemetry ``exception`` event carries ``exception.type``, ``exception.message`` and
-``exception.stacktrace``. For the common shape, one plain CPython traceback (no chain, no exception
-group, no syntax error, a one-line message), the python parser's :func:`~otel_errcompact.parsers.python.
-parse_plain` reads the type, the message and the location with a few C-level scans. It must give the
-same :class:`Parsed` as the full parser, so every check errs towards handing the text to the full parser:
-the fields must agree with the traceback's last line, and anything the full parser treats specially
-(chains, groups, notes, syntax errors, pydantic listings, empty or colon-ended messages, very long lines)
-falls through.
+For the common shape, one plain CPython traceback (no chain, no exception group, no syntax error, a
+one-line message), the python parser's :func:`~otel_errcompact.parsers.python.parse_plain` reads the type,
+the message and the location with a few C-level scans, and gives the same :class:`Parsed` as the full
+parser. :func:`parse_first` takes that answer before the unwrappers and the parsers ahead of python run,
+when each of them provably declines the text. :func:`parse_exception` is ``parse_plain``'s answer when it
+agrees with an OTel ``exception`` event's ``exception.type`` and ``exception.message``: the traceback's
+last line names the same type and message, so the fields confirm the text rather than replace it.
 
 >>> tb = ('Traceback (most recent call last):\\n  File "app.py", line 3, in load\\n'
 ...       "    return users[uid]\\nKeyError: 'uid'\\n")
@@ -25,7 +25,7 @@ from otel_errcompact.parsers._base import Parsed
 from otel_errcompact.parsers.python import parse_plain
 from otel_errcompact.unwrap import harness, lint_gate
 
-__all__ = ["parse_exception", "parse_fast", "parse_first"]
+__all__ = ["parse_exception", "parse_first"]
 
 _HEADER_LINE = "Traceback (most recent call last):\n"
 
@@ -51,15 +51,7 @@ def parse_exception(text: str, exception_type: str | None, exception_message: st
     return parsed
 
 
-def parse_fast(text: str, exception_type: str | None, exception_message: str | None) -> Parsed | None:
-    """The python parser's answer through its fast paths: checked against the exception's fields when
-    there are any, else read from the text's common shape; ``None`` when the full parser must decide."""
-    return (parse_exception(text, exception_type, exception_message) if exception_type else None) or parse_plain(
-        text
-    )
-
-
-def parse_first(text: str, exception_type: str | None, exception_message: str | None) -> Parsed | None:
+def parse_first(text: str) -> Parsed | None:
     """The answer the default unwrappers and parsers give for a plain traceback that starts the text,
     without running those that provably decline it; ``None``: let them run.
 
@@ -79,7 +71,7 @@ def parse_first(text: str, exception_type: str | None, exception_message: str | 
     """
     if not text.startswith(_HEADER_LINE) or "\\" in text or not harness.declines(text) or not lint_gate.declines(text):
         return None
-    parsed = parse_fast(text, exception_type, exception_message)
+    parsed = parse_plain(text)
     if parsed is None or not linter.declines_unbulleted(text) or not pytest_report.declines(text):
         return None
     return parsed
