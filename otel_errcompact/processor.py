@@ -80,8 +80,8 @@ _TOOL_CALL_ID = semconv.GEN_AI_TOOL_CALL_ID
 _TOOL_CALL_ARGUMENTS = semconv.GEN_AI_TOOL_CALL_ARGUMENTS
 _UTC = timezone.utc
 _from_timestamp = datetime.fromtimestamp
-_AGENT_OPERATIONS = ("invoke_agent", "create_agent")
-_AGENT_KINDS = ("agent", "workflow")
+_AGENT_OPERATIONS = semconv.AGENT_OPERATIONS
+_AGENT_KINDS = semconv.AGENT_KINDS
 _MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
 
 

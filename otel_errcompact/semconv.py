@@ -18,6 +18,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 __all__ = [
+    "AGENT_KINDS",
+    "AGENT_OPERATIONS",
     "CONVERSATION_ATTRIBUTES",
     "ERROR_TYPE",
     "EXCEPTION_EVENT",
@@ -54,8 +56,10 @@ EXCEPTION_EVENT = "exception"
 
 OPENINFERENCE_KIND = "openinference.span.kind"
 TRACELOOP_KIND = "traceloop.span.kind"
-_OPENINFERENCE_KIND = OPENINFERENCE_KIND
-_TRACELOOP_KIND = TRACELOOP_KIND
+AGENT_OPERATIONS = ("invoke_agent", "create_agent")
+"""``gen_ai.operation.name`` values of an agent span."""
+AGENT_KINDS = ("agent", "workflow")
+"""``traceloop.span.kind`` values of an agent span."""
 CONVERSATION_ATTRIBUTES = (GEN_AI_CONVERSATION_ID, "session.id", "traceloop.association.properties.session_id")
 """Where the three conventions record the conversation (session), in order of preference."""
 
@@ -64,17 +68,17 @@ def is_tool_span(attrs: Mapping[str, Any]) -> bool:
     """True for a tool-execution span in any of the three conventions."""
     return (
         attrs.get(GEN_AI_OPERATION_NAME) == "execute_tool"
-        or attrs.get(_OPENINFERENCE_KIND) == "TOOL"
-        or attrs.get(_TRACELOOP_KIND) == "tool"
+        or attrs.get(OPENINFERENCE_KIND) == "TOOL"
+        or attrs.get(TRACELOOP_KIND) == "tool"
     )
 
 
 def is_agent_span(attrs: Mapping[str, Any]) -> bool:
     """True for an agent-invocation span (the span an escalation event is added to)."""
     return (
-        attrs.get(GEN_AI_OPERATION_NAME) in ("invoke_agent", "create_agent")
-        or attrs.get(_OPENINFERENCE_KIND) == "AGENT"
-        or attrs.get(_TRACELOOP_KIND) in ("agent", "workflow")
+        attrs.get(GEN_AI_OPERATION_NAME) in AGENT_OPERATIONS
+        or attrs.get(OPENINFERENCE_KIND) == "AGENT"
+        or attrs.get(TRACELOOP_KIND) in AGENT_KINDS
     )
 
 
