@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -29,3 +31,21 @@ def require(*modules: str) -> None:
     if os.environ.get("CI", "").strip().lower() == "true":
         pytest.fail(f"integration packages missing on CI: {reason}", pytrace=False)
     pytest.skip(reason, allow_module_level=True)
+
+
+def instrumented(make_otel: Callable[..., Any], instrumentor: Any) -> Iterator[Callable[..., Any]]:
+    """The body of a ``traced`` fixture: ``make_otel`` with ``instrumentor`` (an OpenInference
+    instrumentor) exporting into each pipeline it builds, uninstrumented at the end if it was used."""
+    made: list[Any] = []
+
+    def build(**kwargs: Any) -> Any:
+        otel = make_otel(**kwargs)
+        instrumentor.instrument(tracer_provider=otel.tracer_provider)
+        made.append(otel)
+        return otel
+
+    try:
+        yield build
+    finally:
+        if made:
+            instrumentor.uninstrument()

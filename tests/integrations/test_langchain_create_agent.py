@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.integrations import require
+from tests.integrations import instrumented, require
 
 require("langchain.agents", "langgraph", "openinference.instrumentation.langchain")
 
@@ -33,20 +33,7 @@ CONFIG = {"configurable": {"thread_id": THREAD}}
 
 @pytest.fixture
 def traced(make_otel: Callable[..., OTel]) -> Iterator[Callable[..., OTel]]:
-    instrumentor = LangChainInstrumentor()
-    made: list[OTel] = []
-
-    def build(**kwargs: Any) -> OTel:
-        otel = make_otel(**kwargs)
-        instrumentor.instrument(tracer_provider=otel.tracer_provider)
-        made.append(otel)
-        return otel
-
-    try:
-        yield build
-    finally:
-        if made:
-            instrumentor.uninstrument()
+    yield from instrumented(make_otel, LangChainInstrumentor())
 
 
 @pytest.fixture

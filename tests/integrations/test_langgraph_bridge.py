@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.integrations import require
+from tests.integrations import instrumented, require
 
 require("langgraph", "langgraph.prebuilt", "langchain_core", "openinference.instrumentation.langchain")
 
@@ -56,20 +56,7 @@ def tools(db: Path, tmp_path: Path) -> list[Any]:
 @pytest.fixture
 def traced(make_otel: Callable[..., OTel]) -> Iterator[Callable[..., OTel]]:
     """``make_otel`` with the LangChain instrumentation exporting into the pipeline it builds."""
-    instrumentor = LangChainInstrumentor()
-    made: list[OTel] = []
-
-    def build(**kwargs: Any) -> OTel:
-        otel = make_otel(**kwargs)
-        instrumentor.instrument(tracer_provider=otel.tracer_provider)
-        made.append(otel)
-        return otel
-
-    try:
-        yield build
-    finally:
-        if made:
-            instrumentor.uninstrument()
+    yield from instrumented(make_otel, LangChainInstrumentor())
 
 
 def where(db: Path) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.integrations import require
+from tests.integrations import instrumented, require
 
 require("agents", "openinference.instrumentation.openai_agents")
 
@@ -42,20 +42,7 @@ SDK_DEFAULT_TOOL_ERROR = "An error occurred while running the tool. Please try a
 
 @pytest.fixture
 def traced(make_otel: Callable[..., OTel]) -> Iterator[Callable[..., OTel]]:
-    instrumentor = OpenAIAgentsInstrumentor()
-    made: list[OTel] = []
-
-    def build(**kwargs: Any) -> OTel:
-        otel = make_otel(**kwargs)
-        instrumentor.instrument(tracer_provider=otel.tracer_provider)
-        made.append(otel)
-        return otel
-
-    try:
-        yield build
-    finally:
-        if made:
-            instrumentor.uninstrument()
+    yield from instrumented(make_otel, OpenAIAgentsInstrumentor())
 
 
 @pytest.fixture
