@@ -9,19 +9,29 @@ Headers understood (case-insensitive):
 - IETF ``RateLimit: "default";r=50;t=30`` with ``RateLimit-Policy: "default";q=100;w=60`` (and the older
   ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` fields and ``RateLimit: limit=…, remaining=…, reset=…``).
 
-The rule (the seed's "usage outruns the elapsed window fraction"), per budget, before each request::
+The rule, per budget, before each request, is the generic cell rate algorithm (GCRA) of
+:func:`~otel_errcompact.recovery.state.pacing_delay`: requests go one ``unit = window / limit`` apart, and
+at most ``limit - 1`` units ahead of the time the budget would be full again::
 
-    used    = (limit - remaining + in_flight) / limit   # in_flight: reserved, response not back yet
-    elapsed = 1 - (reset_at - now) / window
-    delay   = max(0, (used - elapsed) * window)  =  max(0, (reset_at - now) - (remaining - in_flight) * window / limit)
+    full_at = max(reset_at, now + (limit - remaining) * unit)      # a token bucket (OpenAI, Anthropic)
+            = reset_at + (limit - remaining) * unit                # a fixed window (the IETF fields)
+    delay   = max(0, full_at + (in_flight - 1) * unit - (limit - 1) * unit - now)
 
-i.e. the remaining units, spread evenly, must last until the reset. The window is the IETF policy's ``w``;
-the providers do not send one, so it is inferred from their token bucket (``reset`` is the time to refill
-``limit - remaining`` units, so ``window = reset * limit / (limit - remaining)``), or 60 s (their
-per-minute limits) when the budget is full. Each request reserves one unit of every ``requests`` budget until
-its response is back (token budgets are paced by what the server reports; a request's token cost is not
-known beforehand). A
-429 with ``retry-after`` holds every caller of that host until then. The delay of one call is capped
+so a bucket with units left lets them go at once, an empty one lets one go per unit as units come back,
+and a fixed window spreads what it has left until its reset. ``in_flight`` counts the requests reserved
+and not answered, this one included: every request reserves one unit of the host's ``requests`` budget
+until its response is back, from the very first request on (token budgets are paced by what the server
+reports; a request's token cost is not known beforehand). Requests sent before any response has reported
+a budget cannot be paced; a report then counts the ones still in flight. The full time only moves later,
+so a response read out of order (an older count after a newer one) never hands back spent units.
+
+The window is the IETF policy's ``w``; the providers do not send one, so it is inferred from their token
+bucket: ``reset`` is the time to refill the missing units, which ``remaining``, a whole count, gives to
+within one, so ``window = reset * limit / (limit - remaining - 1)``, never shorter than the true one. A
+nearly full bucket keeps the window inferred last, and a full one with none known is taken as 60 s (the
+providers' per-minute limits). A 429 with ``retry-after`` holds
+every caller of that host until then, and the host's own budget paces them after it (a bucket that
+refused a request is empty, so no burst follows the hold). The delay of one call is capped
 (``max_delay_s``, default 60 s) so pacing never parks an agent indefinitely.
 
 ``pace(client)`` hooks a pacer into an httpx (or httpx2) client, sync or async, or into the client inside
@@ -40,11 +50,12 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
 from otel_errcompact.recovery.classify import retry_after_from_headers
-from otel_errcompact.recovery.state import InMemoryStateStore, RateBudget, RecoveryStateStore
+from otel_errcompact.recovery.state import InMemoryStateStore, RateBudget, RecoveryStateStore, Refill
 
 __all__ = ["Pacer", "default_pacer", "pace", "parse_duration", "parse_rate_limit_headers"]
 
@@ -52,6 +63,8 @@ _log = logging.getLogger("otel_errcompact")
 C = TypeVar("C")
 
 _DEFAULT_WINDOW_S = 60.0
+_HOLD = "retry-after"
+"""The budget a 429's retry-after holds: nothing before it, and the host's own budgets after it."""
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m(?!s))?(?:(\d+(?:\.\d+)?)s)?(?:(\d+(?:\.\d+)?)ms)?$")
 _OPENAI = re.compile(r"^x-ratelimit-(limit|remaining|reset)-([a-z-]+)$")
 _ANTHROPIC = re.compile(r"^anthropic-ratelimit-([a-z-]+)-(limit|remaining|reset)$")
@@ -83,14 +96,31 @@ def _rfc3339(text: str) -> float | None:
 
 
 def _inferred_window(limit: float, remaining: float, time_left: float) -> float:
-    if limit > remaining and time_left > 0:
-        return time_left * limit / (limit - remaining)
+    """A token bucket's window (the time to refill all ``limit`` units) from one report.
+
+    ``remaining`` is a whole count of a bucket that may hold up to one unit more, so the ``time_left`` to
+    full refills between ``limit - remaining - 1`` and ``limit - remaining`` units. Dividing by the
+    smaller never makes the window shorter than it is: pacing errs slow, by at most one unit in
+    ``limit - remaining``. With fewer than two units missing one report cannot bound it from above;
+    :class:`Pacer` then keeps the window it inferred last.
+    """
+    missing = limit - remaining
+    if time_left > 0 and missing >= 2:
+        return time_left * limit / (missing - 1)
+    if time_left > 0 and missing > 0:
+        return time_left * limit / missing
     return _DEFAULT_WINDOW_S
 
 
-def _budget(limit: float, remaining: float, reset_at: float, now: float, window: float | None) -> RateBudget:
+def _bounded_window(limit: float, remaining: float) -> bool:
+    return limit - remaining >= 2
+
+
+def _budget(
+    limit: float, remaining: float, reset_at: float, now: float, window: float | None, refill: Refill = "bucket"
+) -> RateBudget:
     time_left = max(0.0, reset_at - now)
-    return RateBudget(limit, remaining, reset_at, window or _inferred_window(limit, remaining, time_left))
+    return RateBudget(limit, remaining, reset_at, window or _inferred_window(limit, remaining, time_left), refill)
 
 
 def parse_rate_limit_headers(headers: Mapping[str, str] | Any, now: float) -> dict[str, RateBudget]:
@@ -99,7 +129,7 @@ def parse_rate_limit_headers(headers: Mapping[str, str] | Any, now: float) -> di
     >>> b = parse_rate_limit_headers({"x-ratelimit-limit-requests": "60", "x-ratelimit-remaining-requests": "30",
     ...                               "x-ratelimit-reset-requests": "30s"}, now=0.0)
     >>> b["requests"]
-    RateBudget(limit=60.0, remaining=30.0, reset_at=30.0, window_s=60.0)
+    RateBudget(limit=60.0, remaining=30.0, reset_at=30.0, window_s=62.06896551724138, refill='bucket')
     """
     parts: dict[str, dict[str, str]] = {}
     ietf: dict[str, str] = {}
@@ -159,7 +189,7 @@ def _ietf(fields: dict[str, str], now: float) -> RateBudget | None:
     reset = values.get("t", values.get("reset"))
     if limit is None or remaining is None or reset is None or limit <= 0:
         return None
-    return _budget(limit, remaining, now + reset, now, values.get("w"))
+    return _budget(limit, remaining, now + reset, now, values.get("w"), "window")
 
 
 class Pacer:
@@ -180,6 +210,7 @@ class Pacer:
         self.max_delay_s = max_delay_s
         self._clock = clock
         self._dimensions: dict[str, frozenset[str]] = {}
+        self._windows: dict[str, float] = {}
         self._lock = threading.Lock()
         self.delays = 0
         self.delayed_s = 0.0
@@ -188,8 +219,6 @@ class Pacer:
         """Reserve one request on ``host``'s budgets; seconds to wait before sending it (0 when none)."""
         try:
             costs = self._costs(host)
-            if not costs:
-                return 0.0
             delay = min(self.max_delay_s, self.store.pace_reserve(costs, self._clock()))
             if delay > 0:
                 with self._lock:
@@ -201,8 +230,11 @@ class Pacer:
             return 0.0
 
     def _costs(self, host: str) -> dict[str, float]:
-        dimensions = self._dimensions.get(host, frozenset())
-        return {f"{host}|{d}": (1.0 if d == "requests" else 0.0) for d in dimensions}
+        """Every request reserves one unit of ``requests``, from the first one on: requests sent before
+        the first response are in flight too, and the first report does not count them."""
+        costs = {f"{host}|{d}": 0.0 for d in self._dimensions.get(host, ())}
+        costs[f"{host}|requests"] = 1.0
+        return costs
 
     def observe(self, host: str, status: int, headers: Mapping[str, str] | Any, reserved: bool = True) -> None:
         """Store the budgets a response from ``host`` reported (and a 429's retry-after); release the
@@ -210,13 +242,11 @@ class Pacer:
         try:
             release = {k: v for k, v in self._costs(host).items() if v} if reserved else {}
             now = self._clock()
-            budgets = parse_rate_limit_headers(headers, now)
+            budgets = self._known_windows(host, parse_rate_limit_headers(headers, now), now)
             if status == 429:
                 wait = retry_after_from_headers(headers, now=now)
                 if wait is not None and wait > 0:
-                    held = budgets.get("requests")
-                    limit = held.limit if held is not None else 1.0
-                    budgets["requests"] = RateBudget(limit, 0.0, now + wait, wait)
+                    budgets[_HOLD] = RateBudget(1.0, 0.0, now + wait, wait, "hold")
             if budgets:
                 with self._lock:
                     self._dimensions[host] = self._dimensions.get(host, frozenset()) | frozenset(budgets)
@@ -224,6 +254,28 @@ class Pacer:
                 self.store.pace_settle({f"{host}|{d}": b for d, b in budgets.items()}, now, release)
         except Exception:
             _log.debug("otel-errcompact: could not read rate-limit headers", exc_info=True)
+
+    def _known_windows(self, host: str, budgets: dict[str, RateBudget], now: float) -> dict[str, RateBudget]:
+        """Narrow each bucket's window over its reports.
+
+        One report bounds the window between ``reset * limit / missing`` and ``reset * limit / (missing -
+        1)``; the true window lies in every report's range, so the smallest upper bound seen is kept while
+        it stays above the latest lower bound (when it does not, the limit changed: start again). A nearly
+        full bucket's report bounds nothing and takes the window kept.
+        """
+        for dimension, budget in budgets.items():
+            if budget.refill != "bucket":
+                continue
+            key = f"{host}|{dimension}"
+            with self._lock:
+                kept = self._windows.get(key)
+                if _bounded_window(budget.limit, budget.remaining):
+                    low = (budget.reset_at - now) * budget.limit / (budget.limit - budget.remaining)
+                    kept = budget.window_s if kept is None or kept < low else min(kept, budget.window_s)
+                    self._windows[key] = kept
+            if kept is not None:
+                budgets[dimension] = replace(budget, window_s=kept)
+        return budgets
 
 
 _default: Pacer | None = None
@@ -263,7 +315,7 @@ def pace(client: C, pacer: Pacer | None = None) -> C:
     if inspect.iscoroutinefunction(getattr(http, "send", None)):
 
         async def before_async(request: Any) -> None:
-            request.extensions["errcompact_paced"] = bool(p._costs(_host(request)))
+            request.extensions["errcompact_paced"] = True
             delay = p.reserve(_host(request))
             if delay > 0:
                 await asyncio.sleep(delay)
@@ -277,7 +329,7 @@ def pace(client: C, pacer: Pacer | None = None) -> C:
     else:
 
         def before(request: Any) -> None:
-            request.extensions["errcompact_paced"] = bool(p._costs(_host(request)))
+            request.extensions["errcompact_paced"] = True
             delay = p.reserve(_host(request))
             if delay > 0:
                 time.sleep(delay)

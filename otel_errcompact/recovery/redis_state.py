@@ -148,8 +148,9 @@ end
 return 1
 """
 
-# Pacing: each field of the hash is one budget as JSON {"budget": {limit, remaining, reset_at, window_s} | absent,
-# "in_flight": [[expires_at, cost], ...]}: the same bookkeeping as InMemoryStateStore, in one atomic script.
+# Pacing: each field of the hash is one budget as JSON {"budget": {limit, remaining, reset_at, window_s, refill}
+# | absent, "full_at": GCRA's theoretical arrival time | absent, "in_flight": [[expires_at, cost], ...]}: the
+# same bookkeeping as InMemoryStateStore, in one atomic script.
 _PACE_COMMON = """
 local function load(raw)
   local p = {}
@@ -173,17 +174,14 @@ for i = 4, #ARGV, 2 do
   p.in_flight = kept
   local b = p.budget
   if b ~= nil and b ~= cjson.null then
-    if now >= b.reset_at then
-      b.remaining, b.reset_at = b.limit, now
-    end
-    local pending = 0
-    for _, r in ipairs(kept) do pending = pending + r[2] end
-    local reset_at = b.reset_at
-    if now >= reset_at and b.limit > 0 then reset_at = now + pending * b.window_s / b.limit end
-    local left = reset_at - now
-    if left > 0 and b.limit > 0 and b.window_s > 0 then
-      local wait = math.max(0, math.min(left, left - (b.remaining - pending) * b.window_s / b.limit))
+    if b.refill == 'hold' then
+      if b.reset_at - now > delay then delay = b.reset_at - now end
+    elseif b.limit > 0 and b.window_s > 0 then
+      local unit = b.window_s / b.limit
+      local tat = math.max(tonumber(p.full_at) or now, now)
+      local wait = tat - math.max(0, b.limit - 1) * unit - now
       if wait > delay then delay = wait end
+      if cost > 0 then p.full_at = tat + cost * unit end
     end
   end
   redis.call('HSET', KEYS[1], name, cjson.encode(p))
@@ -204,9 +202,27 @@ for name, cost in pairs(release) do
     redis.call('HSET', KEYS[1], name, cjson.encode(p))
   end
 end
+local now = tonumber(ARGV[4])
 for name, b in pairs(budgets) do
   local p = load(redis.call('HGET', KEYS[1], name))
-  p.budget = b
+  local c = p.budget
+  if b.refill == 'hold' then
+    if c == nil or c == cjson.null or c.refill ~= 'hold' or b.reset_at > c.reset_at then p.budget = b end
+  else
+    p.budget = b
+    if b.limit > 0 and b.window_s > 0 then
+      local unit = b.window_s / b.limit
+      local full = now
+      if now < b.reset_at then  -- full_at()
+        local missing = (b.limit - b.remaining) * unit
+        if b.refill == 'window' then full = b.reset_at + missing else full = math.max(b.reset_at, now + missing) end
+      end
+      local pending = 0
+      for _, r in ipairs(p.in_flight) do pending = pending + r[2] end
+      full = full + pending * unit
+      if p.full_at == nil or full > tonumber(p.full_at) then p.full_at = full end
+    end
+  end
   redis.call('HSET', KEYS[1], name, cjson.encode(p))
 end
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
@@ -353,12 +369,23 @@ class RedisStateStore:
         if not budgets and not release:
             return
         encoded = {
-            name: {"limit": b.limit, "remaining": b.remaining, "reset_at": b.reset_at, "window_s": b.window_s}
+            name: {
+                "limit": b.limit,
+                "remaining": b.remaining,
+                "reset_at": b.reset_at,
+                "window_s": b.window_s,
+                "refill": b.refill,
+            }
             for name, b in budgets.items()
         }
         self._settle(
             keys=[self._pace],
-            args=[json.dumps(encoded) if encoded else "{}", json.dumps(dict(release)) if release else "{}", self.ttl_s],
+            args=[
+                json.dumps(encoded) if encoded else "{}",
+                json.dumps(dict(release)) if release else "{}",
+                self.ttl_s,
+                repr(now),
+            ],
         )
 
 

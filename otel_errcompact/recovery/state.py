@@ -25,8 +25,14 @@ Pacer operations (keyed by a budget name such as ``api.example:requests``; see
 
 - :meth:`~RecoveryStateStore.pace_reserve` — reserve the cost of one request on several budgets at once
   (it counts as in flight) and return how long to wait before sending it;
-- :meth:`~RecoveryStateStore.pace_settle` — a response arrived: release its reservation and replace the
-  budgets with what it reported (the server's count is the truth). A reservation whose response never
+- :meth:`~RecoveryStateStore.pace_settle` — a response arrived: release its reservation and take in
+  what it reported (the server's count is the truth about what others spent).
+
+Pacing is the generic cell rate algorithm (GCRA): each budget keeps one time, when it would be full again
+(:func:`full_at`); a reservation goes ``limit - 1`` units ahead of it at most and pushes it one unit
+later; a report pushes it to what the server counted plus the units still in flight. It only moves
+later, so a report read out of order (an older count, arriving after a newer one) never hands back units
+that later requests spent. A reservation whose response never
   came (a dropped connection) expires after ``reservation_ttl_s``, so nothing leaks.
 
 :class:`InMemoryStateStore` is the default and the reference implementation; it is bounded (least
@@ -38,7 +44,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict, deque
 from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
 __all__ = [
@@ -50,6 +56,8 @@ __all__ = [
     "InMemoryStateStore",
     "RateBudget",
     "RecoveryStateStore",
+    "Refill",
+    "full_at",
     "pacing_delay",
 ]
 
@@ -112,32 +120,67 @@ class Admission:
     changes: tuple[BreakerChange, ...] = ()
 
 
+Refill = Literal["bucket", "window", "hold"]
+
+
 @dataclass(frozen=True, slots=True)
 class RateBudget:
     """One rate-limit dimension as a response reported it: ``remaining`` of ``limit`` units per
-    ``window_s`` seconds, fully replenished at ``reset_at`` (wall-clock seconds)."""
+    ``window_s`` seconds, fully replenished at ``reset_at`` (wall-clock seconds).
+
+    ``refill`` says how the units come back: ``"bucket"``, a token bucket refilled continuously (OpenAI's
+    and Anthropic's limits: ``reset_at`` is when it is full again); ``"window"``, a fixed window that has
+    ``remaining`` until ``reset_at`` and then ``limit`` again (the IETF fields); ``"hold"``, nothing at
+    all before ``reset_at`` (a 429's retry-after), and no limit after it.
+    """
 
     limit: float
     remaining: float
     reset_at: float
     window_s: float
+    refill: Refill = "bucket"
 
 
-def pacing_delay(budget: RateBudget, now: float) -> float:
-    """Seconds to wait so that usage does not outrun the elapsed fraction of the window.
+def full_at(budget: RateBudget, now: float) -> float:
+    """When the budget would be full again if nothing more were spent: the "theoretical arrival time" of
+    the generic cell rate algorithm (GCRA), which paces requests one ``window_s / limit`` apart and lets
+    ``limit - 1`` of them ahead of that as a burst.
 
-    With ``used = (limit - remaining) / limit`` and ``elapsed = 1 - (reset_at - now) / window``, a call
-    may go when ``used <= elapsed``; otherwise it waits ``(used - elapsed) * window``, which is
-    ``(reset_at - now) - remaining * window / limit``: the remaining units, spread evenly, must reach to
-    the reset. Once the reset has passed the window is fresh and nothing waits.
-
-    >>> pacing_delay(RateBudget(limit=60, remaining=10, reset_at=50.0, window_s=60), now=0.0)
-    40.0
+    A bucket's own report says it (``reset_at``; never earlier than the ``limit - remaining`` units
+    missing take to refill). A fixed window may hand its ``remaining`` units out at any time before
+    ``reset_at``, so it is taken as full only after those units are also spread past it: the pace never
+    outruns either kind. A report whose reset has passed is a full budget.
     """
-    time_left = budget.reset_at - now
-    if time_left <= 0 or budget.limit <= 0 or budget.window_s <= 0:
+    if budget.limit <= 0 or budget.window_s <= 0 or now >= budget.reset_at:
+        return now
+    missing = (budget.limit - budget.remaining) * budget.window_s / budget.limit
+    if budget.refill == "window":
+        return budget.reset_at + missing
+    return max(budget.reset_at, now + missing)
+
+
+def pacing_delay(budget: RateBudget, now: float, pending: float = 1.0) -> float:
+    """Seconds to wait before the ``pending``-th request in flight (this one included) may go, by what
+    ``budget`` reports alone.
+
+    GCRA: requests go one ``unit = window_s / limit`` apart, and up to ``limit - 1`` units ahead of the
+    budget's :func:`full_at` time: ``delay = max(0, full_at + (pending - 1) * unit - (limit - 1) * unit
+    - now)``. A token bucket with units left lets them go now; an empty one lets one go per unit, the
+    first as soon as one unit has come back; a fixed window spreads what it has left until its reset.
+
+    >>> bucket = RateBudget(limit=60, remaining=10, reset_at=50.0, window_s=60)
+    >>> pacing_delay(bucket, 0.0), pacing_delay(bucket, 0.0, pending=11)
+    (0.0, 1.0)
+    >>> pacing_delay(RateBudget(60, 10, 50.0, 60, "window"), 0.0)  # 10 left for 50 s: the 1st goes at 41 s
+    41.0
+    """
+    if budget.refill == "hold":
+        return max(0.0, budget.reset_at - now)
+    if budget.limit <= 0 or budget.window_s <= 0:
         return 0.0
-    return max(0.0, min(time_left, time_left - budget.remaining * budget.window_s / budget.limit))
+    unit = budget.window_s / budget.limit
+    slot = full_at(budget, now) + (pending - 1) * unit - max(0.0, budget.limit - 1) * unit
+    return max(0.0, slot - now)
 
 
 @runtime_checkable
@@ -196,6 +239,7 @@ class _Breaker:
 @dataclass(slots=True)
 class _Pace:
     budget: RateBudget | None = None
+    full_at: float = float("-inf")  # GCRA's theoretical arrival time
     in_flight: deque[tuple[float, float]] = field(default_factory=deque)  # (expires at, cost), oldest first
 
 
@@ -301,12 +345,14 @@ class InMemoryStateStore:
                 budget = p.budget
                 if budget is None:
                     continue  # nothing reported yet: nothing to pace by
-                if now >= budget.reset_at:  # replenished since the report: full again
-                    budget = p.budget = replace(budget, remaining=budget.limit, reset_at=now)
-                pending = sum(c for _, c in p.in_flight)
-                if now >= budget.reset_at and budget.limit > 0:
-                    budget = replace(budget, reset_at=now + pending * budget.window_s / budget.limit)
-                delay = max(delay, pacing_delay(replace(budget, remaining=budget.remaining - pending), now))
+                if budget.refill == "hold":
+                    delay = max(delay, budget.reset_at - now)
+                elif budget.limit > 0 and budget.window_s > 0:
+                    unit = budget.window_s / budget.limit
+                    tat = max(p.full_at, now)
+                    delay = max(delay, tat - max(0.0, budget.limit - 1) * unit - now)
+                    if cost:
+                        p.full_at = tat + cost * unit
             return delay
 
     def pace_settle(
@@ -320,7 +366,15 @@ class InMemoryStateStore:
                         del p.in_flight[i]
                         break
             for name, budget in budgets.items():
-                self._pace(name).budget = budget
+                p = self._pace(name)
+                if budget.refill == "hold":
+                    if p.budget is None or p.budget.refill != "hold" or budget.reset_at > p.budget.reset_at:
+                        p.budget = budget
+                    continue
+                p.budget = budget
+                if budget.limit > 0 and budget.window_s > 0:
+                    pending = sum(c for _, c in p.in_flight) * budget.window_s / budget.limit
+                    p.full_at = max(p.full_at, full_at(budget, now) + pending)
 
     def _pace(self, name: str) -> _Pace:
         p = self._paces.get(name)

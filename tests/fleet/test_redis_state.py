@@ -53,6 +53,10 @@ def test_the_redis_store_decides_as_the_in_memory_store_does(redis_server: Redis
         seen.append(round(store.pace_reserve({"h|requests": 1.0}, now + 2), 3))
         seen.append(round(store.pace_reserve({"h|requests": 1.0}, now + 100), 3))  # the window has reset
         seen.append(store.pace_reserve({"unknown|requests": 1.0}, now))
+        store.pace_settle({"o|requests": RateBudget(2, 0, now + 1, 1)}, now)
+        seen.append([round(store.pace_reserve({"o|requests": 1.0}, now), 3) for _ in range(4)])  # past the limit
+        store.pace_settle({"o|requests": RateBudget(2, 1, now + 0.5, 1)}, now + 0.1, {"o|requests": 1.0})  # older
+        seen.append(round(store.pace_reserve({"o|requests": 1.0}, now + 0.1), 3))
         return seen
 
     now = time.time()

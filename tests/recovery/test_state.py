@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import threading
 
-from otel_errcompact.recovery.state import InMemoryStateStore, RateBudget, RecoveryStateStore, pacing_delay
+import pytest
+
+from otel_errcompact.recovery.state import (
+    InMemoryStateStore,
+    RateBudget,
+    RecoveryStateStore,
+    pacing_delay,
+)
 
 
 def fail(store: InMemoryStateStore, key: str = "k", fp: str = "a", now: float = 0.0):  # type: ignore[no-untyped-def]
@@ -84,24 +91,51 @@ def test_bounded() -> None:
 
 
 def test_pacing_delay_formula() -> None:
-    budget = RateBudget(limit=100, remaining=40, reset_at=36.0, window_s=60.0)
-    # used 60 % of the window's units with 40 % of the window gone: wait until 60 % has gone
-    assert pacing_delay(budget, now=0.0) == 36.0 - 40 * 0.6
-    assert pacing_delay(RateBudget(100, 90, 6.0, 60.0), now=0.0) == 0.0
-    assert pacing_delay(budget, now=37.0) == 0.0  # the window has reset
+    bucket = RateBudget(limit=100, remaining=40, reset_at=36.0, window_s=60.0)  # one unit per 0.6 s
+    assert pacing_delay(bucket, now=0.0) == 0.0  # a bucket with units left lets them go at once
+    assert pacing_delay(bucket, now=0.0, pending=41) == pytest.approx(0.6)  # the 41st waits for one to come back
+    window = RateBudget(limit=100, remaining=40, reset_at=36.0, window_s=60.0, refill="window")
+    # a fixed window may spend its 40 at any time before the reset: spread one unit apart, the 40th at 36 s
+    assert pacing_delay(window, now=0.0) == pytest.approx(12.6)
+    assert pacing_delay(window, now=0.0, pending=40) == pytest.approx(36.0)
+    assert pacing_delay(window, now=37.0) == 0.0 == pacing_delay(bucket, now=37.0)  # reset: full again
+    hold = RateBudget(1, 0, 5.0, 5.0, refill="hold")
+    assert pacing_delay(hold, now=1.0, pending=9) == 4.0 and pacing_delay(hold, now=6.0) == 0.0
+
+
+def test_an_empty_bucket_lets_one_request_go_per_unit_as_units_come_back() -> None:
+    empty = RateBudget(limit=4, remaining=0, reset_at=2.0, window_s=2.0)
+    assert [pacing_delay(empty, 0.0, pending) for pending in range(1, 9)] == [0.5 * k for k in range(1, 9)]
+
+
+def test_an_older_report_read_late_never_hands_back_spent_units() -> None:
+    # a token bucket of 6 refilled at 6/s: the later count has spent one more unit
+    newer = RateBudget(limit=6, remaining=2, reset_at=10.5 + 1 / 6, window_s=1.0)
+    older = RateBudget(limit=6, remaining=3, reset_at=10.5, window_s=1.0)
+    in_order, out_of_order = InMemoryStateStore(), InMemoryStateStore()
+    for store, reports in ((in_order, [older, newer]), (out_of_order, [newer, older])):
+        for _ in reports:
+            store.pace_reserve({"api:requests": 1}, 10.0)
+        for report in reports:
+            store.pace_settle({"api:requests": report}, 10.0, {"api:requests": 1})
+    delays = [[round(s.pace_reserve({"api:requests": 1}, 10.0), 6) for _ in range(6)] for s in (in_order, out_of_order)]
+    assert delays[0] == [0.0, 0.0, round(1 / 6, 6), round(2 / 6, 6), 0.5, round(4 / 6, 6)]
+    # read late, the older count changes nothing; the newer one, read while the older request was still in
+    # flight, counted that request twice: out of order errs on the slow side, never the fast one
+    assert delays[1] == [*delays[0][1:], round(5 / 6, 6)]
 
 
 def test_reservations_spread_concurrent_callers_until_responses_release_them() -> None:
     s = InMemoryStateStore(reservation_ttl_s=30.0)
     assert s.pace_reserve({"api:requests": 1}, 0.0) == 0.0  # nothing reported yet
-    report = RateBudget(limit=10, remaining=5, reset_at=5.0, window_s=10.0)
+    report = RateBudget(limit=10, remaining=5, reset_at=5.0, window_s=10.0)  # one unit a second
     s.pace_settle({"api:requests": report}, 0.0, {"api:requests": 1})
-    delays = [s.pace_reserve({"api:requests": 1}, 0.0) for _ in range(4)]
-    assert delays == [1.0, 2.0, 3.0, 4.0]  # each reservation in flight is one more slot of window/limit
-    for _ in range(4):  # the responses arrive and report the server's count
-        s.pace_settle({"api:requests": RateBudget(10, 1, 9.0, 10.0)}, 0.1, {"api:requests": 1})
-    assert s.pace_reserve({"api:requests": 1}, 0.1) == 8.9  # the 1 left is this reservation's: wait to the reset
-    assert s.pace_reserve({"api:requests": 1}, 40.0) == 0.0  # reservations expired, the window refilled
+    delays = [s.pace_reserve({"api:requests": 1}, 0.0) for _ in range(7)]
+    assert delays == [0.0, 0.0, 0.0, 0.0, 0.0, 1.0, 2.0]  # the five left go, then one per unit
+    for _ in range(7):  # the responses arrive and report the bucket empty
+        s.pace_settle({"api:requests": RateBudget(10, 0, 10.1, 10.0)}, 0.1, {"api:requests": 1})
+    assert s.pace_reserve({"api:requests": 1}, 0.1) >= 1.0  # at least until a unit has come back
+    assert s.pace_reserve({"api:requests": 1}, 40.0) == 0.0  # reservations expired, the bucket refilled
 
 
 def test_pacing_budget_and_reservations_bounded() -> None:
