@@ -9,21 +9,28 @@ Headers understood (case-insensitive):
 - IETF ``RateLimit: "default";r=50;t=30`` with ``RateLimit-Policy: "default";q=100;w=60`` (and the older
   ``RateLimit-Limit`` / ``-Remaining`` / ``-Reset`` fields and ``RateLimit: limit=…, remaining=…, reset=…``).
 
-The rule, per budget, before each request, is the generic cell rate algorithm (GCRA) of
-:func:`~otel_errcompact.recovery.state.pacing_delay`: requests go one ``unit = window / limit`` apart, and
-at most ``limit - 1`` units ahead of the time the budget would be full again::
+Before each request, per budget, a request waits for the later of two times::
 
+    unit    = window / limit
     full_at = max(reset_at, now + (limit - remaining) * unit)      # a token bucket (OpenAI, Anthropic)
             = reset_at + (limit - remaining) * unit                # a fixed window (the IETF fields)
-    delay   = max(0, full_at + (in_flight - 1) * unit - (limit - 1) * unit - now)
+    turn    = full_at + (in_flight - 1) * unit - (limit - 1) * unit                       # GCRA
+    share   = min((reset_at - now) - (remaining - in_flight) * unit,                      # spread to the reset,
+                  (reset_at - now) + max(0, in_flight - limit) * unit)                    # full again at it
+    delay   = max(0, turn - now, share)
 
-so a bucket with units left lets them go at once, an empty one lets one go per unit as units come back,
-and a fixed window spreads what it has left until its reset. ``in_flight`` counts the requests reserved
-and not answered, this one included: every request reserves one unit of the host's ``requests`` budget
-until its response is back, from the very first request on (token budgets are paced by what the server
-reports; a request's token cost is not known beforehand). Requests sent before any response has reported
-a budget cannot be paced; a report then counts the ones still in flight. The full time only moves later,
-so a response read out of order (an older count after a newer one) never hands back spent units.
+The *turn* is the generic cell rate algorithm (GCRA, :func:`~otel_errcompact.recovery.state.pacing_delay`):
+requests go one unit apart, at most ``limit - 1`` units ahead of the time the budget would be full again;
+``full_at`` only moves later, so a response read out of order (an older count after a newer one) never
+hands back units that later requests spent. The *share*
+(:func:`~otel_errcompact.recovery.state.share_delay`) keeps the share of the window used from outrunning
+the share elapsed: what is left, spread evenly, must reach to the reset. It guards against callers of the
+same key that this pacer does not see (other services, or workers without a shared store), which read the
+same reports and wait the same way. ``in_flight`` counts the requests reserved and not answered, this one
+included: every request reserves one unit of the host's ``requests`` budget until its response is back,
+from the very first request on (token budgets are paced by what the server reports; a request's token cost
+is not known beforehand). Requests sent before any response has reported a budget cannot be paced; a
+report then counts the ones still in flight.
 
 The window is the IETF policy's ``w``; the providers do not send one, so it is inferred from their token
 bucket: ``reset`` is the time to refill the missing units, which ``remaining``, a whole count, gives to

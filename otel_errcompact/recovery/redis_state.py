@@ -179,8 +179,16 @@ for i = 4, #ARGV, 2 do
     elseif b.limit > 0 and b.window_s > 0 then
       local unit = b.window_s / b.limit
       local tat = math.max(tonumber(p.full_at) or now, now)
-      local wait = tat - math.max(0, b.limit - 1) * unit - now
+      local wait = tat - math.max(0, b.limit - 1) * unit - now  -- the turn (GCRA)
       if wait > delay then delay = wait end
+      local left = b.reset_at - now  -- the share (share_delay)
+      if left > 0 then
+        local pending = 0
+        for _, r in ipairs(kept) do pending = pending + r[2] end
+        local share = math.max(0, math.min(left - (b.remaining - pending) * unit,
+                                           left + math.max(0, pending - b.limit) * unit))
+        if share > delay then delay = share end
+      end
       if cost > 0 then p.full_at = tat + cost * unit end
     end
   end
@@ -209,7 +217,9 @@ for name, b in pairs(budgets) do
   if b.refill == 'hold' then
     if c == nil or c == cjson.null or c.refill ~= 'hold' or b.reset_at > c.reset_at then p.budget = b end
   else
-    p.budget = b
+    if c == nil or c == cjson.null or c.refill == 'hold' or now >= c.reset_at or b.reset_at >= c.reset_at then
+      p.budget = b
+    end
     if b.limit > 0 and b.window_s > 0 then
       local unit = b.window_s / b.limit
       local full = now

@@ -28,11 +28,13 @@ Pacer operations (keyed by a budget name such as ``api.example:requests``; see
 - :meth:`~RecoveryStateStore.pace_settle` — a response arrived: release its reservation and take in
   what it reported (the server's count is the truth about what others spent).
 
-Pacing is the generic cell rate algorithm (GCRA): each budget keeps one time, when it would be full again
-(:func:`full_at`); a reservation goes ``limit - 1`` units ahead of it at most and pushes it one unit
-later; a report pushes it to what the server counted plus the units still in flight. It only moves
-later, so a report read out of order (an older count, arriving after a newer one) never hands back units
-that later requests spent. A reservation whose response never
+A request waits for the later of two times. Its turn: the generic cell rate algorithm (GCRA) keeps one
+time per budget, when it would be full again (:func:`full_at`); a reservation goes ``limit - 1`` units
+ahead of it at most and pushes it one unit later; a report pushes it to what the server counted plus the
+units still in flight. It only moves later, so a report read out of order (an older count, arriving after
+a newer one) never hands back units that later requests spent. And its share (:func:`share_delay`): the
+share of the window used must not outrun the share elapsed, which guards against callers of the same key
+that the store does not see. A reservation whose response never
   came (a dropped connection) expires after ``reservation_ttl_s``, so nothing leaks.
 
 :class:`InMemoryStateStore` is the default and the reference implementation; it is bounded (least
@@ -59,6 +61,7 @@ __all__ = [
     "Refill",
     "full_at",
     "pacing_delay",
+    "share_delay",
 ]
 
 BreakerState = Literal["closed", "open", "half_open"]
@@ -181,6 +184,31 @@ def pacing_delay(budget: RateBudget, now: float, pending: float = 1.0) -> float:
     unit = budget.window_s / budget.limit
     slot = full_at(budget, now) + (pending - 1) * unit - max(0.0, budget.limit - 1) * unit
     return max(0.0, slot - now)
+
+
+def share_delay(budget: RateBudget, now: float, pending: float = 1.0) -> float:
+    """Seconds to wait so that the share of the window used does not outrun the share elapsed: the guard
+    for callers of the same key that this pacer does not see (other services, other processes).
+
+    With ``used = (limit - remaining + pending) / limit`` and ``elapsed = 1 - (reset_at - now) / window``,
+    a call waits ``(used - elapsed) * window = (reset_at - now) - (remaining - pending) * unit``: what is
+    left, spread evenly, must reach to the reset. At the reset the budget is full again, so no one waits past
+    it for the first ``limit`` units; beyond those, one unit apart. Each unseen caller that reads the same
+    report waits the same way, which keeps a fleet without shared state from spending one report twice.
+
+    >>> share_delay(RateBudget(limit=60, remaining=10, reset_at=50.0, window_s=60), now=0.0)
+    41.0
+    >>> [share_delay(RateBudget(4, 0, 2.0, 2.0), 0.0, pending) for pending in (1, 4, 5, 6)]
+    [2.0, 2.0, 2.5, 3.0]
+    """
+    time_left = budget.reset_at - now
+    if budget.refill == "hold":
+        return max(0.0, time_left)
+    if time_left <= 0 or budget.limit <= 0 or budget.window_s <= 0:
+        return 0.0
+    unit = budget.window_s / budget.limit
+    spread = time_left - (budget.remaining - pending) * unit
+    return max(0.0, min(spread, time_left + max(0.0, pending - budget.limit) * unit))
 
 
 @runtime_checkable
@@ -350,7 +378,9 @@ class InMemoryStateStore:
                 elif budget.limit > 0 and budget.window_s > 0:
                     unit = budget.window_s / budget.limit
                     tat = max(p.full_at, now)
-                    delay = max(delay, tat - max(0.0, budget.limit - 1) * unit - now)
+                    pending = sum(c for _, c in p.in_flight)
+                    turn = tat - max(0.0, budget.limit - 1) * unit - now
+                    delay = max(delay, turn, share_delay(budget, now, pending))
                     if cost:
                         p.full_at = tat + cost * unit
             return delay
@@ -371,7 +401,9 @@ class InMemoryStateStore:
                     if p.budget is None or p.budget.refill != "hold" or budget.reset_at > p.budget.reset_at:
                         p.budget = budget
                     continue
-                p.budget = budget
+                held = p.budget
+                if held is None or held.refill == "hold" or now >= held.reset_at or budget.reset_at >= held.reset_at:
+                    p.budget = budget  # the latest count; an older one read late stays out of the share
                 if budget.limit > 0 and budget.window_s > 0:
                     pending = sum(c for _, c in p.in_flight) * budget.window_s / budget.limit
                     p.full_at = max(p.full_at, full_at(budget, now) + pending)
