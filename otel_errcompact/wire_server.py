@@ -70,6 +70,11 @@ class TokenBucket:
                 self.refused += 1
             return ok, self._tokens, (self.capacity - self._tokens) / self.rate
 
+    def drain(self) -> None:
+        """Spend every token, as another caller of the same key would."""
+        with self._lock:
+            self._tokens, self._at = 0.0, self._clock()
+
     @property
     def window_s(self) -> float:
         return self.capacity / self.rate
