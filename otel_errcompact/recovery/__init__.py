@@ -49,6 +49,7 @@ from otel_errcompact.recovery.state import (
     RateBudget,
     RecoveryStateStore,
     pacing_delay,
+    share_delay,
 )
 
 __all__ = [
@@ -86,4 +87,5 @@ __all__ = [
     "parse_rate_limit_headers",
     "retry_after_from_headers",
     "retry_after_from_text",
+    "share_delay",
 ]
