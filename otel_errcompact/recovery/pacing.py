@@ -112,7 +112,7 @@ def _inferred_window(limit: float, remaining: float, time_left: float) -> float:
     :class:`Pacer` then keeps the window it inferred last.
     """
     missing = limit - remaining
-    if time_left > 0 and missing >= 2:
+    if time_left > 0 and _bounded_window(limit, remaining):
         return time_left * limit / (missing - 1)
     if time_left > 0 and missing > 0:
         return time_left * limit / missing
@@ -120,6 +120,7 @@ def _inferred_window(limit: float, remaining: float, time_left: float) -> float:
 
 
 def _bounded_window(limit: float, remaining: float) -> bool:
+    """Whether one report bounds a bucket's window from above (two units or more missing)."""
     return limit - remaining >= 2
 
 
