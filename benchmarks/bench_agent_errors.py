@@ -15,7 +15,9 @@ Reads every ``agent_corpus/*.jsonl`` (or the ``--family`` files only) and report
 - speed: median and p99 µs of one ``Compactor.compact`` call (digest cache off) on *distinct* inputs, each
   compacted once: (a) real 40-line Python tracebacks, all different (:func:`distinct_tracebacks`), as text;
   (b) the same tracebacks with the exception's type and message as an OTel ``exception`` event carries them
-  (what the span processor passes); (c) the one-line errors of the corpus; (d) every corpus record.
+  (what the span processor passes); (c) the one-line errors of the corpus; (d) every corpus record; and,
+  as a fixed point across releases, one real 40-line ``KeyError`` traceback (:func:`traceback_40`)
+  compacted ``--reps`` times, a new string object each call.
 """
 
 from __future__ import annotations
@@ -261,7 +263,7 @@ def time_distinct(calls: list[tuple[str, dict[str, Any]]]) -> list[float]:
     return out
 
 
-def speed(entries: list[Entry], tracebacks: list[Traceback]) -> dict[str, Any]:
+def speed(entries: list[Entry], tracebacks: list[Traceback], traceback_40_text: str, reps: int) -> dict[str, Any]:
     """Median and p99 µs of the timings the module docstring lists."""
     one_line = [(e.text, {"exit_code": e.exit_code, "command": e.command}) for e in entries
                 if e.text.strip() and "\n" not in e.text.strip()]
@@ -272,6 +274,7 @@ def speed(entries: list[Entry], tracebacks: list[Traceback]) -> dict[str, Any]:
         ),
         "one_line": time_distinct(one_line),
         "corpus": time_distinct([(e.text, {"exit_code": e.exit_code, "command": e.command}) for e in entries]),
+        "traceback_40": time_compaction([traceback_40_text], reps),
     }
     lines = sorted(len(tb.text.splitlines()) for tb in tracebacks)
     by_kind: dict[str, list[float]] = defaultdict(list)
@@ -279,6 +282,7 @@ def speed(entries: list[Entry], tracebacks: list[Traceback]) -> dict[str, Any]:
         by_kind[tb.type.rsplit(".", 1)[-1]].append(took)
     return {
         "traceback_lines": [lines[0], lines[-1]] if lines else [],
+        "traceback_40_lines": len(traceback_40_text.splitlines()),
         "traceback_text_us_median_by_type": {kind: statistics.median(v) for kind, v in sorted(by_kind.items())},
         **{f"{name}_calls": len(times) for name, times in series.items()},
         **{f"{name}_us_median": statistics.median(times) for name, times in series.items() if times},
@@ -308,7 +312,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--family", action="append", help="corpus file stem (repeatable); default all")
     parser.add_argument("--json", action="store_true", help="print one JSON document")
-    parser.add_argument("--reps", type=int, default=2000, help="distinct 40-line tracebacks to time")
+    parser.add_argument("--reps", type=int, default=2000,
+                        help="distinct 40-line tracebacks to time, and calls on the fixed 40-line one")
     parser.add_argument("--verbose", action="store_true", help="list every record whose cause was lost")
     args = parser.parse_args(argv)
 
@@ -325,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     merged = merged_pairs(entries, pairs)
     sess = session(entries, count)
     with tempfile.TemporaryDirectory() as tmp:
-        timing = speed(entries, distinct_tracebacks(Path(tmp), args.reps))
+        timing = speed(entries, distinct_tracebacks(Path(tmp), args.reps), traceback_40(Path(tmp)), args.reps)
     lost = [{"id": e.id, "tokens": list(e.cause_tokens), "line": e.digest.line} for e in entries if not e.kept]
     doc: dict[str, Any] = {"machine": describe(), "encoding": ENCODING, "families": sorted({e.family for e in entries}),
            "formats": rows, "pairs": len(pairs), "merged_pairs": merged, "session": sess, "speed": timing,
@@ -356,6 +361,9 @@ def main(argv: list[str] | None = None) -> int:
                         ("one_line", "one-line corpus errors"), ("corpus", "every corpus record")):
         print(f"  {label:42} median {timing[name + '_us_median']:6.1f} µs, p99 {timing[name + '_us_p99']:6.1f} µs "
               f"({timing[name + '_calls']} calls)")
+    print(f"  the fixed {timing['traceback_40_lines']}-line traceback_40, a new string each call:"
+          f" median {timing['traceback_40_us_median']:.1f} µs, p99 {timing['traceback_40_us_p99']:.1f} µs"
+          f" ({timing['traceback_40_calls']} calls)")
     kinds = ", ".join(f"{kind} {us:.1f}" for kind, us in timing["traceback_text_us_median_by_type"].items())
     print(f"  tracebacks, text, median µs by exception type: {kinds}")
     if args.verbose or len(lost) <= 20:
