@@ -38,7 +38,6 @@ from otel_errcompact.trajectory import (
     TrajectoryRecord,
     jsonable,
     new_record_id,
-    record_from_values,
 )
 
 __all__ = ["ErrorPipeline", "EscalationListener", "Failure", "FailureListener", "Outcome", "SuccessListener"]
@@ -127,14 +126,9 @@ class ErrorPipeline:
         if counted:
             self.notify_success(tool_name)
 
-    def succeeded_later(self, resolve: Callable[[Any], str | None], item: Any) -> None:
-        """A tool call succeeded; what it means is worked out later, in order with the other successes
-        and before the next failure is counted: ``resolve(item)`` returns the scope to reset (or None
-        when the call was not a success after all) and calls :meth:`notify_success` when it counts."""
-        self.history.defer_success(resolve, item)
-
     def notify_success(self, tool_name: str | None) -> None:
-        """Tell the success listeners about one successful call (see :meth:`succeeded_later`)."""
+        """Tell the success listeners about one successful call (a deferred success calls it when it is
+        resolved: see :meth:`ErrorHistory.defer_success <otel_errcompact.history.ErrorHistory.defer_success>`)."""
         for listener in self._on_success:
             try:
                 listener(tool_name)
@@ -207,7 +201,7 @@ class ErrorPipeline:
 
 def _prevalidated(failure: Failure) -> bool:
     """True for a failure the span processor built: ids already hex, times aware UTC datetimes,
-    attributes and resource dicts (made JSON-able in :func:`_construct`), every text field a ``str``. Validating such a
+    attributes and resource dicts (made JSON-able in :func:`_values`), every text field a ``str``. Validating such a
     record again costs more on the agent's thread than everything else in it."""
     if failure.source != "span" or type(failure.raw_error) is not str:
         return False
@@ -235,11 +229,6 @@ _FAILURE_FIELDS = (
 
 def _failure_fields(failure: Failure) -> dict[str, Any]:
     return {name: getattr(failure, name) for name in _FAILURE_FIELDS}
-
-
-def _construct(failure: Failure, digest: Digest | None, observation: Observation | None) -> TrajectoryRecord:
-    """The trajectory record of a prevalidated failure, built without validation."""
-    return record_from_values(_values(failure, digest, observation))
 
 
 def _values(failure: Failure, digest: Digest | None, observation: Observation | None) -> dict[str, Any]:

@@ -189,7 +189,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._until_sweep = ANCHOR_SWEEP_EVERY  # registrations left before the next sweep
         # Bound once: one success is handed over per successful tool call.
         self._resolve = self._resolve_success
-        self._defer = pipeline.history.defer_success  # ErrorPipeline.succeeded_later, one call less
+        self._defer = pipeline.history.defer_success  # see _resolve_success
         self._notify_success = pipeline.notify_success
         self._trace_scope: tuple[int, str] = (0, semconv.DEFAULT_SCOPE)  # the last trace scope named
         self._max_anchor_traces = max(1, max_anchor_traces)

@@ -208,10 +208,12 @@ def test_binary_raw_error_keeps_every_byte(tmp_path: Path) -> None:
 
 
 def test_the_fast_record_of_a_span_failure_equals_the_validated_one(keyerror_tb: str) -> None:
-    """The pipeline builds a span failure's record without validation (pipeline._construct, on the agent's
-    thread); it must hold exactly what the validated construction holds, field for field."""
+    """The pipeline lays out a span failure's record values on the agent's thread (pipeline._values) and the
+    writer builds the record from them without validation; it must hold exactly what the validated
+    construction holds, field for field."""
     from otel_errcompact.history import ErrorHistory, Thresholds
-    from otel_errcompact.pipeline import Failure, _construct, _failure_fields, _prevalidated
+    from otel_errcompact.pipeline import Failure, _failure_fields, _prevalidated, _values
+    from otel_errcompact.trajectory import record_from_values
 
     failure = Failure(
         scope="conv-1", raw_error=keyerror_tb, source="span", tool_name="lookup", tool_call_id="call-1",
@@ -233,7 +235,7 @@ def test_the_fast_record_of_a_span_failure_equals_the_validated_one(keyerror_tb:
     history = ErrorHistory(Thresholds(consecutive=1))
     observation = history.observe("conv-1", digest)
     assert observation.escalation is not None
-    fast = _construct(failure, digest, observation)
+    fast = record_from_values(_values(failure, digest, observation))
     validated = TrajectoryRecord(
         record_id=fast.record_id, recorded_at=fast.recorded_at, **_failure_fields(failure),
         attributes=dict(failure.attributes), resource=dict(failure.resource),
