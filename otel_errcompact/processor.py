@@ -281,10 +281,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                 except AttributeError:
                     attrs = _attributes_of(span)
                 if attrs.get(_OPERATION) in _MODEL_OPERATIONS:
-                    for _, matters in self._model_listeners:
-                        if matters is None or matters(span, attrs):
-                            self._model_span_ended(span, attrs, context.trace_id)
-                            break
+                    self._model_span_ended(span, attrs, context.trace_id)
             span_id = context.span_id
             if span_id in self._anchor_ids:
                 self._forget_anchor(context.trace_id, span_id)
