@@ -752,17 +752,10 @@ class ErrorCompactionProcessor(SpanProcessor):
         when it records neither: the newest live anchor that records a conversation, and the innermost
         live agent span's name. One pass, newest first, over one copy of the anchors for both; the
         look-up touches the trace (see :meth:`_touch`)."""
-        anchors = self._anchors.get(trace_id)
-        if not anchors:
-            return None, None
-        snapshot = list(anchors.values())
-        self._touch(trace_id)
         conversation: str | None = None
         agent: str | None = None
         agent_seen = conversation_seen = False
-        for span in reversed(snapshot):
-            if span.end_time is not None:
-                continue
+        for span in self._anchors_of(trace_id):
             try:
                 attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
             except AttributeError:
