@@ -126,6 +126,15 @@ def _first_text(attrs: Mapping[str, Any], name: str, read: Callable[[Mapping[str
     return read(attrs)
 
 
+def _conversation_in(attrs: Mapping[str, Any]) -> str | None:
+    """``semconv.conversation_id(attrs)``, answered without the call when ``attrs`` holds none of
+    :data:`semconv.CONVERSATION_ATTRIBUTES`, as most spans don't."""
+    for name in _CONVERSATION_ATTRIBUTES:
+        if name in attrs:
+            return semconv.conversation_id(attrs)
+    return None
+
+
 def _utc_from_ns(ns: int) -> datetime:
     """OTel's nanoseconds since the epoch as an aware UTC datetime, exact to the microsecond.
 
@@ -552,11 +561,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                 tool_parents.popitem(last=False)
         if (span_id in self._failed_parents or self._returned_errors) and self._wraps_a_failure(span_id, attrs):
             return None
-        conversation = None
-        for name in _CONVERSATION_ATTRIBUTES:
-            if name in attrs:
-                conversation = semconv.conversation_id(attrs)
-                break
+        conversation = _conversation_in(attrs)
         if conversation is None and anchors:
             conversation = self._conversation_of(anchors, live_only=False)
         trace_id = context.trace_id
@@ -739,12 +744,9 @@ class ErrorCompactionProcessor(SpanProcessor):
                 attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
             except AttributeError:
                 attrs = _attributes_of(span)
-            for name in _CONVERSATION_ATTRIBUTES:
-                if name in attrs:
-                    found = semconv.conversation_id(attrs)
-                    if found:
-                        return found
-                    break
+            found = _conversation_in(attrs)
+            if found:
+                return found
         return None
 
     def _anchor_facts(self, trace_id: int) -> tuple[str | None, str | None]:
@@ -762,12 +764,9 @@ class ErrorCompactionProcessor(SpanProcessor):
                 attrs = _attributes_of(span)
             if not agent_seen and semconv.is_agent_span(attrs):
                 agent, agent_seen = semconv.agent_name(attrs), True
-            if not conversation_seen:
-                for name in _CONVERSATION_ATTRIBUTES:  # as _conversation_of reads them
-                    if name in attrs:
-                        conversation = semconv.conversation_id(attrs)
-                        conversation_seen = conversation is not None
-                        break
+            if not conversation_seen:  # as _conversation_of reads them
+                conversation = _conversation_in(attrs)
+                conversation_seen = conversation is not None
             if agent_seen and conversation_seen:
                 break
         return conversation, agent
