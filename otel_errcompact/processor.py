@@ -309,11 +309,6 @@ class ErrorCompactionProcessor(SpanProcessor):
         them would be work on every model call for nothing."""
         self._model_listeners.append((listener, matters))
 
-    @property
-    def model_span_listeners(self) -> list[Callable[[ReadableSpan, Span | None], None]]:
-        """The listeners added with :meth:`add_model_span_listener` (a copy)."""
-        return [listener for listener, _ in self._model_listeners]
-
     def _model_span_ended(self, span: ReadableSpan, attrs: Mapping[str, Any], trace_id: int) -> None:
         anchor: Span | None = None
         looked_up = False
