@@ -47,7 +47,7 @@ _BY_CLASS: dict[str, Transition] = {
 }
 _MAX_TRACES = 4096
 # The attributes classify_span reads: a model span without any of them shows no failure.
-_ERROR_TYPE = "error.type"
+_ERROR_TYPE = semconv.ERROR_TYPE
 _HTTP_STATUS = "http.response.status_code"
 _FINISH_REASONS = "gen_ai.response.finish_reasons"
 
