@@ -153,13 +153,19 @@ def _rank_file(encoding: str) -> str | None:
     return None
 
 
-@functools.lru_cache(maxsize=4)
 def _released_encoding(encoding: str) -> Any:
     """A ``tiktoken.Encoding`` built from ``bpe-openai``'s offline rank file, or ``None``.
 
     About 0.3 s and 30 MB, once per process and encoding; :func:`background_counter` calls it on the
-    thread that counts, never on the agent's.
+    thread that counts, never on the agent's. The lock spans the cached lookup: ``lru_cache`` does not
+    serialise misses, so two counting threads starting together would otherwise both build it.
     """
+    with _ranks_lock:
+        return _built_encoding(encoding)
+
+
+@functools.lru_cache(maxsize=4)
+def _built_encoding(encoding: str) -> Any:
     pattern = _PATTERNS.get(encoding)
     path = _rank_file(encoding)
     if pattern is None or path is None:
@@ -167,7 +173,7 @@ def _released_encoding(encoding: str) -> Any:
     try:
         import tiktoken
 
-        with _ranks_lock, gzip.open(path, "rb") as fh:
+        with gzip.open(path, "rb") as fh:
             decode = binascii.a2b_base64
             ranks = {decode(token): int(rank) for token, rank in (line.split() for line in fh if line.strip())}
         return tiktoken.Encoding(f"{encoding}-offline", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
