@@ -202,7 +202,6 @@ class Spool:
         self._prefix = f"{time.time_ns():020d}-{os.getpid()}-"
         self._seq = 0
         self._bytes = 0
-        self._opened = 0.0
         self._closed: list[_Segment] = []  # rotated, not yet stored
         self._pins: dict[int, int] = {}  # segment → writes in flight (see pin)
         self._pid = os.getpid()
