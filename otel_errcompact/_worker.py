@@ -26,13 +26,13 @@ class BackgroundQueue(Generic[T]):
 
     With ``batch_handler`` the thread calls ``batch_handler(items)`` once per wake-up instead, with every
     item waiting: a handler that can merge items (metrics with equal attributes) then pays once per
-    batch, not per item.
+    batch, not per item. Give one of the two.
     """
 
     def __init__(
         self,
         name: str,
-        handler: Callable[[T], None],
+        handler: Callable[[T], None] | None = None,
         *,
         batch_handler: Callable[[list[T]], None] | None = None,
         max_size: int = 10_000,
@@ -41,6 +41,8 @@ class BackgroundQueue(Generic[T]):
         wake_every: int = 1,
         max_delay_s: float | None = None,
     ) -> None:
+        if handler is None and batch_handler is None:
+            raise TypeError("BackgroundQueue needs a handler or a batch_handler")
         self._handler = handler
         self._batch_handler = batch_handler
         self._items: deque[T] = deque()
@@ -99,16 +101,6 @@ class BackgroundQueue(Generic[T]):
     def _due(self) -> bool:
         return self._closed or self._flush_wanted > 0 or len(self._items) >= self._wake_every
 
-    def _handled_as_batch(self, batch: list[T]) -> list[T]:
-        """Hand ``batch`` to the batch handler; nothing is left to handle item by item (a handler that
-        raised may have handled part of the batch: handling it again could count items twice)."""
-        assert self._batch_handler is not None
-        try:
-            self._batch_handler(batch)
-        except Exception:
-            _log.exception("otel-errcompact: background batch handler failed")
-        return []
-
     def _run(self) -> None:
         while True:
             with self._cond:
@@ -123,12 +115,18 @@ class BackgroundQueue(Generic[T]):
                 self._busy = True
             try:
                 if self._batch_handler is not None:
-                    batch = self._handled_as_batch(batch)
-                for item in batch:
+                    # A batch handler that raised may have handled part of the batch: its items are not
+                    # handled again (that could count them twice).
                     try:
-                        self._handler(item)
+                        self._batch_handler(batch)
                     except Exception:
-                        _log.exception("otel-errcompact: background handler failed")
+                        _log.exception("otel-errcompact: background batch handler failed")
+                elif self._handler is not None:
+                    for item in batch:
+                        try:
+                            self._handler(item)
+                        except Exception:
+                            _log.exception("otel-errcompact: background handler failed")
             finally:
                 with self._cond:
                     self._busy = False

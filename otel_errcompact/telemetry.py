@@ -221,7 +221,6 @@ class ErrorMetrics:
         self._tokens: BackgroundQueue[_Item] | None = (
             BackgroundQueue(
                 "otel-errcompact-tokens",
-                lambda item: self._record_batch([item]),
                 batch_handler=self._record_batch,
                 max_size=4096,
                 cost=_item_cost,

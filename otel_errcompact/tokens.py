@@ -54,6 +54,12 @@ MAX_COUNTED_CHARS = 65_536
 """Characters counted exactly (about 0.6-1.5 ms); the tokens of any further text are extrapolated."""
 
 
+def _package_folders() -> list[str]:
+    """The folders of the installed ``bpe_openai`` package, without importing it; none if not installed."""
+    spec = importlib.util.find_spec("bpe_openai")
+    return list(spec.submodule_search_locations or []) if spec is not None else []
+
+
 def _native_module() -> Any:
     """``bpe_openai._bindings``, the Rust extension, loaded without running the package's ``__init__``.
 
@@ -65,8 +71,7 @@ def _native_module() -> Any:
     loaded = sys.modules.get("bpe_openai._bindings")
     if loaded is not None:
         return loaded
-    spec = importlib.util.find_spec("bpe_openai")
-    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+    for folder in _package_folders():
         for entry in sorted(os.listdir(folder)):
             if entry.startswith("_bindings.") and entry.endswith((".so", ".pyd")):
                 native = importlib.util.spec_from_file_location("bpe_openai._bindings", os.path.join(folder, entry))
@@ -141,21 +146,26 @@ _SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def _rank_file(encoding: str) -> str | None:
-    spec = importlib.util.find_spec("bpe_openai")
-    for folder in (spec.submodule_search_locations or []) if spec is not None else []:
+    for folder in _package_folders():
         path = os.path.join(folder, "data", f"{encoding}.tiktoken.gz")
         if os.path.isfile(path):
             return path
     return None
 
 
-@functools.lru_cache(maxsize=4)
 def _released_encoding(encoding: str) -> Any:
     """A ``tiktoken.Encoding`` built from ``bpe-openai``'s offline rank file, or ``None``.
 
     About 0.3 s and 30 MB, once per process and encoding; :func:`background_counter` calls it on the
-    thread that counts, never on the agent's.
+    thread that counts, never on the agent's. The lock spans the cached lookup: ``lru_cache`` does not
+    serialise misses, so two counting threads starting together would otherwise both build it.
     """
+    with _ranks_lock:
+        return _built_encoding(encoding)
+
+
+@functools.lru_cache(maxsize=4)
+def _built_encoding(encoding: str) -> Any:
     pattern = _PATTERNS.get(encoding)
     path = _rank_file(encoding)
     if pattern is None or path is None:
@@ -163,7 +173,7 @@ def _released_encoding(encoding: str) -> Any:
     try:
         import tiktoken
 
-        with _ranks_lock, gzip.open(path, "rb") as fh:
+        with gzip.open(path, "rb") as fh:
             decode = binascii.a2b_base64
             ranks = {decode(token): int(rank) for token, rank in (line.split() for line in fh if line.strip())}
         return tiktoken.Encoding(f"{encoding}-offline", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})

@@ -55,8 +55,7 @@ class JSONLSink:
         lines: list[bytes] = []
         for rec, encoded in items:
             try:  # one record that cannot be serialised is left out alone, never its batch
-                lines.append((encoded if encoded is not None else rec.to_storage_json()).encode("utf-8")
-                             + b"\n")
+                lines.append(encoded.encode("utf-8") + b"\n" if encoded is not None else rec.to_storage_line())
             except Exception:
                 self.quarantined += 1
                 _log.warning("JSONLSink(%s): record %s could not be serialised; left out", self.path,

@@ -202,7 +202,6 @@ class Spool:
         self._prefix = f"{time.time_ns():020d}-{os.getpid()}-"
         self._seq = 0
         self._bytes = 0
-        self._opened = 0.0
         self._closed: list[_Segment] = []  # rotated, not yet stored
         self._pins: dict[int, int] = {}  # segment → writes in flight (see pin)
         self._pid = os.getpid()
@@ -394,17 +393,13 @@ class Spool:
         segments = [*self._closed, self._open, *([self._next] if self._next is not None else [])]
         self._closed = []
         self._next = None
-        for segment in segments:
-            try:
-                if delete:
-                    segment.path.unlink(missing_ok=True)
-            except OSError:
-                _log.warning("trajectory spool: could not delete %s", segment.path, exc_info=True)
-            finally:
-                segment.close()
         if delete:
+            self.discard(segments)
             with contextlib.suppress(OSError):
                 self.directory.rmdir()  # only if empty: another writer's segments keep it
+        else:
+            for segment in segments:
+                segment.close()
 
     def disk_bytes(self) -> int:
         """Bytes in the open and rotated-but-not-yet-stored segments of this writer (a mapped segment
