@@ -25,6 +25,7 @@ __all__ = [
     "clip",
     "innermost_in_app",
     "is_library_path",
+    "may_search",
 ]
 
 
@@ -145,3 +146,16 @@ def clip(text: str, limit: int) -> str:
     """
     text = _WS.sub(" ", text).strip()
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def may_search(pattern: re.Pattern[str], words: tuple[str, ...], text: str) -> bool:
+    """``pattern.search(text)``, skipped for ASCII text without any of ``words`` (outside ASCII, ignoring
+    case can match other letters, so the pattern decides)."""
+    if text.isascii():
+        lowered = text.lower()
+        for word in words:
+            if word in lowered:
+                break
+        else:
+            return False
+    return pattern.search(text) is not None
