@@ -23,6 +23,7 @@ __all__ = [
     "Parsed",
     "Parser",
     "clip",
+    "cut",
     "innermost_in_app",
     "is_library_path",
     "may_search",
@@ -144,7 +145,11 @@ def clip(text: str, limit: int) -> str:
     >>> clip("no such   table:  orders", 12)
     'no such tab…'
     """
-    text = _WS.sub(" ", text).strip()
+    return cut(_WS.sub(" ", text).strip(), limit)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis, as it is (:func:`clip` folds it first)."""
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
 
 
