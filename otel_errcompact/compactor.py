@@ -112,12 +112,12 @@ class Compactor:
     ) -> None:
         self._parsers = tuple(parsers)
         self._by_kind = dict(self._parsers)
-        self._markers = tuple(_markers_of(parser) for _, parser in self._parsers)
+        all_markers = tuple(_markers_of(parser) for _, parser in self._parsers)
         # Each marker with a rare character of it (its gate, "" when it has none): a one-character search
         # (memchr) rules most markers out before the marker itself is searched for.
         self._walk = tuple(
             (parser, None if markers is None else tuple((_gate(m), m) for m in markers))
-            for (_, parser), markers in zip(self._parsers, self._markers, strict=True)
+            for (_, parser), markers in zip(self._parsers, all_markers, strict=True)
         )
         # The default parsers ahead of python, in their order: a plain traceback may skip them when they
         # provably decline it (see ``_plain_first``).
