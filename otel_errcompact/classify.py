@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from otel_errcompact.parsers._base import may_search
+
 __all__ = ["RETRYABLE_STATUS", "is_retryable"]
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504, 520, 521, 522, 523, 524, 529})
@@ -33,19 +35,6 @@ _CAUSE_WORDS = ("time", "temporarily", "try again", "rate", "too many requests",
                 "service unavailable", "bad gateway", "resource")
 
 
-def _found(pattern: re.Pattern[str], words: tuple[str, ...], text: str) -> bool:
-    """``pattern.search(text)``, skipped for ASCII text without any of ``words`` (outside ASCII, ignoring
-    case can match other letters, so the pattern decides)."""
-    if text.isascii():
-        lowered = text.lower()
-        for word in words:
-            if word in lowered:
-                break
-        else:
-            return False
-    return pattern.search(text) is not None
-
-
 def is_retryable(type_: str, cause: str, status: int | None, fmt: str) -> bool:
     """True when the same call may succeed if simply repeated later.
 
@@ -60,4 +49,4 @@ def is_retryable(type_: str, cause: str, status: int | None, fmt: str) -> bool:
         return False
     if fmt == "shell" and status is not None and status in {124, 137}:
         return True  # timeout(1) expired; killed (often the OOM killer): worth one more try
-    return _found(_TRANSIENT_TYPE, _TYPE_WORDS, type_) or _found(_TRANSIENT_CAUSE, _CAUSE_WORDS, cause)
+    return may_search(_TRANSIENT_TYPE, _TYPE_WORDS, type_) or may_search(_TRANSIENT_CAUSE, _CAUSE_WORDS, cause)

@@ -47,6 +47,7 @@ from otel_errcompact.parsers import linter as _linter
 from otel_errcompact.parsers import pytest_report as _pytest_report
 from otel_errcompact.parsers import python as _python
 from otel_errcompact.parsers import unittest_report as _unittest_report
+from otel_errcompact.parsers._base import cut
 from otel_errcompact.recovery.classify import classify_text, with_raw_text
 from otel_errcompact.structured import parse_first
 from otel_errcompact.unwrap import unwrap
@@ -81,11 +82,6 @@ def _safe(text: str, limit: int) -> str:
     return " ".join(prompt_text(text[: limit * 4]).split())
 
 
-def _cut(folded: str, limit: int) -> str:
-    """:func:`clip` for text :func:`_safe` already folded: only the cut is left to do."""
-    return folded if len(folded) <= limit else folded[: limit - 1].rstrip() + "…"
-
-
 def _clean(text: str, limit: int) -> str:
     # Types, files and function names repeat from one error to the next: short ones are cached.
     return _clean_cached(text, limit) if len(text) <= 1024 else _clean_uncached(text, limit)
@@ -93,7 +89,7 @@ def _clean(text: str, limit: int) -> str:
 
 def _clean_uncached(text: str, limit: int) -> str:
     # Redact before the final cut, so a secret that straddles the cut is already masked.
-    return _cut(_safe(text, limit), limit)
+    return cut(_safe(text, limit), limit)
 
 
 _clean_cached = functools.lru_cache(maxsize=4096)(_clean_uncached)
@@ -116,12 +112,12 @@ class Compactor:
     ) -> None:
         self._parsers = tuple(parsers)
         self._by_kind = dict(self._parsers)
-        self._markers = tuple(_markers_of(parser) for _, parser in self._parsers)
+        all_markers = tuple(_markers_of(parser) for _, parser in self._parsers)
         # Each marker with a rare character of it (its gate, "" when it has none): a one-character search
         # (memchr) rules most markers out before the marker itself is searched for.
         self._walk = tuple(
             (parser, None if markers is None else tuple((_gate(m), m) for m in markers))
-            for (_, parser), markers in zip(self._parsers, self._markers, strict=True)
+            for (_, parser), markers in zip(self._parsers, all_markers, strict=True)
         )
         # The default parsers ahead of python, in their order: a plain traceback may skip them when they
         # provably decline it (see ``_plain_first``).
@@ -303,7 +299,7 @@ class Compactor:
         # The key is built from the whole (redacted) cause, not the displayed cut: a shorter variable part
         # early in a long message would otherwise move the cut and split one failure into two classes.
         full_cause = _safe(parsed.cause, MAX_CAUSE_CHARS)
-        cause = _cut(full_cause, MAX_CAUSE_CHARS) or "(no message)"
+        cause = cut(full_cause, MAX_CAUSE_CHARS) or "(no message)"
         frame: Frame | None = parsed.location or innermost_in_app(parsed.frames)
         location = (
             Location(

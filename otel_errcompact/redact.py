@@ -377,10 +377,7 @@ def _redact_known(text: str, low: str, present: set[str]) -> str:
     while True:
         for index in _rules_of(present, after):
             rule = _RULES[index]
-            starts = _starts(rule.anchors, low, found, present)
-            if not starts:
-                continue
-            redacted = _apply(rule, text, starts)
+            redacted = _apply(rule, text, _starts(rule.anchors, low, found, present))
             if redacted is not text:
                 text = redacted
                 low = _lower(text)

@@ -23,8 +23,10 @@ __all__ = [
     "Parsed",
     "Parser",
     "clip",
+    "cut",
     "innermost_in_app",
     "is_library_path",
+    "may_search",
 ]
 
 
@@ -143,5 +145,22 @@ def clip(text: str, limit: int) -> str:
     >>> clip("no such   table:  orders", 12)
     'no such tab…'
     """
-    text = _WS.sub(" ", text).strip()
+    return cut(_WS.sub(" ", text).strip(), limit)
+
+
+def cut(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters with an ellipsis, as it is (:func:`clip` folds it first)."""
     return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def may_search(pattern: re.Pattern[str], words: tuple[str, ...], text: str) -> bool:
+    """``pattern.search(text)``, skipped for ASCII text without any of ``words`` (outside ASCII, ignoring
+    case can match other letters, so the pattern decides)."""
+    if text.isascii():
+        lowered = text.lower()
+        for word in words:
+            if word in lowered:
+                break
+        else:
+            return False
+    return pattern.search(text) is not None

@@ -64,7 +64,7 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     """Digest a linter report; ``None`` when no diagnostic line is found."""
     if ":" not in text and "- " not in text:
         return None
-    if _POSITION.search(text) is None and not text.startswith("- ") and "\n- " not in text:
+    if declines_unbulleted(text) and not text.startswith("- ") and "\n- " not in text:
         return None
     found = _flat(text) or _eslint(text) or _bullets(text)
     if not found:

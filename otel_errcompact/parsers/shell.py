@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 import signal
 
-from otel_errcompact.parsers._base import Hints, Parsed
+from otel_errcompact.parsers._base import Hints, Parsed, may_search
 
 __all__ = ["parse", "telling_line"]
 
@@ -57,6 +57,7 @@ _NOT_FOUND = re.compile(
     r"(?P<cmd>[^\s:]+): (?:command )?not found$|^command not found: (?P<zsh>\S+)$"
 )
 _SYNTAX = re.compile(r"(?i)syntax error|unexpected EOF while looking for matching|unexpected end of file")
+_SYNTAX_WORDS = ("syntax error", "unexpected")  # each alternative of _SYNTAX contains one, lowercased
 # Phrases that name a failure specifically, then generic failure words, matched on the lower-cased line
 # with plain substring tests: a handful of ``in`` checks is far cheaper than one alternation regex.
 _STRONG = ("command not found", ": not found", "permission denied", "no such file", "unbound variable",
@@ -181,22 +182,13 @@ def _classify(line: str) -> str | None:
         return "CommandNotFound"
     if "unbound variable" in line:
         return "UnboundVariable"
-    if _may_be_syntax(line) and _SYNTAX.search(line):
+    if may_search(_SYNTAX, _SYNTAX_WORDS, line):
         return "ShellSyntaxError"
     if "Permission denied" in line:
         return "PermissionDenied"
     if "No such file or directory" in line:
         return "NoSuchFile"
     return None
-
-
-def _may_be_syntax(line: str) -> bool:
-    """False only when :data:`_SYNTAX` cannot match: ASCII text without its lowercase words (outside
-    ASCII, ignoring case can match other letters, so the regex decides)."""
-    if not line.isascii():
-        return True
-    lowered = line.lower()
-    return "syntax error" in lowered or "unexpected" in lowered
 
 
 def _signal(code: int | None) -> int | None:

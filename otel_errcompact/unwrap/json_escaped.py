@@ -33,7 +33,7 @@ def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
     if len(text) > _MAX_CHARS:
         return None
     stripped = text.strip() if _JSON_START.match(text) else ""  # most text is no JSON: no copy of it
-    if stripped[:1] in "\"{[" and ("\\n" in stripped or "Traceback" in stripped):
+    if "\\n" in stripped or "Traceback" in stripped:
         try:
             value: object = json.JSONDecoder().raw_decode(stripped)[0]
         except (ValueError, RecursionError):
