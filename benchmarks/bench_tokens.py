@@ -8,9 +8,9 @@ The metrics thread counts the tokens of raw errors. ``tokens.background_counter`
 Rust encoder built from the rank file that ships in ``bpe-openai``, which lets go of the GIL while it
 encodes; ``tokens.count_tokens`` is ``bpe-openai``'s own counter, which keeps it. Each round times a
 pure-Python loop (standing in for the agent's thread) alone, then with a thread counting four real
-tracebacks (``tests/deeperrors.py``) over and over with each counter; the three are interleaved round by round, and the table
-gives the median loop time and its ratio to the loop alone. Also: µs per count of that text with each
-counter, and that both give the same count.
+tracebacks (``tests/deeperrors.py``) over and over with each counter; the three are interleaved round by
+round, and the table gives the median loop time and its ratio to the loop alone. Also: µs per count of
+that text with each counter, and that both give the same count.
 """
 
 from __future__ import annotations
