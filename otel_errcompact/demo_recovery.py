@@ -66,10 +66,11 @@ def run_recovery_demo(ec: ErrCompact, say: Callable[[str], None], *, cooldown_s:
         return
     exporter = _exporter()
     say("RECOVERY — the real openai client (max_retries=0) against a local model server on 127.0.0.1")
-    with serve() as (server, url):
+    # The notes folder goes when the demo ends, however it ends: a kept folder per run piles up in /tmp.
+    with serve() as (server, url), tempfile.TemporaryDirectory(prefix="errcompact-recovery-") as notes:
         client = openai.OpenAI(api_key="sk-demo", base_url=url + "/v1", max_retries=0)
         model = OpenAIChat(client, "gpt-demo")
-        workdir = Path(tempfile.mkdtemp(prefix="errcompact-recovery-"))
+        workdir = Path(notes)
 
         def read_notes(name: str) -> str:
             return (workdir / name).read_text(encoding="utf-8")

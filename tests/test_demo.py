@@ -5,9 +5,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
+from otel_errcompact import BreakerPolicy
+from otel_errcompact.demo_recovery import run_recovery_demo
 from otel_errcompact.sinks import TrajectoryStore
+from tests.conftest import OTel
 
 
 def test_demo_runs_escalates_and_keeps_every_raw_error(tmp_path: Path) -> None:
@@ -35,3 +42,25 @@ def test_demo_runs_escalates_and_keeps_every_raw_error(tmp_path: Path) -> None:
         assert all(r.digest_line for r in rows)
         full = store.get(rows[-1].record_id)
         assert full is not None and "Traceback (most recent call last)" in full.raw_error
+
+
+def test_recovery_demo_leaves_no_folder_behind(
+    make_otel: Callable[..., OTel], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("openai")
+    private = tmp_path / "tmp"
+    private.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(private))
+    otel = make_otel(breaker=BreakerPolicy(threshold=3, cooldown_s=0.2))
+    lines: list[str] = []
+    seen_during: list[list[str]] = []
+
+    def say(text: str) -> None:
+        lines.append(text)
+        if text.lstrip().startswith("call 1:"):  # the breaker part reads its notes from the folder
+            seen_during.append(sorted(p.name for p in private.glob("errcompact-recovery-*")))
+
+    run_recovery_demo(otel.ec, say, cooldown_s=0.2)
+    assert len(seen_during) == 1 and len(seen_during[0]) == 1, lines  # the folder was made in the private TMPDIR
+    assert any("next call: 'all good\\n'" in line for line in lines), lines  # the notes were written and read back
+    assert list(private.glob("errcompact-recovery-*")) == []
