@@ -327,12 +327,10 @@ class ToolBoundary:
 
                 @functools.wraps(fn)
                 async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                    arguments = _arguments(fn, args, kwargs)
-                    fp, scope = fingerprint(_as_json(arguments)), self.current_scope()
-                    refused = self._refuse(tool_name, fp, scope, arguments)
-                    if isinstance(refused, ToolErrorText):
-                        return refused
-                    pending = _Pending(tool_name, fp, refused)
+                    started = self._start(tool_name, fn, args, kwargs)
+                    if isinstance(started, ToolErrorText):
+                        return started
+                    arguments, scope, pending = started
                     token = _pending.set(pending)
                     try:
                         with self.call(tool_name, arguments=arguments, on_error=on_error) as call:
@@ -346,13 +344,9 @@ class ToolBoundary:
                                 if reason is None or not inner.cancelled():
                                     raise  # the host cancelled this task: not ours to swallow
                                 return self._cancelled(call.span, tool_name, scope, arguments, reason)
-                            if (text := _error_text_of(result)) is not None:
-                                call.fail(text)
-                            else:
-                                self._succeeded(pending)
+                            self._settle(call, pending, result)
                     finally:
-                        _pending.reset(token)
-                        self._release(pending)
+                        self._finish(pending, token)
                     return call.error if call.error is not None else result
 
                 async_wrapper.__errcompact_mutating__ = mutating  # type: ignore[attr-defined]
@@ -360,30 +354,54 @@ class ToolBoundary:
 
             @functools.wraps(fn)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                arguments = _arguments(fn, args, kwargs)
-                fp, scope = fingerprint(_as_json(arguments)), self.current_scope()
-                refused = self._refuse(tool_name, fp, scope, arguments)
-                if isinstance(refused, ToolErrorText):
-                    return refused
-                pending = _Pending(tool_name, fp, refused)
+                started = self._start(tool_name, fn, args, kwargs)
+                if isinstance(started, ToolErrorText):
+                    return started
+                arguments, _, pending = started
                 token = _pending.set(pending)
                 try:
                     with self.call(tool_name, arguments=arguments, on_error=on_error) as call:
                         self._admitted(pending)
                         result = policy.retrying(before_sleep=_note_retry(call.span))(fn, *args, **kwargs)
-                        if (text := _error_text_of(result)) is not None:
-                            call.fail(text)
-                        else:
-                            self._succeeded(pending)
+                        self._settle(call, pending, result)
                 finally:
-                    _pending.reset(token)
-                    self._release(pending)
+                    self._finish(pending, token)
                 return call.error if call.error is not None else result
 
             wrapper.__errcompact_mutating__ = mutating  # type: ignore[attr-defined]
             return wrapper
 
         return decorate(func) if func is not None else decorate
+
+    # -- the parts the sync and async wrappers share ----------------------------------------------------
+    # The wrappers differ only in how they run the tool (an awaited, cancellable task or a plain call);
+    # what comes before and after is here. The ``with self.call(...)`` stays in each wrapper, not in a
+    # shared context manager: a generator between the tool and ``call`` would add its frame to the
+    # traceback recorded for every failure.
+
+    def _start(
+        self, tool_name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> tuple[dict[str, Any], str, _Pending] | ToolErrorText:
+        """Before a decorated call: its arguments, scope and breaker verdict still owed, or the text of a
+        refused call (an abort standing or the breaker open). Raises ErrorBudgetExceeded on a halt."""
+        arguments = _arguments(fn, args, kwargs)
+        fp, scope = fingerprint(_as_json(arguments)), self.current_scope()
+        refused = self._refuse(tool_name, fp, scope, arguments)
+        if isinstance(refused, ToolErrorText):
+            return refused
+        return arguments, scope, _Pending(tool_name, fp, refused)
+
+    def _settle(self, call: ToolCall, pending: _Pending, result: Any) -> None:
+        """After the tool returned: an error reported as data fails the call, anything else is a success."""
+        if (text := _error_text_of(result)) is not None:
+            call.fail(text)
+        else:
+            self._succeeded(pending)
+
+    def _finish(self, pending: _Pending, token: contextvars.Token[_Pending | None]) -> None:
+        """However the call ended: the pending verdict leaves the context, and an unsettled probe goes back."""
+        _pending.reset(token)
+        self._release(pending)
 
     # -- recovery: breaker, abort, cancellation ----------------------------------------------------------
 
