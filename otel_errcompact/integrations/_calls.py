@@ -16,7 +16,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from dataclasses import dataclass
+from typing import Generic, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -28,39 +29,49 @@ from otel_errcompact.claims import Claim, claimed
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import Escalation
 
-__all__ = ["HaltFactory", "run_async", "run_sync"]
+__all__ = ["BridgedCall", "HaltFactory", "run_async", "run_sync"]
 
 T = TypeVar("T")
 HaltFactory = Callable[[Escalation], BaseException]
 """Builds the exception that stops the framework's run (a subclass the framework lets through)."""
 
 
+@dataclass(frozen=True)
+class BridgedCall(Generic[T]):
+    """What a bridge knows of one tool call before the framework runs it.
+
+    ``halt`` builds the exception that stops the framework's run; ``data_error(result)`` returns the
+    error text of a result that reports a failure the framework caught itself (else None; the stack trace
+    its instrumentation recorded is used when there is one); ``model_text(exc)`` is what the framework
+    would have fed back for ``exc`` (``Failure.model_text``).
+    """
+
+    name: str
+    call_id: str | None
+    arguments: object
+    scope: str
+    agent_name: str | None
+    parent: trace.Span | None
+    halt: HaltFactory
+    data_error: Callable[[T], str | None] | None = None
+    model_text: Callable[[BaseException], str] | None = None
+
+
 @contextmanager
-def _bridged(
-    ec: ErrCompact,
-    *,
-    name: str,
-    call_id: str | None,
-    arguments: object,
-    scope: str,
-    agent_name: str | None,
-    parent: trace.Span | None,
-    halt: HaltFactory,
-    model_text: Callable[[BaseException], str] | None,
-) -> Iterator[ToolCall]:
+def _bridged(ec: ErrCompact, spec: BridgedCall[T]) -> Iterator[ToolCall]:
     token = None
-    if parent is not None and parent.get_span_context().is_valid:
-        token = otel_context.attach(trace.set_span_in_context(parent))
+    if spec.parent is not None and spec.parent.get_span_context().is_valid:
+        token = otel_context.attach(trace.set_span_in_context(spec.parent))
     try:
-        with conversation(scope):
+        with conversation(spec.scope):
             try:
-                ec.check(scope)
+                ec.check(spec.scope)
             except ErrorBudgetExceeded as exc:
-                raise halt(exc.escalation) from None
-            with ec.tool_call(name, call_id=call_id, arguments=arguments) as call:
-                if agent_name:
-                    call.span.set_attribute(semconv.GEN_AI_AGENT_NAME, agent_name)
-                call.model_text = model_text
+                raise spec.halt(exc.escalation) from None
+            with ec.tool_call(spec.name, call_id=spec.call_id, arguments=spec.arguments) as call:
+                if spec.agent_name:
+                    call.span.set_attribute(semconv.GEN_AI_AGENT_NAME, spec.agent_name)
+                call.model_text = spec.model_text
                 yield call
     finally:
         if token is not None:
@@ -83,74 +94,23 @@ def _fail_on_data_error(call: ToolCall, claim: Claim, result: T, data_error: Cal
         call.fail(claim.stacktraces[-1] if claim.stacktraces else text)
 
 
-def run_sync(
-    ec: ErrCompact,
-    run: Callable[[], T],
-    *,
-    name: str,
-    call_id: str | None,
-    arguments: object,
-    scope: str,
-    agent_name: str | None,
-    parent: trace.Span | None,
-    halt: HaltFactory,
-    data_error: Callable[[T], str | None] | None = None,
-    model_text: Callable[[BaseException], str] | None = None,
-) -> T | ToolErrorText:
-    """Run ``run()`` as one bridged tool call: its result, or the digest text of its failure.
-
-    ``data_error(result)`` returns the error text of a result that reports a failure the framework
-    caught itself (else None); the stack trace its instrumentation recorded is used when there is one.
-    ``model_text(exc)`` is what the framework would have fed back for ``exc`` (``Failure.model_text``).
-    """
+def run_sync(ec: ErrCompact, run: Callable[[], T], spec: BridgedCall[T]) -> T | ToolErrorText:
+    """Run ``run()`` as one bridged tool call: its result, or the digest text of its failure."""
     result: T | None = None
-    with _bridged(
-        ec,
-        name=name,
-        call_id=call_id,
-        arguments=arguments,
-        scope=scope,
-        agent_name=agent_name,
-        parent=parent,
-        halt=halt,
-        model_text=model_text,
-    ) as call:
+    with _bridged(ec, spec) as call:
         with claimed() as claim:
             result = run()
-        _fail_on_data_error(call, claim, result, data_error)
-    error = _outcome(call, halt)
+        _fail_on_data_error(call, claim, result, spec.data_error)
+    error = _outcome(call, spec.halt)
     return error if error is not None else result
 
 
-async def run_async(
-    ec: ErrCompact,
-    run: Callable[[], Awaitable[T]],
-    *,
-    name: str,
-    call_id: str | None,
-    arguments: object,
-    scope: str,
-    agent_name: str | None,
-    parent: trace.Span | None,
-    halt: HaltFactory,
-    data_error: Callable[[T], str | None] | None = None,
-    model_text: Callable[[BaseException], str] | None = None,
-) -> T | ToolErrorText:
+async def run_async(ec: ErrCompact, run: Callable[[], Awaitable[T]], spec: BridgedCall[T]) -> T | ToolErrorText:
     """The ``async`` form of :func:`run_sync`."""
     result: T | None = None
-    with _bridged(
-        ec,
-        name=name,
-        call_id=call_id,
-        arguments=arguments,
-        scope=scope,
-        agent_name=agent_name,
-        parent=parent,
-        halt=halt,
-        model_text=model_text,
-    ) as call:
+    with _bridged(ec, spec) as call:
         with claimed() as claim:
             result = await run()
-        _fail_on_data_error(call, claim, result, data_error)
-    error = _outcome(call, halt)
+        _fail_on_data_error(call, claim, result, spec.data_error)
+    error = _outcome(call, spec.halt)
     return error if error is not None else result

@@ -45,7 +45,7 @@ from otel_errcompact.api import ErrCompact
 from otel_errcompact.boundary import ToolErrorText
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import Escalation
-from otel_errcompact.integrations._calls import run_async, run_sync
+from otel_errcompact.integrations._calls import BridgedCall, run_async, run_sync
 
 __all__ = ["BLOCK_NAME", "LangGraphBridge", "thread_scope", "with_block"]
 
@@ -101,30 +101,20 @@ class LangGraphBridge:
 
     def wrap_tool_call(self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], ToolResult]) -> ToolResult:
         """ToolNode's ``wrap_tool_call``: run the call; a failure becomes an error ToolMessage."""
-        call = request.tool_call
-        result = run_sync(
-            self.ec,
-            lambda: execute(request),
-            name=str(call["name"]),
-            call_id=call.get("id"),
-            arguments=call.get("args"),
-            scope=self._scope(request),
-            agent_name=self._agent_name(request),
-            parent=_framework_span(),
-            halt=_halt,
-            data_error=_error_text,
-            model_text=_langgraph_text,
-        )
+        result = run_sync(self.ec, lambda: execute(request), self._bridged(request))
         return _as_message(result, request)
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, execute: Callable[[ToolCallRequest], Awaitable[ToolResult]]
     ) -> ToolResult:
         """ToolNode's ``awrap_tool_call``: the ``async`` form of :meth:`wrap_tool_call`."""
+        result = await run_async(self.ec, lambda: execute(request), self._bridged(request))
+        return _as_message(result, request)
+
+    def _bridged(self, request: ToolCallRequest) -> BridgedCall[ToolResult]:
+        """The call as both interceptors hand it to the bridge: ToolNode's own error messages are failures."""
         call = request.tool_call
-        result = await run_async(
-            self.ec,
-            lambda: execute(request),
+        return BridgedCall(
             name=str(call["name"]),
             call_id=call.get("id"),
             arguments=call.get("args"),
@@ -135,7 +125,6 @@ class LangGraphBridge:
             data_error=_error_text,
             model_text=_langgraph_text,
         )
-        return _as_message(result, request)
 
     # -- the model's input -----------------------------------------------------------------------------
 
