@@ -419,11 +419,8 @@ class RecoveryLoop:
         with self._span() as span:
             span = span if isinstance(span, trace.Span) else None
             while True:
-                if self.aborts.aborted(self.scope):
-                    return self._end(run, span, TransitionEvent("aborted_streaming", "abort", run.turns, "aborted"))
-                if run.turns >= self.policy.max_turns:
-                    return self._end(run, span, TransitionEvent("max_turns", f"{run.turns} model calls", run.turns))
-                run.turns += 1
+                if (stopped := self._next_turn(run, span)) is not None:
+                    return stopped
                 try:
                     turn = self._call_abortable(run)
                 except _AbortedCall:
@@ -444,6 +441,16 @@ class RecoveryLoop:
                     return outcome
                 results = [self._run_tool_sync(call) for call in turn.tool_calls]
                 run.messages.extend(self.model.tool_results(results))
+
+    def _next_turn(self, run: _Run, span: trace.Span | None) -> LoopResult | None:
+        """Before each model call, sync or async: an abort standing or the turn budget spent ends the run
+        (its result), else the turn is counted (None)."""
+        if self.aborts.aborted(self.scope):
+            return self._end(run, span, TransitionEvent("aborted_streaming", "abort", run.turns, "aborted"))
+        if run.turns >= self.policy.max_turns:
+            return self._end(run, span, TransitionEvent("max_turns", f"{run.turns} model calls", run.turns))
+        run.turns += 1
+        return None
 
     def _call_abortable(self, run: _Run) -> ModelTurn:
         """The sync model call on a worker thread, so that ``abort(scope)`` ends the wait at once (within
@@ -517,11 +524,8 @@ class RecoveryLoop:
         with self._span() as span:
             span = span if isinstance(span, trace.Span) else None
             while True:
-                if self.aborts.aborted(self.scope):
-                    return self._end(run, span, TransitionEvent("aborted_streaming", "abort", run.turns, "aborted"))
-                if run.turns >= self.policy.max_turns:
-                    return self._end(run, span, TransitionEvent("max_turns", f"{run.turns} model calls", run.turns))
-                run.turns += 1
+                if (stopped := self._next_turn(run, span)) is not None:
+                    return stopped
                 task = asyncio.ensure_future(self.model.acall(run.messages, run.max_tokens))
                 try:
                     with self.aborts.track(self.scope, task, "model"):
