@@ -20,7 +20,7 @@ import contextlib
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, TypeVar
 
 __all__ = ["AbortRegistry", "TaskKind"]
 
@@ -96,11 +96,7 @@ class AbortRegistry:
             yield
         finally:
             with self._lock:
-                remaining = [t for t in self._tasks.get(scope, ()) if t is not entry]
-                if remaining:
-                    self._tasks[scope] = remaining
-                else:
-                    self._tasks.pop(scope, None)
+                _discard(self._tasks, scope, entry)
 
     @contextlib.contextmanager
     def waiter(self, scope: str) -> Iterator[asyncio.Event]:
@@ -115,11 +111,7 @@ class AbortRegistry:
             yield event
         finally:
             with self._lock:
-                rest = [p for p in self._events.get(scope, ()) if p is not pair]
-                if rest:
-                    self._events[scope] = rest
-                else:
-                    self._events.pop(scope, None)
+                _discard(self._events, scope, pair)
 
     def in_flight(self, scope: str) -> int:
         with self._lock:
@@ -136,3 +128,16 @@ def _soon(loop: asyncio.AbstractEventLoop, fn: object) -> None:
         fn()  # type: ignore[operator]
     elif not loop.is_closed():
         loop.call_soon_threadsafe(fn)  # type: ignore[arg-type]
+
+
+_Item = TypeVar("_Item")
+
+
+def _discard(table: dict[str, list[_Item]], scope: str, item: _Item) -> None:
+    """Take ``item`` (by identity) out of ``table[scope]``; a scope with nothing left goes, so that the
+    tables do not grow with every scope ever seen. Called under the registry's lock."""
+    rest = [x for x in table.get(scope, ()) if x is not item]
+    if rest:
+        table[scope] = rest
+    else:
+        table.pop(scope, None)
