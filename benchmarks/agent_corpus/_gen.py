@@ -14,13 +14,14 @@ import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-__all__ = ["HERE", "Record", "Run", "run", "sh", "write_family"]
+__all__ = ["HERE", "Record", "Run", "near_miss_pairs", "run", "sh", "write_family", "write_records"]
 
 
 @dataclass(frozen=True)
@@ -93,3 +94,34 @@ def write_family(family: str, records: list[Record], pairs: list[tuple[str, str,
     )
     labels = len({r.label for r in records})
     print(f"{family}: {len(records)} records, {labels} classes, {len(pairs)} near-miss pairs")
+
+
+# The generators that build their records as dicts (dedup, http, wild) write them with these two.
+
+
+def near_miss_pairs(records: list[dict[str, Any]], groups: list[tuple[str, str, str]]) -> list[dict[str, str]]:
+    """For each ``(label a, label b, why)``: every record of ``a`` paired with the record of ``b`` in the
+    same form (the last ``-`` part of the id), so a pair differs in the cause, not in how it is wrapped."""
+    by_label: dict[str, list[dict[str, Any]]] = {}
+    for record in records:
+        by_label.setdefault(record["label"], []).append(record)
+    pairs = []
+    for a, b, why in groups:
+        right = by_label.get(b, [])
+        for x in by_label.get(a, []):
+            form = x["id"].rsplit("-", 1)[-1]
+            match = next((y for y in right if y["id"].rsplit("-", 1)[-1] == form), None)
+            if match is not None:
+                pairs.append({"a": x["id"], "b": match["id"], "why": why})
+    return pairs
+
+
+def write_records(family: str, records: list[dict[str, Any]], pairs: list[dict[str, str]]) -> None:
+    """Write dict records and pairs as ``<family>.jsonl`` and ``<family>.pairs.jsonl`` beside this file."""
+    with open(HERE / f"{family}.jsonl", "w", encoding="utf-8") as out:
+        for record in records:
+            out.write(json.dumps(record, ensure_ascii=False) + "\n")
+    with open(HERE / f"{family}.pairs.jsonl", "w", encoding="utf-8") as out:
+        for pair in pairs:
+            out.write(json.dumps(pair) + "\n")
+    print(f"{len(records)} records, {len(pairs)} pairs -> {HERE / family}.jsonl")

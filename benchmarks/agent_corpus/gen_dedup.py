@@ -26,13 +26,10 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-_ROOT = Path(__file__).resolve().parents[2]
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+from _gen import near_miss_pairs, write_records
 
-from tests.realerrors import loopback_server  # noqa: E402
+from tests.realerrors import loopback_server
 
-HERE = Path(__file__).resolve().parent
 FAMILY = "dedup"
 
 # (scenario, source, values, label-per-value?, cause tokens). ``{v}`` is the value's repr; ``{raw}`` in a
@@ -199,9 +196,6 @@ def sdk_records(folder: Path) -> list[dict[str, Any]]:
 
 
 def pairs_for(records: list[dict[str, Any]]) -> list[dict[str, str]]:
-    by_label: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        by_label.setdefault(record["label"], []).append(record)
     groups = [
         ("dedup/exit-status-144", "dedup/exit-status-7", "different exit status"),
         ("dedup/exit-status-7", "dedup/exit-status-2", "different exit status"),
@@ -211,14 +205,7 @@ def pairs_for(records: list[dict[str, Any]]) -> list[dict[str, str]]:
         ("dedup/sdk-openai-model-gpt-4.1-nano", "dedup/sdk-openai-model-o3-pro", "different model"),
         ("dedup/sdk-openai-badkey", "dedup/sdk-openai-model-o3-pro", "different error"),
     ]
-    pairs = []
-    for a, b, why in groups:
-        for x in by_label.get(a, []):
-            form = x["id"].rsplit("-", 1)[-1]
-            match = next((y for y in by_label.get(b, []) if y["id"].rsplit("-", 1)[-1] == form), None)
-            if match is not None:
-                pairs.append({"a": x["id"], "b": match["id"], "why": why})
-    return pairs
+    return near_miss_pairs(records, groups)
 
 
 def main() -> None:
@@ -226,13 +213,7 @@ def main() -> None:
         folder = Path(tmp)
         records = script_records(folder) + sdk_records(folder)
     pairs = pairs_for(records)
-    with open(HERE / f"{FAMILY}.jsonl", "w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    with open(HERE / f"{FAMILY}.pairs.jsonl", "w", encoding="utf-8") as out:
-        for pair in pairs:
-            out.write(json.dumps(pair) + "\n")
-    print(f"{len(records)} records, {len(pairs)} pairs -> {HERE / FAMILY}.jsonl")
+    write_records(FAMILY, records, pairs)
 
 
 if __name__ == "__main__":

@@ -38,13 +38,10 @@ from pathlib import Path
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-_ROOT = Path(__file__).resolve().parents[2]
-if str(_ROOT) not in sys.path:
-    sys.path.insert(0, str(_ROOT))
+from _gen import write_records
 
-from tests.realerrors import loopback_server  # noqa: E402
+from tests.realerrors import loopback_server
 
-HERE = Path(__file__).resolve().parent
 FAMILY = "http"
 _RNG = random.Random(6)
 
@@ -377,13 +374,7 @@ def main() -> None:
     ids = {r["id"] for r in records}
     for pair in pairs:
         assert pair["a"] in ids and pair["b"] in ids, pair
-    with open(HERE / f"{FAMILY}.jsonl", "w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    with open(HERE / f"{FAMILY}.pairs.jsonl", "w", encoding="utf-8") as out:
-        for pair in pairs:
-            out.write(json.dumps(pair) + "\n")
-    print(f"{len(records)} records, {len(pairs)} pairs -> {HERE / FAMILY}.jsonl")
+    write_records(FAMILY, records, pairs)
 
 
 if __name__ == "__main__":

@@ -35,7 +35,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-HERE = Path(__file__).resolve().parent
+from _gen import near_miss_pairs, write_records
+
 FAMILY = "wild"
 
 # (scenario, function source, call, values, label per value?, tokens). ``{v}`` is the value's repr.
@@ -399,9 +400,6 @@ def cpp_records(folder: Path) -> list[dict[str, Any]]:
 
 def pairs_for(records: list[dict[str, Any]]) -> list[dict[str, str]]:
     """Near-miss pairs: records of the same scenario whose cause-naming token differs, in the same form."""
-    by_label: dict[str, list[dict[str, Any]]] = {}
-    for record in records:
-        by_label.setdefault(record["label"], []).append(record)
     groups = [
         ("wild/py-keyerror-name-email", "wild/py-keyerror-name-password_hash", "different missing key"),
         ("wild/py-missing-file-name-secrets.yaml", "wild/py-missing-file-name-tokens.toml", "different file"),
@@ -419,15 +417,7 @@ def pairs_for(records: list[dict[str, Any]]) -> list[dict[str, str]]:
         ("wild/ssl-requests", "wild/ssl-urllib", "different client"),
     ]
     groups += [(f"{a}-notebook", f"{b}-notebook", why) for a, b, why in groups if a.startswith("wild/py-")]
-    pairs = []
-    for a, b, why in groups:
-        left, right = by_label.get(a, []), by_label.get(b, [])
-        for x in left:
-            suffix = x["id"].rsplit("-", 1)[-1]
-            match = next((y for y in right if y["id"].rsplit("-", 1)[-1] == suffix), None)
-            if match is not None:
-                pairs.append({"a": x["id"], "b": match["id"], "why": why})
-    return pairs
+    return near_miss_pairs(records, groups)
 
 
 def main() -> None:
@@ -436,13 +426,7 @@ def main() -> None:
         records = python_records(folder) + ssl_records(folder) + go_records(folder) + jvm_records(folder)
         records += cpp_records(folder)
     pairs = pairs_for(records)
-    with open(HERE / f"{FAMILY}.jsonl", "w", encoding="utf-8") as out:
-        for record in records:
-            out.write(json.dumps(record, ensure_ascii=False) + "\n")
-    with open(HERE / f"{FAMILY}.pairs.jsonl", "w", encoding="utf-8") as out:
-        for pair in pairs:
-            out.write(json.dumps(pair) + "\n")
-    print(f"{len(records)} records, {len(pairs)} pairs -> {HERE / FAMILY}.jsonl")
+    write_records(FAMILY, records, pairs)
 
 
 if __name__ == "__main__":
