@@ -28,7 +28,7 @@ _ROOT = Path(__file__).resolve().parent.parent
 if str(_ROOT) not in sys.path:
     sys.path.insert(0, str(_ROOT))
 
-from tests.realerrors import have, loopback_server, python_error, run, write  # noqa: E402
+from tests.realerrors import have, loopback_server, python_error, run, send_body, write  # noqa: E402
 
 __all__ = ["Sample", "build_corpus"]
 
@@ -110,14 +110,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         status, headers, body, content_type = _ROUTES[self.path]
-        data = body.encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_body(self, status, body.encode("utf-8"), content_type=content_type, headers=headers)
 
     do_GET = _answer
     do_POST = _answer

@@ -12,13 +12,13 @@ import subprocess
 import sys
 import textwrap
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-__all__ = ["Run", "have", "loopback_server", "python_error", "run", "write"]
+__all__ = ["Run", "have", "loopback_server", "python_error", "run", "send_body", "tls_loopback_server", "write"]
 
 
 @dataclass(frozen=True)
@@ -81,11 +81,64 @@ def python_error(folder: Path, source: str, *, name: str = "app.py", args: list[
 @contextmanager
 def loopback_server(handler: type[BaseHTTPRequestHandler]) -> Iterator[str]:
     """Serve ``handler`` on 127.0.0.1 (a free port) in a daemon thread; yields the base URL."""
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    with _serving(ThreadingHTTPServer(("127.0.0.1", 0), handler)) as port:
+        yield f"http://127.0.0.1:{port}"
+
+
+@contextmanager
+def tls_loopback_server(folder: Path, handler: type[BaseHTTPRequestHandler] | None = None) -> Iterator[str]:
+    """:func:`loopback_server` over TLS, with a certificate for 127.0.0.1 that ``openssl`` signs itself
+    into ``folder`` (so clients fail to verify it, as against a misconfigured server); yields the https
+    base URL. The default handler answers every GET with an empty 200."""
+    import ssl
+
+    key, cert = folder / "key.pem", folder / "cert.pem"
+    made = run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                "-days", "2", "-subj", "/CN=127.0.0.1"], cwd=folder)
+    assert made.returncode == 0, made.stderr
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler or _EmptyOk)
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(str(cert), str(key))
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    with _serving(httpd) as port:
+        yield f"https://127.0.0.1:{port}"
+
+
+@contextmanager
+def _serving(httpd: ThreadingHTTPServer) -> Iterator[int]:
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+        yield int(httpd.server_address[1])
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+class _EmptyOk(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, format: str, *args: object) -> None:
+        """Quiet."""
+
+
+def send_body(
+    handler: BaseHTTPRequestHandler,
+    status: int,
+    data: bytes,
+    *,
+    content_type: str | None = "application/json",
+    headers: Mapping[str, str] | None = None,
+) -> None:
+    """Answer a request with ``status`` and ``data``: Content-Type, then ``headers``, then Content-Length,
+    in the order a client's ``-i`` output shows them."""
+    handler.send_response(status)
+    if content_type is not None:
+        handler.send_header("Content-Type", content_type)
+    for name, value in (headers or {}).items():
+        handler.send_header(name, value)
+    handler.send_header("Content-Length", str(len(data)))
+    handler.end_headers()
+    handler.wfile.write(data)

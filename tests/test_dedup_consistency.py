@@ -20,7 +20,7 @@ import pytest
 from otel_errcompact import compact_text
 from otel_errcompact.history import ErrorHistory, Limits, Thresholds
 from otel_errcompact.normalize import normalize_message, value_signature
-from tests.realerrors import have, loopback_server, python_error, run, write
+from tests.realerrors import have, loopback_server, python_error, run, send_body, write
 
 _RESUME = """
     import sys
@@ -169,12 +169,7 @@ class _BadKey(BaseHTTPRequestHandler):
         body = json.dumps({"error": {"message": f"Incorrect API key provided: sk-proj-{tail}{'*' * 36}{tail}. You "
                                      "can find your API key at https://platform.openai.com/account/api-keys.",
                                      "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}})
-        data = body.encode()
-        self.send_response(401)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_body(self, 401, body.encode())
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet."""

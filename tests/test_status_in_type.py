@@ -12,7 +12,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from tests.realerrors import loopback_server
+from tests.realerrors import loopback_server, send_body
 
 AGENT = textwrap.dedent(
     """
@@ -63,11 +63,7 @@ class _Status(BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         code = int(self.path.strip("/"))
-        body = b"upstream failed\n"
-        self.send_response(code)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_body(self, code, b"upstream failed\n", content_type=None)
 
     def log_message(self, format: str, *args: Any) -> None:
         return

@@ -28,7 +28,7 @@ from typing import Any
 
 from _gen import near_miss_pairs, write_records
 
-from tests.realerrors import loopback_server
+from tests.realerrors import loopback_server, send_body
 
 FAMILY = "dedup"
 
@@ -132,14 +132,7 @@ class _Api(BaseHTTPRequestHandler):
             body = {"type": "error", "error": {"type": "rate_limit_error", "message": "This request would exceed "
                     "the rate limit for your organization of 50,000 input tokens per minute."},
                     "request_id": request_id}
-        data = json.dumps(body).encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        for key, value in headers.items():
-            self.send_header(key, value)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_body(self, status, json.dumps(body).encode("utf-8"), headers=headers)
 
     do_GET = _answer
     do_POST = _answer

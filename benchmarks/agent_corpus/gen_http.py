@@ -40,7 +40,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from _gen import write_records
 
-from tests.realerrors import loopback_server
+from tests.realerrors import loopback_server, send_body
 
 FAMILY = "http"
 _RNG = random.Random(6)
@@ -175,14 +175,7 @@ class _Api(BaseHTTPRequestHandler):
     def _answer(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         status, headers, body = CASES[int(self.path.rsplit("/", 1)[-1])][2]()
-        data = body.encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_body(self, status, body.encode("utf-8"), headers=headers)
 
     do_GET = _answer
     do_POST = _answer

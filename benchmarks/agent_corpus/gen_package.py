@@ -22,6 +22,8 @@ from urllib.parse import unquote
 
 from _gen import Record, Run, run, sh, write_family
 
+from tests.realerrors import send_body
+
 FAMILY = "package"
 REPEATS = 4
 
@@ -46,8 +48,7 @@ class Registry(BaseHTTPRequestHandler):
         name = unquote(self.path.lstrip("/").split("?", 1)[0])
         versions = PACKAGES.get(name)
         if versions is None:
-            body = json.dumps({"error": "Not found"}).encode()
-            self.send_response(404)
+            status, body = 404, json.dumps({"error": "Not found"}).encode()
         else:
             base = f"http://{self.headers['Host']}/{name}/-/{name}"
             doc = {
@@ -59,12 +60,8 @@ class Registry(BaseHTTPRequestHandler):
                     for v, peers in versions.items()
                 },
             }
-            body = json.dumps(doc).encode()
-            self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+            status, body = 200, json.dumps(doc).encode()
+        send_body(self, status, body)
 
     def log_message(self, format: str, *args: object) -> None:
         pass

@@ -28,14 +28,13 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 from collections.abc import Iterator
-from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
 from _gen import near_miss_pairs, write_records
+
+from tests.realerrors import tls_loopback_server
 
 FAMILY = "wild"
 
@@ -162,35 +161,6 @@ def python_records(folder: Path) -> list[dict[str, Any]]:
 
 # ---------------------------------------------------------------------------------------------- SSL
 
-@contextmanager
-def _tls_server(folder: Path) -> Iterator[int]:
-    import ssl
-
-    key, cert = folder / "key.pem", folder / "cert.pem"
-    _run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-          "-days", "2", "-subj", "/CN=127.0.0.1"], folder)
-
-    class Ok(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet."""
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(str(cert), str(key))
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield int(httpd.server_address[1])
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
-
-
 _SSL_CLIENTS = {
     "requests": "import sys, requests\n\ndef fetch_report(url):\n    return requests.get(url, timeout=10).text\n\n"
                 "fetch_report(sys.argv[1])\n",
@@ -201,12 +171,12 @@ _SSL_CLIENTS = {
 
 def ssl_records(folder: Path) -> list[dict[str, Any]]:
     records: list[dict[str, Any]] = []
-    with _tls_server(folder) as port:
+    with tls_loopback_server(folder) as base:
         for client, source in _SSL_CLIENTS.items():
             script = folder / f"ssl_{client}.py"
             script.write_text(source, encoding="utf-8")
             for rep, path in enumerate(["v1/reports/17?page=2", "v1/reports/2031?page=1", "v1/reports/5?page=10"]):
-                proc = _run([sys.executable, str(script), f"https://127.0.0.1:{port}/{path}"], folder)
+                proc = _run([sys.executable, str(script), f"{base}/{path}"], folder)
                 assert "CERTIFICATE_VERIFY_FAILED" in proc.stderr, proc.stderr[-500:]
                 forms = [("raw", proc.stderr), ("json", json.dumps(proc.stderr)),
                          ("log", _log_lines(proc.stderr, "%(asctime)s %(levelname)s %(message)s", logging.ERROR))]

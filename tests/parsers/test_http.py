@@ -21,7 +21,7 @@ import pytest
 from otel_errcompact import compactor
 from otel_errcompact.parsers import http
 from otel_errcompact.parsers._base import Hints
-from tests.realerrors import have, loopback_server, python_error, run, write
+from tests.realerrors import have, loopback_server, python_error, run, send_body, write
 
 
 def _fastapi_422_body() -> dict[str, Any]:
@@ -230,14 +230,7 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             return
         status, headers, body, content_type = _ROUTES[path]
-        data = body.encode("utf-8")
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_body(self, status, body.encode("utf-8"), content_type=content_type, headers=headers)
 
     do_GET = _answer
     do_POST = _answer

@@ -11,7 +11,7 @@ import pytest
 
 from otel_errcompact.compactor import compact_text
 from otel_errcompact.digest import Digest
-from tests.realerrors import have, loopback_server, run
+from tests.realerrors import have, loopback_server, run, send_body
 
 PIP = f"{sys.executable} -m pip"
 
@@ -66,12 +66,7 @@ class Registry(BaseHTTPRequestHandler):
             "versions": {v: {"name": name, "version": v, "peerDependencies": peers,
                              "dist": {"tarball": f"http://{self.headers['Host']}/{name}/-/{name}-{v}.tgz"}}
                          for v, peers in versions.items()}}
-        body = json.dumps(doc).encode()
-        self.send_response(404 if versions is None else 200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        send_body(self, 404 if versions is None else 200, json.dumps(doc).encode())
 
     def log_message(self, format: str, *args: object) -> None:
         pass

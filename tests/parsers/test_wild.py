@@ -11,20 +11,18 @@ import json
 import logging
 import os
 import socket
-import ssl
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from otel_errcompact import compact_text
-from tests.realerrors import have, loopback_server, python_error, run, write
+from tests.realerrors import have, loopback_server, python_error, run, send_body, tls_loopback_server, write
 
 
 def _log_each_line(text: str) -> str:
@@ -166,29 +164,8 @@ def test_log_prefix_on_every_line(tmp_path: Path) -> None:
 def tls_url(tmp_path: Path) -> Iterator[str]:
     if not have("openssl"):
         pytest.skip("openssl is not installed")
-    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
-    made = run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-                "-days", "1", "-subj", "/CN=127.0.0.1"], cwd=tmp_path)
-    assert made.returncode == 0, made.stderr
-
-    class Ok(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.end_headers()
-
-        def log_message(self, format: str, *args: Any) -> None:
-            """Quiet."""
-
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Ok)
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    context.load_cert_chain(str(cert), str(key))
-    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield f"https://127.0.0.1:{httpd.server_address[1]}"
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with tls_loopback_server(tmp_path) as url:
+        yield url
 
 
 @pytest.mark.parametrize("client", ["requests", "urllib"])
@@ -335,14 +312,7 @@ class _ModelApi(BaseHTTPRequestHandler):
                      "(TPM): Limit 30000, Used 29861, Requested 1604. Please try again in 6.93s. Visit "
                      "https://platform.openai.com/account/rate-limits to learn more.", "type": "tokens",
                      "param": None, "code": "rate_limit_exceeded"}
-        data = json.dumps({"error": error}, indent=2).encode()
-        self.send_response(status)
-        self.send_header("Content-Type", "application/json")
-        for name, value in headers.items():
-            self.send_header(name, value)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
+        send_body(self, status, json.dumps({"error": error}, indent=2).encode(), headers=headers)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Quiet."""
@@ -469,12 +439,7 @@ def test_json_error_body_carrying_the_servers_traceback(tmp_path: Path) -> None:
 
     class Debug(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            data = json.dumps({"detail": "Internal Server Error", "traceback": traceback_text}).encode()
-            self.send_response(500)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            send_body(self, 500, json.dumps({"detail": "Internal Server Error", "traceback": traceback_text}).encode())
 
         def log_message(self, format: str, *args: Any) -> None:
             """Quiet."""
