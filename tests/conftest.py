@@ -11,7 +11,8 @@ and settings of a test's own (one handle per test at a time).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -102,6 +103,24 @@ class OTel:
         self.tracer_provider.shutdown()
         self.logger_provider.shutdown()
         self.meter_provider.shutdown()
+
+
+class GateSink:
+    """A trajectory sink that holds the writer thread inside ``write`` until released (a store far too
+    slow), so a test can fill the queue deterministically; ``seen`` lists the record ids it took."""
+
+    def __init__(self) -> None:
+        self.entered = threading.Event()
+        self.release = threading.Event()
+        self.seen: list[str] = []
+
+    def write(self, records: Sequence[TrajectoryRecord]) -> None:
+        self.entered.set()
+        self.release.wait(30)
+        self.seen.extend(r.record_id for r in records)
+
+    def close(self) -> None:
+        pass
 
 
 @pytest.fixture

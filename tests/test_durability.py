@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 import types
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -28,6 +28,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otel_errcompact.sinks import JSONLSink, SQLiteSink, TrajectoryStore, TrajectoryWriter, read_jsonl
 from otel_errcompact.sinks.spool import SUFFIX
 from otel_errcompact.trajectory import TrajectoryRecord
+from tests.conftest import GateSink
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_TRIALS = 25
@@ -215,25 +216,8 @@ def _real_record(folder: Path, i: int) -> TrajectoryRecord:
     raise AssertionError("unreachable")
 
 
-class _Gate:
-    """A sink that holds the worker inside ``write`` until released (a store that is far too slow)."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.seen: list[str] = []
-
-    def write(self, records: Sequence[TrajectoryRecord]) -> None:
-        self.entered.set()
-        self.release.wait(30)
-        self.seen.extend(r.record_id for r in records)
-
-    def close(self) -> None:
-        pass
-
-
 def test_a_full_queue_applies_backpressure_then_drops_counts_and_tells(tmp_path: Path) -> None:
-    gate = _Gate()
+    gate = GateSink()
     writer = TrajectoryWriter([gate], max_queue_size=4, max_batch_size=4, schedule_delay_s=0.01,
                               max_block_s=5.0)
     first = _real_record(tmp_path, 0)
@@ -262,7 +246,7 @@ def test_a_full_queue_applies_backpressure_then_drops_counts_and_tells(tmp_path:
     writer.shutdown()
 
     # When the store does not catch up within max_block_s, the record is dropped, counted and reported.
-    gate2 = _Gate()
+    gate2 = GateSink()
     writer2 = TrajectoryWriter([gate2], max_queue_size=2, max_batch_size=2, schedule_delay_s=0.01,
                                max_block_s=0.2)
     reader = InMemoryMetricReader()

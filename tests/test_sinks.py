@@ -7,7 +7,6 @@ import logging
 import sqlite3
 import threading
 import uuid
-from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -37,6 +36,7 @@ from otel_errcompact.trajectory import (
     trace_id_hex,
     utc_from_ns,
 )
+from tests.conftest import GateSink
 from tests.realerrors import python_error
 
 TOOL_APP = """
@@ -407,26 +407,9 @@ def test_a_megabyte_raw_error_is_kept_byte_for_byte(tmp_path: Path) -> None:
     assert len(str(log.log_record.attributes["exception.stacktrace"])) < 66_000
 
 
-class _GateSink:
-    """Holds the worker inside ``write`` until released, so the queue can be filled deterministically."""
-
-    def __init__(self) -> None:
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.seen: list[str] = []
-
-    def write(self, records: Sequence[TrajectoryRecord]) -> None:
-        self.entered.set()
-        self.release.wait(30)
-        self.seen.extend(r.record_id for r in records)
-
-    def close(self) -> None:
-        pass
-
-
 def test_overflow_drops_new_records_counts_and_warns(tmp_path: Path, tracebacks: dict[str, str],
                                                      caplog: pytest.LogCaptureFixture) -> None:
-    gate = _GateSink()
+    gate = GateSink()
     assert isinstance(gate, TrajectorySink)
     db = tmp_path / "t.db"
     writer = TrajectoryWriter([gate, SQLiteSink(db)], max_queue_size=10, max_batch_size=4,
@@ -469,7 +452,7 @@ def test_spool_lines_written_by_eight_threads_at_once_stay_whole(tmp_path: Path,
     record stored, and a segment being written to never deleted under the writer (small segments force
     rotations and releases during the run)."""
     db, spool_dir = tmp_path / "t.db", tmp_path / "t.db-spool"
-    gate = _GateSink()
+    gate = GateSink()
     writer = TrajectoryWriter([gate, SQLiteSink(db)], spool_dir=spool_dir, max_batch_size=64)
     assert writer._spool is not None
     writer._spool.segment_bytes = 16 * 1024
