@@ -8,17 +8,22 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import textwrap
 import threading
+import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-__all__ = ["Run", "have", "loopback_server", "python_error", "run", "send_body", "tls_loopback_server", "write"]
+__all__ = [
+    "Run", "have", "loopback_server", "python_error", "run", "send_body", "stdlib_http_server", "tls_loopback_server",
+    "write",
+]
 
 
 @dataclass(frozen=True)
@@ -113,6 +118,28 @@ def _serving(httpd: ThreadingHTTPServer) -> Iterator[int]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+@contextmanager
+def stdlib_http_server(folder: Path) -> Iterator[str]:
+    """``python -m http.server`` serving ``folder`` on 127.0.0.1, as its own process (its real error pages);
+    yields the base URL once the server accepts connections."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = int(sock.getsockname()[1])
+    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=folder,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        for _ in range(100):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.05)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 class _EmptyOk(BaseHTTPRequestHandler):

@@ -29,7 +29,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,7 +39,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from _gen import write_records
 
-from tests.realerrors import loopback_server, send_body
+from tests.realerrors import loopback_server, send_body, stdlib_http_server
 
 FAMILY = "http"
 _RNG = random.Random(6)
@@ -257,24 +256,6 @@ def _django(debug: bool, folder: Path) -> Iterator[str]:
         server.server_close()
 
 
-@contextmanager
-def _http_server(folder: Path) -> Iterator[str]:
-    port = _free_port()
-    proc = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], cwd=folder,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(timeout=10)
-
-
 def generate() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     """Run every case against real servers; return the records and the near-miss pairs."""
     records: list[dict[str, Any]] = []
@@ -302,7 +283,7 @@ def generate() -> tuple[list[dict[str, Any]], list[dict[str, str]]]:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         (folder / "index.html").write_text("<h1>ok</h1>", encoding="utf-8")
-        with _http_server(folder) as base:
+        with stdlib_http_server(folder) as base:
             for rep, name in enumerate(["missing.txt", "missing.txt?v=2", "missing.txt?v=3", "missing.txt#top"]):
                 text, code, cmd = _curl(["-i", f"{base}/{name}"])
                 add(f"httpserver-404-{rep}", "http-html", text, "http/httpserver-404", ["404", "File not found"],

@@ -10,10 +10,8 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -22,7 +20,16 @@ from typing import Any
 import pytest
 
 from otel_errcompact import compact_text
-from tests.realerrors import have, loopback_server, python_error, run, send_body, tls_loopback_server, write
+from tests.realerrors import (
+    have,
+    loopback_server,
+    python_error,
+    run,
+    send_body,
+    stdlib_http_server,
+    tls_loopback_server,
+    write,
+)
 
 
 def _log_each_line(text: str) -> str:
@@ -356,22 +363,8 @@ def test_curl_verbose_in_either_order_of_the_streams() -> None:
 
 @needs_curl
 def test_curl_i_against_http_server_404_keeps_the_reason(tmp_path: Path) -> None:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                              cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        for _ in range(100):
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-                break
-            except OSError:
-                time.sleep(0.05)
-        page = _curl("-i", f"http://127.0.0.1:{port}/missing.txt")
-    finally:
-        server.terminate()
-        server.wait(timeout=10)
+    with stdlib_http_server(tmp_path) as base:
+        page = _curl("-i", f"{base}/missing.txt")
     assert "<title>Error response</title>" in page
     assert compact_text(page).line == "[HTTP 404]: File not found"
 
