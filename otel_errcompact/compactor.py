@@ -301,15 +301,7 @@ class Compactor:
         full_cause = _safe(parsed.cause, MAX_CAUSE_CHARS)
         cause = cut(full_cause, MAX_CAUSE_CHARS) or "(no message)"
         frame: Frame | None = parsed.location or innermost_in_app(parsed.frames)
-        location = (
-            Location(
-                file=_clean(frame.file, 400),
-                line=frame.line,
-                func=_clean(frame.func, _MAX_NAME_CHARS) if frame.func else None,
-            )
-            if frame is not None and frame.file
-            else None
-        )
+        location, where, shown = _placed(frame) if frame is not None and frame.file else (None, "", "")
         status = parsed.status if parsed.status is not None else hints.exit_code
         retryable = (
             parsed.retryable
@@ -318,14 +310,9 @@ class Compactor:
         )
         klass = classify_text(type_, full_cause, status, parsed.format, retryable)
         retryable = klass.retryable
-        where = ""
-        if location is not None:
-            where = short_file(location.file)
-            if location.func:
-                where = f"{where}:{location.func}"
         key_source = full_cause if parsed.key_text is None else _safe(parsed.key_text, MAX_CAUSE_CHARS)
         key = DedupKey.build(type_, where, normalize_message(key_source or cause))
-        line = f"[{type_}] at {location}: {cause}" if location is not None else f"[{type_}]: {cause}"
+        line = f"[{type_}] at {shown}: {cause}" if location is not None else f"[{type_}]: {cause}"
         return Digest(
             type=type_,
             cause=cause,
@@ -339,6 +326,39 @@ class Compactor:
             error_class=klass.error_class,
             retry_after_s=klass.retry_after_s,
         )
+
+
+def _place(frame: Frame) -> tuple[Location, str, str]:
+    """The digest's location for ``frame`` (a frame with a file), the ``where`` of its dedup key (file
+    name and function) and the location as the digest's line shows it."""
+    location = Location(
+        file=_clean(frame.file, 400),
+        line=frame.line,
+        func=_clean(frame.func, _MAX_NAME_CHARS) if frame.func else None,
+    )
+    where = short_file(location.file)
+    if location.func:
+        where = f"{where}:{location.func}"
+    return location, where, str(location)
+
+
+# Frames placed lately, by identity: a parser that remembers a code path's frame (the plain traceback's
+# body, see :mod:`otel_errcompact.structured`) hands the very same frame object again. Each entry holds its
+# frame, so the id cannot be reused while the entry lives; frames are immutable, so the answer stands.
+_PLACED: dict[int, tuple[Frame, tuple[Location, str, str]]] = {}
+_PLACED_SIZE = 256
+
+
+def _placed(frame: Frame) -> tuple[Location, str, str]:
+    """:func:`_place`, remembered for the frames placed lately (a race at worst places a frame twice)."""
+    entry = _PLACED.get(id(frame))
+    if entry is not None and entry[0] is frame:
+        return entry[1]
+    placed = _place(frame)
+    if len(_PLACED) >= _PLACED_SIZE:
+        _PLACED.clear()  # whole: cheaper than bookkeeping, and a placement costs about a microsecond
+    _PLACED[id(frame)] = (frame, placed)
+    return placed
 
 
 _PYTHON_LEADS = (
