@@ -170,7 +170,11 @@ class Compactor:
                 cached = self._cached(cache_key)
                 if cached is not None:
                     return cached
-            hints = Hints(exit_code=exit_code, command=command, kind=kind)
+            hints = (
+                _NO_HINTS
+                if exit_code is None and command is None and kind is None
+                else Hints(exit_code=exit_code, command=command, kind=kind)
+            )
             parsed = self._plain_first(text, hints)
             if parsed is None:
                 text, hints = unwrap(text, hints)
@@ -361,6 +365,7 @@ def _placed(frame: Frame) -> tuple[Location, str, str]:
     return placed
 
 
+_NO_HINTS = Hints()  # immutable: one for every call without hints
 _PYTHON_LEADS = (
     _pytest_report.parse, _unittest_report.parse, _linter.parse, _ipython.parse, _python.parse
 )
