@@ -178,7 +178,9 @@ class Compactor:
             parsed = self._plain_first(text, hints)
             if parsed is None:
                 text, hints = unwrap(text, hints)
-                parsed = self._parse(text, hints)
+                # What unwrapping uncovered (a JSON-escaped or log-prefixed traceback) may be a plain one:
+                # the walk would give the same answer (see ``_plain_first``).
+                parsed = self._plain_first(text, hints) or self._parse(text, hints)
             digest = with_raw_text(self.from_parsed(parsed, hints, raw_chars), text)
             if cache_key is not None:
                 with self._cache_lock:
@@ -243,7 +245,11 @@ class Compactor:
     def _plain_first(self, text: str, hints: Hints) -> Parsed | None:
         """A plain traceback's digest without the unwrappers and parsers that provably decline it
         (:func:`~otel_errcompact.structured.parse_first`); ``None``: take the whole way. Only for the
-        default order ahead of python and without hints (with them every parser is tried)."""
+        default order ahead of python and without hints (with them every parser is tried).
+
+        Also asked after unwrapping: there the walk (:meth:`_parse`, without hints) would try the parsers
+        ahead of python, which parse_first proves decline the text, then python, whose fast path
+        (:func:`~otel_errcompact.parsers.python.parse_plain`) gives parse_first's answer."""
         if not self._python_leads or hints.kind or hints.exit_code is not None or hints.command is not None:
             return None
         try:
