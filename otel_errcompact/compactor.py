@@ -16,7 +16,14 @@ Fast paths, because this runs on the agent's thread for every failed tool call:
   gives exactly the full parser's digest;
 - a text that is such a traceback from its first line, with no hints, skips the unwrappers and the parsers
   ahead of python that provably decline it (:func:`otel_errcompact.structured.parse_first`; any sign that
-  one of them might take it sends the text the whole way);
+  one of them might take it sends the text the whole way), also once unwrapping has uncovered such a
+  traceback; what depends only on the traceback's body above its last line (the header and the frames,
+  the same for every failure of one code path) is read once per body;
+- work that repeats across the distinct failures of one code path is remembered in small bounded
+  dicts keyed on exactly what it depends on: a frame's location and key part (by the frame object),
+  which masking guards hold and which secret anchors occur (by the short message with its digits
+  folded, which no guard or anchor tells apart; see :mod:`otel_errcompact.normalize` and
+  :mod:`otel_errcompact.redact`);
 - digests are cached: short texts by the text itself, texts over 16 KB by a hash of their sanitised
   form (what the parsers see), both in one bounded LRU.
 
