@@ -16,7 +16,14 @@ Fast paths, because this runs on the agent's thread for every failed tool call:
   gives exactly the full parser's digest;
 - a text that is such a traceback from its first line, with no hints, skips the unwrappers and the parsers
   ahead of python that provably decline it (:func:`otel_errcompact.structured.parse_first`; any sign that
-  one of them might take it sends the text the whole way);
+  one of them might take it sends the text the whole way), also once unwrapping has uncovered such a
+  traceback; what depends only on the traceback's body above its last line (the header and the frames,
+  the same for every failure of one code path) is read once per body;
+- work that repeats across the distinct failures of one code path is remembered in small bounded
+  dicts keyed on exactly what it depends on: a frame's location and key part (by the frame object),
+  which masking guards hold and which secret anchors occur (by the short message with its digits
+  folded, which no guard or anchor tells apart; see :mod:`otel_errcompact.normalize` and
+  :mod:`otel_errcompact.redact`);
 - digests are cached: short texts by the text itself, texts over 16 KB by a hash of their sanitised
   form (what the parsers see), both in one bounded LRU.
 
@@ -170,11 +177,17 @@ class Compactor:
                 cached = self._cached(cache_key)
                 if cached is not None:
                     return cached
-            hints = Hints(exit_code=exit_code, command=command, kind=kind)
+            hints = (
+                _NO_HINTS
+                if exit_code is None and command is None and kind is None
+                else Hints(exit_code=exit_code, command=command, kind=kind)
+            )
             parsed = self._plain_first(text, hints)
             if parsed is None:
                 text, hints = unwrap(text, hints)
-                parsed = self._parse(text, hints)
+                # What unwrapping uncovered (a JSON-escaped or log-prefixed traceback) may be a plain one:
+                # the walk would give the same answer (see ``_plain_first``).
+                parsed = self._plain_first(text, hints) or self._parse(text, hints)
             digest = with_raw_text(self.from_parsed(parsed, hints, raw_chars), text)
             if cache_key is not None:
                 with self._cache_lock:
@@ -239,7 +252,11 @@ class Compactor:
     def _plain_first(self, text: str, hints: Hints) -> Parsed | None:
         """A plain traceback's digest without the unwrappers and parsers that provably decline it
         (:func:`~otel_errcompact.structured.parse_first`); ``None``: take the whole way. Only for the
-        default order ahead of python and without hints (with them every parser is tried)."""
+        default order ahead of python and without hints (with them every parser is tried).
+
+        Also asked after unwrapping: there the walk (:meth:`_parse`, without hints) would try the parsers
+        ahead of python, which parse_first proves decline the text, then python, whose fast path
+        (:func:`~otel_errcompact.parsers.python.parse_plain`) gives parse_first's answer."""
         if not self._python_leads or hints.kind or hints.exit_code is not None or hints.command is not None:
             return None
         try:
@@ -301,15 +318,7 @@ class Compactor:
         full_cause = _safe(parsed.cause, MAX_CAUSE_CHARS)
         cause = cut(full_cause, MAX_CAUSE_CHARS) or "(no message)"
         frame: Frame | None = parsed.location or innermost_in_app(parsed.frames)
-        location = (
-            Location(
-                file=_clean(frame.file, 400),
-                line=frame.line,
-                func=_clean(frame.func, _MAX_NAME_CHARS) if frame.func else None,
-            )
-            if frame is not None and frame.file
-            else None
-        )
+        location, where, shown = _placed(frame) if frame is not None and frame.file else (None, "", "")
         status = parsed.status if parsed.status is not None else hints.exit_code
         retryable = (
             parsed.retryable
@@ -318,14 +327,9 @@ class Compactor:
         )
         klass = classify_text(type_, full_cause, status, parsed.format, retryable)
         retryable = klass.retryable
-        where = ""
-        if location is not None:
-            where = short_file(location.file)
-            if location.func:
-                where = f"{where}:{location.func}"
         key_source = full_cause if parsed.key_text is None else _safe(parsed.key_text, MAX_CAUSE_CHARS)
         key = DedupKey.build(type_, where, normalize_message(key_source or cause))
-        line = f"[{type_}] at {location}: {cause}" if location is not None else f"[{type_}]: {cause}"
+        line = f"[{type_}] at {shown}: {cause}" if location is not None else f"[{type_}]: {cause}"
         return Digest(
             type=type_,
             cause=cause,
@@ -341,6 +345,40 @@ class Compactor:
         )
 
 
+def _place(frame: Frame) -> tuple[Location, str, str]:
+    """The digest's location for ``frame`` (a frame with a file), the ``where`` of its dedup key (file
+    name and function) and the location as the digest's line shows it."""
+    location = Location(
+        file=_clean(frame.file, 400),
+        line=frame.line,
+        func=_clean(frame.func, _MAX_NAME_CHARS) if frame.func else None,
+    )
+    where = short_file(location.file)
+    if location.func:
+        where = f"{where}:{location.func}"
+    return location, where, str(location)
+
+
+# Frames placed lately, by identity: a parser that remembers a code path's frame (the plain traceback's
+# body, see :mod:`otel_errcompact.structured`) hands the very same frame object again. Each entry holds its
+# frame, so the id cannot be reused while the entry lives; frames are immutable, so the answer stands.
+_PLACED: dict[int, tuple[Frame, tuple[Location, str, str]]] = {}
+_PLACED_SIZE = 256
+
+
+def _placed(frame: Frame) -> tuple[Location, str, str]:
+    """:func:`_place`, remembered for the frames placed lately (a race at worst places a frame twice)."""
+    entry = _PLACED.get(id(frame))
+    if entry is not None and entry[0] is frame:
+        return entry[1]
+    placed = _place(frame)
+    if len(_PLACED) >= _PLACED_SIZE:
+        _PLACED.clear()  # whole: cheaper than bookkeeping, and a placement costs about a microsecond
+    _PLACED[id(frame)] = (frame, placed)
+    return placed
+
+
+_NO_HINTS = Hints()  # immutable: one for every call without hints
 _PYTHON_LEADS = (
     _pytest_report.parse, _unittest_report.parse, _linter.parse, _ipython.parse, _python.parse
 )

@@ -363,19 +363,55 @@ _NOISE_NO_DIGIT = _guarded(_NOISE_RULES, False)
 def _apply(message: str, rules: tuple[_Guarded, ...], no_digit_rules: tuple[_Guarded, ...]) -> str:
     """Run the rules in order, each where its guard holds on the text as the rules before left it. Whether
     the text holds a digit is asked once, and again only after a rule changed the text (``sub`` returns
-    the very same string when nothing matched)."""
+    the very same string when nothing matched). Which guards hold comes from :func:`_plan`: the text is
+    the same from one rule to the next until a rule changes it, and then the rules after it are planned
+    again on the new text."""
     text = message[: MAX_NORMALIZED_CHARS * 4]
     has_digit = _ASCII_DIGIT(text) is not None
-    for sub, placeholder, guard in rules if has_digit else no_digit_rules:
-        if guard(text, has_digit):
+    active = rules if has_digit else no_digit_rules
+    start = 0
+    while start < len(active):
+        for index in _plan(active, start, text, has_digit):
+            sub, placeholder, _ = active[index]
             changed = sub(placeholder, text)
             if changed is not text and changed != text:
                 text = changed
                 if has_digit:
                     has_digit = _ASCII_DIGIT(text) is not None
+                start = index + 1
+                break
+        else:
+            break
     if _SHIELD in text:
         text = text.replace(_SHIELD, "")
     return text.strip()[:MAX_NORMALIZED_CHARS]
+
+
+# Every guard gives one answer for two texts that differ only in which ASCII digits 1-9 they hold: the
+# guards look for letters, punctuation, white space, "0x", " 0", digit *positions* (the shape, the
+# hex and alphanumeric runs, the digit patterns) and whether a digit occurs, never for a digit's value
+# other than zero's. So the indexes of the guards that hold are remembered by the text with every such
+# digit read as "1": messages of one failure that differ in their numbers share one entry.
+_ONES = bytes.maketrans(b"23456789", b"11111111")
+_PLANS: dict[tuple[int, int, bytes], tuple[int, ...]] = {}
+_PLANS_SIZE = 2048
+_MAX_PLANNED = 256  # longer texts have their guards asked directly: the entries stay small
+
+
+def _plan(active: tuple[_Guarded, ...], start: int, text: str, has_digit: bool) -> tuple[int, ...]:
+    """The indexes from ``start`` on of the rules of ``active`` whose guard holds on ``text`` (which holds
+    an ASCII digit exactly when ``has_digit``), remembered for recent short ASCII texts (see :data:`_ONES`;
+    a byte translation is far cheaper than a ``str`` one)."""
+    if len(text) > _MAX_PLANNED or not text.isascii():
+        return tuple(index for index in range(start, len(active)) if active[index][2](text, has_digit))
+    key = (id(active), start, text.encode("ascii").translate(_ONES))
+    plan = _PLANS.get(key)
+    if plan is None:
+        plan = tuple(index for index in range(start, len(active)) if active[index][2](text, has_digit))
+        if len(_PLANS) >= _PLANS_SIZE:
+            _PLANS.clear()  # whole: cheaper than bookkeeping; a plan costs a few microseconds
+        _PLANS[key] = plan
+    return plan
 
 
 def normalize_message(message: str) -> str:

@@ -34,6 +34,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 
 __all__ = [
@@ -226,6 +227,10 @@ _RULES: tuple[_Rule, ...] = (
 )
 
 
+def _has_digit(text: str) -> bool:
+    return any(char.isdigit() for char in text)
+
+
 def _lower(text: str) -> str:
     """``text.lower()`` with positions kept: the few characters that lowercase to two ("İ") stay as is."""
     low = text.lower()
@@ -244,12 +249,37 @@ _GATES = ("xox", "gh", "k_", "gl")
 _RULE_INDEXES = {
     anchor: tuple(index for index, rule in enumerate(_RULES) if anchor in rule.anchors) for anchor in _ANCHORS
 }
-_GATED = tuple((gate, tuple(a for a in _ANCHORS if gate in a)) for gate in _GATES)
-_UNGATED = tuple(a for a in _ANCHORS if not any(gate in a for gate in _GATES))
+_GATED = tuple((gate, tuple(a for a in _ANCHORS if gate in a and not _has_digit(a))) for gate in _GATES)
+_UNGATED = tuple(a for a in _ANCHORS if not any(gate in a for gate in _GATES) and not _has_digit(a))
+_DIGIT_ANCHORS = tuple(a for a in _ANCHORS if _has_digit(a))  # ("ya29.",): looked for in every text
 
 
-def _present(low: str) -> set[str]:
-    """The anchors that occur in ``low``."""
+def _present(low: str) -> AbstractSet[str]:
+    """The anchors that occur in ``low``.
+
+    Whether an anchor without a digit occurs does not depend on which digits the text holds: its
+    occurrence is made of characters that are not digits, and putting one digit for another touches
+    none of them. So for short ASCII text the answer for those anchors is remembered by the text with
+    every digit read as ``0`` (the messages of one failure differ in their numbers); the anchors with a
+    digit are looked for every time."""
+    if len(low) <= _MAX_REMEMBERED and low.isascii():
+        key = low.encode("ascii").translate(_ZEROS)
+        found: AbstractSet[str] | None = _REMEMBERED.get(key)
+        if found is None:
+            found = frozenset(_present_without_digits(low))
+            if len(_REMEMBERED) >= _REMEMBERED_SIZE:
+                _REMEMBERED.clear()  # whole: cheaper than bookkeeping
+            _REMEMBERED[key] = found
+    else:
+        found = _present_without_digits(low)
+    for anchor in _DIGIT_ANCHORS:
+        if anchor in low:
+            found = found | {anchor}
+    return found
+
+
+def _present_without_digits(low: str) -> set[str]:
+    """The anchors without a digit that occur in ``low``."""
     found = {anchor for anchor in _UNGATED if anchor in low}
     for gate, members in _GATED:
         if gate in low:
@@ -257,8 +287,14 @@ def _present(low: str) -> set[str]:
     return found
 
 
+_ZEROS = bytes.maketrans(b"123456789", b"000000000")
+_REMEMBERED: dict[bytes, frozenset[str]] = {}
+_REMEMBERED_SIZE = 2048
+_MAX_REMEMBERED = 256
+
+
 def _starts(
-    anchors: tuple[str, ...], low: str, found: dict[tuple[str, ...], list[int]], present: set[str]
+    anchors: tuple[str, ...], low: str, found: dict[tuple[str, ...], list[int]], present: AbstractSet[str]
 ) -> list[int]:
     """Sorted positions where any of ``anchors`` starts in ``low``; shared by rules with the same anchors
     until the text changes. Only the ``present`` anchors are searched: the others do not occur."""
@@ -368,7 +404,7 @@ def redact(text: str) -> str:
     return text
 
 
-def _redact_known(text: str, low: str, present: set[str]) -> str:
+def _redact_known(text: str, low: str, present: AbstractSet[str]) -> str:
     """The built-in rules, in order, each where one of its anchors occurs (``present``: those of ``low``,
     the lowercased ``text``); both are recomputed when a rule changed the text. Only the rules of the
     present anchors are visited: most text holds one or two anchors, for one or two of the rules."""
@@ -389,7 +425,7 @@ def _redact_known(text: str, low: str, present: set[str]) -> str:
             return text
 
 
-def _rules_of(present: set[str], after: int) -> list[int]:
+def _rules_of(present: AbstractSet[str], after: int) -> list[int]:
     """The indexes, in order and past ``after``, of the rules one of whose anchors is ``present``."""
     if len(present) == 1:  # the common case: no set to build and sort
         return [index for index in _RULE_INDEXES[next(iter(present))] if index > after]

@@ -18,16 +18,20 @@ last line names the same type and message, so the fields confirm the text rather
 
 from __future__ import annotations
 
+import contextlib
 import re
 
 from otel_errcompact.parsers import linter, pytest_report
-from otel_errcompact.parsers._base import Parsed
-from otel_errcompact.parsers.python import parse_plain
+from otel_errcompact.parsers._base import Frame, Parsed
+from otel_errcompact.parsers.python import parse_plain, plain_exception, plain_location
 from otel_errcompact.unwrap import harness, lint_gate
 
 __all__ = ["parse_exception", "parse_first"]
 
-_HEADER_LINE = "Traceback (most recent call last):\n"
+_HEADER = "Traceback (most recent call last):"
+_HEADER_LINE = _HEADER + "\n"
+# A line that starts at column 0 below the first (see :func:`parse_plain`).
+_COLUMN_0 = re.compile(r"\n[^ \n]")
 
 _SYNTAX_TYPES = frozenset({"SyntaxError", "IndentationError", "TabError"})
 _PYDANTIC = re.compile(r"\d+ validation errors? for \S+$")
@@ -68,10 +72,65 @@ def parse_first(text: str) -> Parsed | None:
       ``:line`` position (asked); pytest is asked (:func:`pytest_report.declines`).
 
     Every check is exact: a text any of them could take goes the whole way, and gets today's answer.
+
+    The checks are split at the start of the last line: the *body* above it (header and frames) is the
+    same for every failure of one code path, only the last line (the message) differs. What depends on
+    the body alone is read once per body (:func:`_body_location`); the last line is read every time.
     """
     if not text.startswith(_HEADER_LINE) or "\\" in text or not harness.declines(text) or not lint_gate.declines(text):
         return None
-    parsed = parse_plain(text)
-    if parsed is None or not linter.declines_unbulleted(text) or not pytest_report.declines(text):
+    body_end = len(text.rstrip("\n"))
+    last_at = text.rfind("\n", 0, body_end) + 1
+    if last_at <= 0:
         return None
-    return parsed
+    rest = text[last_at:]  # the last line and the newlines after it
+    if _HEADER in rest or not linter.declines_unbulleted(rest) or not pytest_report.declines(rest):
+        return None
+    exception = plain_exception(text[last_at:body_end])
+    if exception is None:
+        return None
+    location = _body_location(text[:last_at])
+    if location is None:
+        return None
+    return Parsed(type=exception[0], cause=exception[1], format="python", frames=(location,), location=location)
+
+
+# Bodies read lately and their answers (a frame, or ``None``: not the plain shape). Small and bounded:
+# the bodies of a few code paths fail again and again; a stranger costs one read and one insertion.
+_BODIES: dict[str, Frame | None] = {}
+_BODIES_SIZE = 64
+_MAX_BODY = 16_384
+_MISS = Frame("")
+
+
+def _body_location(body: str) -> Frame | None:
+    """:func:`_read_body`, remembered for recent bodies. Exact: the answer is a function of ``body`` only,
+    and the dict compares the whole string. A race between threads at worst reads a body twice."""
+    location = _BODIES.get(body, _MISS)
+    if location is _MISS:
+        location = _read_body(body)
+        if len(body) <= _MAX_BODY:
+            if len(_BODIES) >= _BODIES_SIZE:
+                # The oldest goes; another thread may have changed the dict meanwhile.
+                with contextlib.suppress(KeyError, RuntimeError, StopIteration):
+                    del _BODIES[next(iter(_BODIES))]
+            _BODIES[body] = location
+    return location
+
+
+def _read_body(body: str) -> Frame | None:
+    """The location :func:`parse_plain` reads from ``body`` (the text down to the start of its last line,
+    the header first), or ``None`` when ``body`` rules out the plain shape or one of the checks of
+    :func:`parse_first` fails on it.
+
+    Every check that reads the whole text splits exactly between the body and the rest, because the
+    body ends with a newline: the header, pytest's markers and the frame marker hold no newline, so none
+    of their occurrences crosses the split; the linter's ``:line`` position (``:\\d+[:\\s]``) may end
+    with the body's newline but never holds one inside; a column-0 line and the frame lines
+    :func:`plain_location` reads lie above the last line by definition.
+    """
+    if body.find(_HEADER, 1) >= 0 or _COLUMN_0.search(body) is not None:
+        return None
+    if not linter.declines_unbulleted(body) or not pytest_report.declines(body):
+        return None
+    return plain_location(body, 0, len(body))

@@ -542,3 +542,32 @@ def test_plain_traceback_skips_only_what_declines_it(app: ModuleType, tmp_path: 
             stack, exception_type=etype, exception_message=message
         ), stack
     assert taken < len(plain) + len(hostile)  # some hostile texts were really sent the whole way
+
+
+def test_a_plain_traceback_uncovered_by_unwrapping_gets_the_walks_answer(app: ModuleType, tmp_path: Path) -> None:
+    """After unwrapping, a plain traceback takes the shortcut too; its digest must be the one the walk over
+    every parser gives, for the forms agents see (JSON-escaped, inside a JSON report, log-prefixed)."""
+    import json
+    import logging
+
+    from otel_errcompact.structured import parse_first
+    from otel_errcompact.unwrap import unwrap
+
+    formatter = logging.Formatter("%(asctime)s %(levelname)s [%(name)s] %(message)s")
+
+    def logged(text: str) -> str:
+        return "\n".join(formatter.format(logging.LogRecord("worker", logging.ERROR, __file__, 0, line, None, None))
+                         for line in text.rstrip("\n").split("\n")) + "\n"
+
+    stacks = [_fields(deep_exception(app, order))[2] for order in range(10)]
+    stacks += [_fields(_raised(f"def main():\n    {line}\n", tmp_path, f"wrapped_{i}"))[2]
+               for i, line in enumerate(_HOSTILE_LINES)]
+    default = Compactor(digest_cache_size=0)
+    tried_all = Compactor(_every_parser(), digest_cache_size=0)
+    uncovered = 0
+    for stack in stacks:
+        for form in (json.dumps(stack), json.dumps({"ok": False, "error": stack}), logged(stack)):
+            inner, _hints = unwrap(form, Hints())
+            uncovered += inner != form and parse_first(inner) is not None
+            assert default.compact(form) == tried_all.compact(form), form
+    assert uncovered >= 20  # the shortcut was really taken after unwrapping

@@ -479,3 +479,31 @@ def test_the_redaction_docstring_examples_hold() -> None:
     for name in ("otel_errcompact.redact", "otel_errcompact.sinks.redacting"):
         result = doctest.testmod(importlib.import_module(name))
         assert result.attempted > 0 and result.failed == 0, name
+
+
+def test_the_remembered_anchors_are_the_anchors_of_the_text() -> None:
+    """``redact`` remembers which anchors occur by the text with its digits read as 0: checked against the
+    direct scan on real corpus lines, on the same lines with other digits (planted first, so a wrong
+    reuse would show), and on fresh credentials whose anchor holds digits (Google's ``ya29.``)."""
+    import importlib
+    import random
+
+    from tests.test_normalize import _corpus_lines
+
+    redaction = importlib.import_module("otel_errcompact.redact")  # the package exports a function so named
+
+    rng = random.Random(11)
+    token = "ya29." + "".join(rng.choice(string.ascii_letters + string.digits) for _ in range(40))
+    lines = [*_corpus_lines(), f"auth failed for {token}", f"ya19.{token[5:]} rejected", "key 0x12 at 7"]
+    remembered, direct = [], []
+    for line in lines:
+        redaction.redact("".join(rng.choice("0123456789") if c.isdigit() else c for c in line))
+        remembered.append(redaction.redact(line))
+    keep = redaction._MAX_REMEMBERED
+    try:
+        redaction._MAX_REMEMBERED = -1  # every text scanned directly
+        direct = [redaction.redact(line) for line in lines]
+    finally:
+        redaction._MAX_REMEMBERED = keep
+    assert remembered == direct
+    assert token not in remembered[-3]

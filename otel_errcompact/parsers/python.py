@@ -49,7 +49,7 @@ from dataclasses import dataclass, field
 
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
 
-__all__ = ["in_app", "parse", "parse_plain"]
+__all__ = ["in_app", "parse", "parse_plain", "plain_exception", "plain_location"]
 MARKERS = ('File "', "Traceback (most recent call last):")  # see parsers/__init__.py
 
 _HEADER = "Traceback (most recent call last):"
@@ -169,7 +169,7 @@ def parse_plain(text: str) -> Parsed | None:
     last_at = text.rfind("\n", at, body_end) + 1
     if last_at <= at or _COLUMN_0.search(text, at, last_at) is not None:
         return None
-    exception = _plain_exception(text[last_at:body_end])
+    exception = plain_exception(text[last_at:body_end])
     if exception is None:
         return None
     location = plain_location(text, at, last_at)
@@ -178,7 +178,7 @@ def parse_plain(text: str) -> Parsed | None:
     return Parsed(type=exception[0], cause=exception[1], format="python", frames=(location,), location=location)
 
 
-def _plain_exception(line: str) -> tuple[str, str] | None:
+def plain_exception(line: str) -> tuple[str, str] | None:
     """``(type, message)`` of the last line as the full parser reads it; ``None`` for anything it treats
     specially (syntax errors, groups) or would not take as an exception line."""
     if not line or line[0] == " " or len(line) > _MAX_LINE:

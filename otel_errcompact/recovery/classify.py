@@ -192,7 +192,6 @@ def classify_text(
     """
     text = f"{type_}\n{cause}\n{raw[:_RAW_CHARS]}"
     lowered = text.lower()
-    retry_after = retry_after_from_text(cause) or (retry_after_from_text(raw[:_RAW_CHARS]) if raw else None)
     bare_type = type_.rsplit(".", 1)[-1]
     if bare_type in _ABORT_TYPES:
         return Classification("aborted", None, f"type {bare_type}")
@@ -204,15 +203,21 @@ def classify_text(
         return Classification("permanent", None, "quota exhausted")
     if fmt == "http" and status is not None:
         if status == 429:
-            return Classification("rate_limited", retry_after, "status 429")
+            return Classification("rate_limited", _retry_after(cause, raw), "status 429")
         if retryable:
-            return Classification("transient", retry_after, f"status {status}")
+            return Classification("transient", _retry_after(cause, raw), f"status {status}")
         return Classification("permanent", None, f"status {status}")
     if _mentions(lowered, _RATE_WORDS) and _RATE.search(f"{type_}\n{cause}"):
-        return Classification("rate_limited", retry_after, "rate limit")
+        return Classification("rate_limited", _retry_after(cause, raw), "rate limit")
     if retryable:
-        return Classification("transient", retry_after, "transient")
+        return Classification("transient", _retry_after(cause, raw), "transient")
     return Classification("permanent", None, "not retryable")
+
+
+def _retry_after(cause: str, raw: str) -> float | None:
+    """The wait the cause names, else the raw text's; read only for the classes that carry one (most
+    failures are permanent, and these reads are pure: when they run changes no answer)."""
+    return retry_after_from_text(cause) or (retry_after_from_text(raw[:_RAW_CHARS]) if raw else None)
 
 
 def with_raw_text(digest: Digest, raw: str) -> Digest:

@@ -87,14 +87,34 @@ def declines(text: str) -> bool:
 
 
 def _framed(head: str, tail: str) -> bool:
-    """A marker of framing at the head or the tail (plain loops: cheaper than generators for these tests)."""
-    for marker in _HEAD_MARKERS:
-        if marker in head:
-            return True
-    for marker in _TAIL_MARKERS:  # noqa: SIM110 - kept alike with the loop above
-        if marker in tail:
-            return True
+    """A marker of framing at the head or the tail (plain loops: cheaper than generators for these tests).
+    A group of markers is looked for only where its gate occurs (see :func:`_gated`)."""
+    for gate, markers in _HEAD_GROUPS:
+        if gate in head:
+            for marker in markers:
+                if marker in head:
+                    return True
+    for gate, markers in _TAIL_GROUPS:
+        if gate in tail:
+            for marker in markers:
+                if marker in tail:
+                    return True
     return False
+
+
+def _gated(markers: tuple[str, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """``markers`` grouped under a gate each of them holds: ``<``, ``[`` or ``NOT`` (a one-character gate
+    is one ``memchr``, and most error text holds no such character near its ends), else ``""``, which
+    every text holds. A text without the gate holds none of its markers, so the test is unchanged."""
+    groups: dict[str, list[str]] = {}
+    for marker in markers:
+        gate = next((g for g in ("<", "[", "NOT") if g in marker), "")
+        groups.setdefault(gate, []).append(marker)
+    return tuple((gate, tuple(members)) for gate, members in groups.items())
+
+
+_HEAD_GROUPS = _gated(_HEAD_MARKERS)
+_TAIL_GROUPS = _gated(_TAIL_MARKERS)
 
 
 def _tags(text: str) -> tuple[str | None, int | None]:

@@ -161,3 +161,29 @@ def test_the_compactor_gives_one_digest_whatever_path_it_takes(shapes: dict[str,
                           digest_cache_size=0)  # the same parsers behind wrappers: no fast path is taken
     for text in shapes.values():
         assert fast.compact(text) == full_only.compact(text), text
+
+
+def test_a_remembered_body_gives_the_answer_of_the_whole_text(app: ModuleType) -> None:
+    """``parse_first`` reads the body above the last line once per body; the last line is read every time,
+    so a message that holds what a parser ahead of python looks for still sends the text the whole way."""
+    from otel_errcompact.parsers import linter, pytest_report
+    from otel_errcompact.structured import parse_first
+
+    body = deep_traceback(app, 0).rstrip("\n").rsplit("\n", 1)[0] + "\n"
+    last_lines = ["KeyError: 'order-1'", "KeyError: '3 failed in 0.5s'", "KeyError: 'x:12 y'",
+                  "Traceback (most recent call last):", "ValueError: an error occurred", "StopIteration",
+                  "  KeyError: 'indented'", "ValueError: short test summary info"]
+    for _ in range(2):  # the first round reads the body, the second takes it from memory
+        for last in last_lines:
+            text = f"{body}{last}\n"
+            fast = python_parser.parse_plain(text)
+            whole_way = fast is None or not linter.declines_unbulleted(text) or not pytest_report.declines(text)
+            answer = parse_first(text)
+            if whole_way:
+                assert answer is None, last
+            else:
+                assert answer is not None and _same(answer, _full(text)), last
+                assert answer.location == fast.location
+    broken = body.replace('  File "', 'File "', 1)  # a line at column 0 in the body: never the plain shape
+    for _ in range(2):
+        assert parse_first(f"{broken}KeyError: 'order-1'\n") is None
