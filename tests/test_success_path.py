@@ -159,4 +159,4 @@ def test_anchors_registered_from_threads_are_all_found_and_all_forgotten(otel: O
         thread.start()
     for thread in threads:
         thread.join()
-    assert not processor._anchors and not processor._anchor_touched and not processor._anchor_ids
+    assert not processor._anchors and not processor._anchor_touched and not processor._anchor_spans
