@@ -193,7 +193,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._lock = threading.Lock()
         # Trace id -> its live agent/root spans. Written without the lock (single dict and list operations
         # are atomic under the GIL); the lock serialises sweeps (see _register_anchor, _evict_anchors).
-        self._anchors: dict[int, dict[int, Span]] = {}  # trace id -> span id -> span, oldest first
+        self._anchors: dict[int, dict[Span, None]] = {}  # trace id -> its anchor spans, oldest first
         # Trace id -> when its anchors were last touched, least recently touched first (re-inserted on
         # each touch), so a sweep reads the eviction candidates from the front.
         self._anchor_touched: dict[int, float] = {}
@@ -208,9 +208,10 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._anchor_idle_s = anchor_idle_s
         self.evicted_anchors = 0
         """Anchor spans forgotten by the bound (never ended, or idle too long); logged when it bites."""
-        # The span objects in _anchors (hashed by identity, no attribute read): lets an ending span that
-        # is no anchor, most of them, pass with one set look-up.
-        self._anchor_spans: set[Span] = set()
+        # The spans in _anchors -> their trace id. Spans hash by identity (no attribute read): an ending
+        # span that is no anchor, most of them, passes with one look-up, and one that is finds its trace
+        # without reading its ids.
+        self._anchor_spans: dict[Span, int] = {}
         self._pending: OrderedDict[int, tuple[str | None, str | None, str | None]] = OrderedDict()
         # A framework's tool span that wraps a failed call can still end OK (the tool boundary returned
         # the digest as the tool's result): such a span is not a success and must not reset the
@@ -340,10 +341,10 @@ class ErrorCompactionProcessor(SpanProcessor):
             attrs = _attributes_of(span)
             if self._model_listeners and attrs.get(_OPERATION) in _MODEL_OPERATIONS:
                 self._model_span_ended(span, attrs)
-            anchors = self._anchors.get(context.trace_id)
-            live = anchors.get(context.span_id) if anchors else None
-            if live is not None:  # the copy is not the object registered: found by its ids
-                self._forget_anchor(live)
+            span_id = context.span_id
+            for live in list(self._anchors.get(context.trace_id) or ()):
+                if live.context.span_id == span_id:  # the copy is not the object registered: found by id
+                    self._forget_anchor(live)
         except Exception:
             _log.exception("otel-errcompact: on_end failed")
 
@@ -473,7 +474,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             return
         anchors = self._anchors.get(context.trace_id)  # _defer_success, inlined
         successes = self._successes
-        successes.append((self._resolve, (span, list(anchors.values()) if anchors else None)))
+        successes.append((self._resolve, (span, list(anchors) if anchors else None)))
         if len(successes) >= SUCCESS_QUEUE_BOUND:
             self._successes_backlogged()
 
@@ -619,7 +620,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                 self._pending.pop(context.span_id, None)
         anchors = self._anchors.get(context.trace_id)
         successes = self._successes  # ErrorHistory.defer_success, inlined
-        successes.append((self._resolve, (span, list(anchors.values()) if anchors else None)))
+        successes.append((self._resolve, (span, list(anchors) if anchors else None)))
         if len(successes) >= SUCCESS_QUEUE_BOUND:
             self._successes_backlogged()
 
@@ -726,16 +727,15 @@ class ErrorCompactionProcessor(SpanProcessor):
         except AttributeError:
             context = span.context
         trace_id = context.trace_id
-        span_id = context.span_id
         anchors_by_trace = self._anchors
-        fresh = {span_id: span}
+        fresh = {span: None}
         anchors = anchors_by_trace.setdefault(trace_id, fresh)
-        self._anchor_spans.add(span)
+        self._anchor_spans[span] = trace_id
         if anchors is fresh:  # a new trace (a root span): created with its anchor in it, nothing to re-check
             self._anchor_touched[trace_id] = _monotonic()
             over = len(anchors_by_trace) > self._max_anchor_traces  # only a new trace adds to the count
         else:
-            self._add_to_trace(trace_id, span_id, span, anchors)
+            self._add_to_trace(trace_id, span, anchors)
             over = False
         until_sweep = self._until_sweep - 1
         self._until_sweep = until_sweep
@@ -744,27 +744,26 @@ class ErrorCompactionProcessor(SpanProcessor):
             with self._lock:
                 self._evict_anchors()
 
-    def _add_to_trace(self, trace_id: int, span_id: int, span: Span, anchors: dict[int, Span]) -> None:
+    def _add_to_trace(self, trace_id: int, span: Span, anchors: dict[Span, None]) -> None:
         """Register an agent span in a trace that already has anchors (see :meth:`_register_anchor`)."""
-        anchors[span_id] = span
+        anchors[span] = None
         anchors_by_trace = self._anchors
         if anchors_by_trace.get(trace_id) is not anchors:
             with self._lock:  # dropped meanwhile: register again
-                anchors_by_trace.setdefault(trace_id, {})[span_id] = span
+                anchors_by_trace.setdefault(trace_id, {})[span] = None
         touched = self._anchor_touched
         touched.pop(trace_id, None)  # re-inserted: the least recently touched stay in front
         touched[trace_id] = _monotonic()
         if len(anchors) > _MAX_ANCHORS_PER_TRACE:
             self._drop_oldest_anchor(anchors)
 
-    def _drop_oldest_anchor(self, anchors: dict[int, Span]) -> None:
+    def _drop_oldest_anchor(self, anchors: dict[Span, None]) -> None:
         try:
             oldest = next(iter(anchors))
         except (StopIteration, RuntimeError):
             return
-        dropped = anchors.pop(oldest, None)
-        if dropped is not None:
-            self._anchor_spans.discard(dropped)
+        if anchors.pop(oldest, 0) is None:
+            self._anchor_spans.pop(oldest, None)
             self._note_evicted(1)
 
     def _live_anchor(self, trace_id: int) -> Span | None:
@@ -779,7 +778,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         anchors = self._anchors.get(trace_id)
         if not anchors:
             return []
-        snapshot = [s for s in reversed(list(anchors.values())) if s.end_time is None]
+        snapshot = [s for s in reversed(list(anchors)) if s.end_time is None]
         self._touch(trace_id)
         return snapshot
 
@@ -822,8 +821,8 @@ class ErrorCompactionProcessor(SpanProcessor):
                 break
             touched.pop(trace_id, None)
             popped = anchors_by_trace.pop(trace_id, None)
-            for span in list(popped.values()) if popped else ():
-                self._anchor_spans.discard(span)
+            for span in list(popped) if popped else ():
+                self._anchor_spans.pop(span, None)
                 evicted += 1
         if evicted:
             self._note_evicted(evicted)
@@ -842,7 +841,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         """The conversation id recorded on the trace's live agent or root spans, if any. Lock-free: a
         successful tool span asks this too."""
         anchors = self._anchors.get(trace_id)
-        return self._conversation_of(list(anchors.values())) if anchors else None
+        return self._conversation_of(list(anchors)) if anchors else None
 
     @staticmethod
     def _conversation_of(anchors: list[Span], *, live_only: bool = True) -> str | None:
@@ -887,17 +886,14 @@ class ErrorCompactionProcessor(SpanProcessor):
 
         The trace is popped first and its anchors checked after: a span registered into it meanwhile
         puts it back (see :meth:`_register_anchor`), so no live anchor is lost."""
-        self._anchor_spans.discard(span)
-        try:
-            context: Any = span._context
-        except AttributeError:
-            context = span.context
-        trace_id, span_id = context.trace_id, context.span_id
+        trace_id = self._anchor_spans.pop(span, None)
+        if trace_id is None:  # evicted meanwhile
+            return
         anchors_by_trace = self._anchors
         anchors = anchors_by_trace.get(trace_id)
         if anchors is None:
             return
-        anchors.pop(span_id, None)
+        anchors.pop(span, None)
         if anchors:
             return
         popped = anchors_by_trace.pop(trace_id, None)
