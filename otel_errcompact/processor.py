@@ -324,6 +324,8 @@ class ErrorCompactionProcessor(SpanProcessor):
         return True
 
     def _halt_fix_up(self, span: Span) -> None:
+        """The halted-root status fix-up alone (see :mod:`otel_errcompact.halted`), before the common
+        handling of the same span."""
         try:
             self._halted.on_ending(span)
         except Exception:
