@@ -53,7 +53,7 @@ from otel_errcompact.prometheus import prometheus_requested, start_prometheus
 from otel_errcompact.recovery.breaker import BreakerPolicy, CircuitBreakers
 from otel_errcompact.recovery.fleet import FleetMetrics, fleet_store
 from otel_errcompact.recovery.loop import ModelAdapter, RecoveryLoop
-from otel_errcompact.recovery.observe import RecoveryTelemetry
+from otel_errcompact.recovery.observe import MODEL_SPAN_SIGNALS, RecoveryTelemetry
 from otel_errcompact.recovery.pacing import Pacer, pace
 from otel_errcompact.recovery.retry import RetryPolicy
 from otel_errcompact.recovery.state import InMemoryStateStore, RecoveryStateStore
@@ -628,7 +628,12 @@ def _build(
         if fleet_metrics is not None:
             breakers.add_refusal_listener(fleet_metrics.on_refusal)
         if processor is not None:
-            processor.add_model_span_listener(telemetry.on_model_span, telemetry.model_span_matters)
+            processor.add_model_span_listener(
+                telemetry.on_model_span,
+                telemetry.model_span_matters,
+                signals=MODEL_SPAN_SIGNALS,
+                waiting=telemetry.waiting,
+            )
     handle = ErrCompact(
         config,
         history=history,

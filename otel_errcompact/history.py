@@ -51,6 +51,9 @@ _NOT_STUCK = frozenset({"rate_limited", "transient"})
 _MAX_PENDING_SUCCESSES = 1024
 """Queued successes at which another thread is asked to apply them (``ErrorHistory.on_backlog``); at
 twice this, or without one, the caller applies them itself. Bounds the queue between history operations."""
+SUCCESS_QUEUE_BOUND = _MAX_PENDING_SUCCESSES
+"""The queue length at which a caller appending to :meth:`ErrorHistory.success_queue` calls
+:meth:`ErrorHistory.backlogged`."""
 _APPLY_BATCH = 64
 """Successes applied per hold of the lock by :meth:`ErrorHistory.apply_successes`."""
 
@@ -292,7 +295,14 @@ class ErrorHistory:
             return
         self._successes.append(scope)
         if len(self._successes) >= _MAX_PENDING_SUCCESSES:
-            self._backlogged()
+            self.backlogged()
+
+    def success_queue(self) -> deque[Any]:
+        """The queue :meth:`defer_success` appends to, for a caller whose every call counts (the span
+        processor, once per successful tool call): it appends ``(resolve, item)`` itself and calls
+        :meth:`backlogged` when the queue's length reaches :data:`SUCCESS_QUEUE_BOUND`, which is what
+        :meth:`defer_success` does, minus a method call. Appending to a deque is atomic under the GIL."""
+        return self._successes
 
     def defer_success(self, resolve: Callable[[Any], str | None], item: Any) -> None:
         """A success whose scope is found later: ``resolve(item)`` is called, in order with the other
@@ -302,14 +312,15 @@ class ErrorHistory:
         thread. ``resolve`` runs under the history's lock: it must not call back into the history."""
         self._successes.append((resolve, item))
         if len(self._successes) >= _MAX_PENDING_SUCCESSES:
-            self._backlogged()
+            self.backlogged()
 
     on_backlog: Callable[[], bool] | None = None
     """Asked, once the queue reaches its bound, to have another thread :meth:`apply_successes` (the
     metrics thread); False when it cannot. Past twice the bound, or without it, the caller applies
     them."""
 
-    def _backlogged(self) -> None:
+    def backlogged(self) -> None:
+        """The queue reached :data:`SUCCESS_QUEUE_BOUND`: hand it to :attr:`on_backlog`, or apply it."""
         queued = len(self._successes)
         backlog = self.on_backlog
         if backlog is not None and queued < 2 * _MAX_PENDING_SUCCESSES:

@@ -23,7 +23,7 @@ import re
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sized
 from datetime import datetime, timezone
 from typing import Any, Literal
 
@@ -35,7 +35,7 @@ from opentelemetry.trace import StatusCode
 from otel_errcompact import semconv
 from otel_errcompact.claims import current_claim
 from otel_errcompact.halted import HaltedTraces
-from otel_errcompact.history import Escalation
+from otel_errcompact.history import SUCCESS_QUEUE_BOUND, Escalation
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.telemetry import tool_label
 
@@ -75,10 +75,12 @@ _TOOL_NAME = semconv.GEN_AI_TOOL_NAME
 _ERROR_TYPE = semconv.ERROR_TYPE
 _CONVERSATION_ATTRIBUTES = semconv.CONVERSATION_ATTRIBUTES
 _CONVERSATION_ID = semconv.GEN_AI_CONVERSATION_ID
+_CONVERSATION_1, _CONVERSATION_2, _CONVERSATION_3 = _CONVERSATION_ATTRIBUTES
 _AGENT_NAME = semconv.GEN_AI_AGENT_NAME
 _TOOL_CALL_ID = semconv.GEN_AI_TOOL_CALL_ID
 _TOOL_CALL_ARGUMENTS = semconv.GEN_AI_TOOL_CALL_ARGUMENTS
 _UTC = timezone.utc
+_STATUS_ERROR = StatusCode.ERROR  # an enum member read through its class costs 50 ns on Python 3.11
 _from_timestamp = datetime.fromtimestamp
 _AGENT_OPERATIONS = semconv.AGENT_OPERATIONS
 _AGENT_KINDS = semconv.AGENT_KINDS
@@ -191,21 +193,25 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._lock = threading.Lock()
         # Trace id -> its live agent/root spans. Written without the lock (single dict and list operations
         # are atomic under the GIL); the lock serialises sweeps (see _register_anchor, _evict_anchors).
-        self._anchors: dict[int, dict[int, Span]] = {}  # trace id -> span id -> span, oldest first
+        self._anchors: dict[int, dict[Span, None]] = {}  # trace id -> its anchor spans, oldest first
         # Trace id -> when its anchors were last touched, least recently touched first (re-inserted on
         # each touch), so a sweep reads the eviction candidates from the front.
         self._anchor_touched: dict[int, float] = {}
         self._until_sweep = ANCHOR_SWEEP_EVERY  # registrations left before the next sweep
-        # Bound once: one success is handed over per successful tool call.
+        # Bound once: one success is handed over per successful tool call (see _defer_success).
         self._resolve = self._resolve_success
-        self._defer = pipeline.history.defer_success  # see _resolve_success
+        self._successes = pipeline.history.success_queue()
+        self._successes_backlogged = pipeline.history.backlogged
         self._notify_success = pipeline.notify_success
         self._trace_scope: tuple[int, str] = (0, semconv.DEFAULT_SCOPE)  # the last trace scope named
         self._max_anchor_traces = max(1, max_anchor_traces)
         self._anchor_idle_s = anchor_idle_s
         self.evicted_anchors = 0
         """Anchor spans forgotten by the bound (never ended, or idle too long); logged when it bites."""
-        self._anchor_ids: set[int] = set()  # span ids in _anchors: lets on_end skip the lock
+        # The spans in _anchors -> their trace id. Spans hash by identity (no attribute read): an ending
+        # span that is no anchor, most of them, passes with one look-up, and one that is finds its trace
+        # without reading its ids.
+        self._anchor_spans: dict[Span, int] = {}
         self._pending: OrderedDict[int, tuple[str | None, str | None, str | None]] = OrderedDict()
         # A framework's tool span that wraps a failed call can still end OK (the tool boundary returned
         # the digest as the tool's result): such a span is not a success and must not reset the
@@ -217,9 +223,16 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._saw_on_ending = False
         self._halted = HaltedTraces()
         self._closed = False
+        # None while _on_ending has nothing but the common work to do: not closed, no predicate, no
+        # exception held from a log record, no halted trace waiting for its root, and _saw_on_ending
+        # set. Anything that makes one of these true sets it; _ending_slow clears it again.
+        self._slow: bool | None = True
         self._resource_cache: tuple[Any, dict[str, Any]] | None = None
         # Recovery listeners for model (chat) spans: ``listener(span, live agent span or None)``.
         self._model_listeners: list[_ModelSpanListener] = []
+        # (attributes, waiting) of the one listener when it gave them: a model span carrying none of
+        # these attributes while ``waiting`` is empty passes without calling anything. None: ask.
+        self._model_gate: tuple[frozenset[str], Sized] | None = None
         pipeline.add_escalation_listener(self._add_escalation_event)
 
     @property
@@ -234,66 +247,106 @@ class ErrorCompactionProcessor(SpanProcessor):
         if self._closed:
             return
         try:
-            parent = span.parent
-            if parent is not None and not parent.is_remote:
-                try:
-                    attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
-                except AttributeError:
-                    attrs = _attributes_of(span)
-                # semconv.is_agent_span, inlined: every child span pays for this test.
-                if not (
-                    attrs.get(_OPERATION) in _AGENT_OPERATIONS
-                    or attrs.get(_OI_KIND) == "AGENT"
-                    or attrs.get(_TL_KIND) in _AGENT_KINDS
-                ):
-                    return
+            try:  # the SDK's fields behind the properties: every span pays for these reads
+                attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
+                parent = span._parent
+            except AttributeError:
+                attrs, parent = _attributes_of(span), span.parent
+            # semconv.is_agent_span, inlined, then "a local root": every span pays for these tests.
+            if not (
+                attrs.get(_OPERATION) in _AGENT_OPERATIONS
+                or (_OI_KIND in attrs and attrs[_OI_KIND] == "AGENT")
+                or (_TL_KIND in attrs and attrs[_TL_KIND] in _AGENT_KINDS)
+            ) and (parent is not None and not parent.is_remote):
+                return
             self._register_anchor(span)
         except Exception:
             _log.exception("otel-errcompact: on_start failed")
 
     def _on_ending(self, span: Span) -> None:
-        if self._closed:
+        """All of a span's handling, in one place: the SDK calls this with the live span, then
+        :meth:`on_end` with a read-only copy, which has nothing left to do. A span that is neither a
+        tool span, a model span nor an anchor costs one attribute read and four dict or set look-ups."""
+        if self._slow is not None and self._ending_slow(span):
             return
-        self._saw_on_ending = True
         try:
-            if self._halted.pending:
-                self._halted.on_ending(span)
-            if self._predicate is not None or self._pending:
-                self._process(span, writable=span)
-                return
             try:
                 attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
             except AttributeError:
                 attrs = _attributes_of(span)
-            # semconv.is_tool_span, inlined: every span pays for this test.
+            operation = attrs.get(_OPERATION)
+            # semconv.is_tool_span, inlined (a membership test is cheaper than a get that misses)
             if (
-                attrs.get(_OPERATION) == "execute_tool"
-                or attrs.get(_OI_KIND) == "TOOL"
-                or attrs.get(_TL_KIND) == "tool"
+                operation == "execute_tool"
+                or (_OI_KIND in attrs and attrs[_OI_KIND] == "TOOL")
+                or (_TL_KIND in attrs and attrs[_TL_KIND] == "tool")
             ):
-                self._process(span, span, attrs, is_tool=True)
+                self._tool_ended(span, attrs)
+            if operation in _MODEL_OPERATIONS and self._model_listeners:
+                gate = self._model_gate
+                if gate is None or not gate[0].isdisjoint(attrs) or gate[1]:
+                    self._model_span_ended(span, attrs)
+            if span in self._anchor_spans:
+                self._forget_anchor(span)
+        except Exception:
+            _log.exception("otel-errcompact: processing an ending span failed")
+
+    def _ending_slow(self, span: Span) -> bool:
+        """The uncommon states of :meth:`_on_ending` (see ``_slow``); True when the span is done with.
+
+        ``_slow`` is cleared before the states are read and set again if one holds, so a state that a
+        concurrent :meth:`hold_exception` or halt sets meanwhile (setting ``_slow`` after it) is never
+        lost."""
+        self._slow = None
+        if self._closed:
+            self._slow = True
+            return True
+        self._saw_on_ending = True
+        halted = self._halted.pending
+        generic = self._predicate is not None or bool(self._pending)
+        if halted or generic:
+            self._slow = True
+        if not generic:
+            if halted:
+                self._halt_fix_up(span)
+            return False
+        try:
+            if halted:
+                self._halted.on_ending(span)
+            self._process(span, writable=span)
+            attrs = _attributes_of(span)
+            if self._model_listeners and attrs.get(_OPERATION) in _MODEL_OPERATIONS:
+                self._model_span_ended(span, attrs)
+            if span in self._anchor_spans:
+                self._forget_anchor(span)
+        except Exception:
+            _log.exception("otel-errcompact: processing an ending span failed")
+        return True
+
+    def _halt_fix_up(self, span: Span) -> None:
+        """The halted-root status fix-up alone (see :mod:`otel_errcompact.halted`), before the common
+        handling of the same span."""
+        try:
+            self._halted.on_ending(span)
         except Exception:
             _log.exception("otel-errcompact: processing an ending span failed")
 
     def on_end(self, span: ReadableSpan) -> None:
-        if self._closed:
-            return
+        if self._saw_on_ending or self._closed:
+            return  # done in _on_ending
         try:
-            if not self._saw_on_ending and self._is_candidate(span):
+            if self._is_candidate(span):
                 self._process(span, writable=None)
             context = span.context
             if context is None:
                 return
-            if self._model_listeners:
-                try:
-                    attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
-                except AttributeError:
-                    attrs = _attributes_of(span)
-                if attrs.get(_OPERATION) in _MODEL_OPERATIONS:
-                    self._model_span_ended(span, attrs, context.trace_id)
+            attrs = _attributes_of(span)
+            if self._model_listeners and attrs.get(_OPERATION) in _MODEL_OPERATIONS:
+                self._model_span_ended(span, attrs)
             span_id = context.span_id
-            if span_id in self._anchor_ids:
-                self._forget_anchor(context.trace_id, span_id)
+            for live in list(self._anchors.get(context.trace_id) or ()):
+                if live.context.span_id == span_id:  # the copy is not the object registered: found by id
+                    self._forget_anchor(live)
         except Exception:
             _log.exception("otel-errcompact: on_end failed")
 
@@ -301,30 +354,43 @@ class ErrorCompactionProcessor(SpanProcessor):
         self,
         listener: Callable[[ReadableSpan, Span | None], None],
         matters: Callable[[ReadableSpan, Mapping[str, Any]], bool] | None = None,
+        *,
+        signals: Iterable[str] | None = None,
+        waiting: Sized | None = None,
     ) -> None:
         """Call ``listener(span, live agent span or None)`` for each model (chat) span that ends.
 
         ``matters(span, attributes)``, when given, says cheaply whether the span can mean anything to the
         listener: most model spans are plain successes, and finding the trace's live agent span for
-        them would be work on every model call for nothing."""
-        self._model_listeners.append((listener, matters))
+        them would be work on every model call for nothing. ``signals`` and ``waiting``, given with it,
+        say when ``matters`` can answer True at all: only for a span carrying one of the ``signals``
+        attributes, or while ``waiting`` (the listener's own collection) is not empty. With them, the
+        processor tests this itself, with no call, on every model span."""
+        listeners = self._model_listeners
+        listeners.append((listener, matters))
+        if len(listeners) == 1 and matters is not None and signals is not None and waiting is not None:
+            self._model_gate = (frozenset(signals), waiting)
+        else:  # several listeners: each one's filter decides
+            self._model_gate = None
 
-    def _model_span_ended(self, span: ReadableSpan, attrs: Mapping[str, Any], trace_id: int) -> None:
+    def _model_span_ended(self, span: ReadableSpan, attrs: Mapping[str, Any]) -> None:
         anchor: Span | None = None
         looked_up = False
         for listener, matters in self._model_listeners:
             if matters is not None and not matters(span, attrs):
                 continue
             if not looked_up:
-                anchor, looked_up = self._live_anchor(trace_id), True
+                context = span.context
+                anchor, looked_up = (self._live_anchor(context.trace_id) if context is not None else None), True
             listener(span, anchor)
 
     def shutdown(self) -> None:
         self._closed = True
+        self._slow = True
         with self._lock:
             self._anchors.clear()
             self._anchor_touched.clear()
-            self._anchor_ids.clear()
+            self._anchor_spans.clear()
             self._pending.clear()
             self._failed_parents.clear()
             self._tool_parents.clear()
@@ -342,6 +408,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             self._pending[span_id] = exception
             while len(self._pending) > _MAX_PENDING_EXCEPTIONS:
                 self._pending.popitem(last=False)
+        self._slow = True  # after the write: see _ending_slow
 
     # -- internals ----------------------------------------------------------------------------------
 
@@ -371,14 +438,10 @@ class ErrorCompactionProcessor(SpanProcessor):
         if claim is not None:  # a framework bridge handles this call's failure on its own span
             claim.note(span.status.status_code is StatusCode.ERROR, span.events)
             return
-        if is_tool and _ERROR_TYPE not in attrs and span.status.status_code is not StatusCode.ERROR:
+        if is_tool and _ERROR_TYPE not in attrs and span.status.status_code is not _STATUS_ERROR:
             context = span.context
-            if context is not None:  # _defer_success, inlined: most tool calls succeed
-                if self._pending:
-                    with self._lock:
-                        self._pending.pop(context.span_id, None)
-                anchors = self._anchors.get(context.trace_id)
-                self._defer(self._resolve, (span, list(anchors.values()) if anchors else None))
+            if context is not None:
+                self._defer_success(span, context)
             return
         if is_tool:
             context = span.context
@@ -390,6 +453,32 @@ class ErrorCompactionProcessor(SpanProcessor):
         outcome = self.pipeline.handle(failure)
         if writable is not None:
             _annotate(writable, _annotations(outcome))
+
+    def _tool_ended(self, span: Span, attrs: Mapping[str, Any]) -> None:
+        """A tool span ending (the common states, see ``_slow``): a success is queued here with one
+        append, a failure goes to :meth:`_process`. The tests are :meth:`_process`'s, in an order that
+        lets a success pass with the fewest reads."""
+        try:  # the SDK's fields: the public properties cost up to five times more
+            status = span._status
+            context: Any = span._context
+        except AttributeError:
+            status, context = span.status, span.context
+        if (
+            _ERROR_TYPE in attrs
+            or status.status_code is _STATUS_ERROR
+            or context is None
+            or "errcompact.key" in attrs
+            or "errcompact.cancelled" in attrs
+            or "errcompact.circuit_open" in attrs
+            or current_claim() is not None
+        ):
+            self._process(span, span, attrs, is_tool=True)
+            return
+        anchors = self._anchors.get(context.trace_id)  # _defer_success, inlined
+        successes = self._successes
+        successes.append((self._resolve, (span, list(anchors) if anchors else None)))
+        if len(successes) >= SUCCESS_QUEUE_BOUND:
+            self._successes_backlogged()
 
     def handle_live(
         self, span: Span, unredacted: Mapping[str, Any] | None = None, *, model_text: str | None = None
@@ -532,37 +621,59 @@ class ErrorCompactionProcessor(SpanProcessor):
             with self._lock:
                 self._pending.pop(context.span_id, None)
         anchors = self._anchors.get(context.trace_id)
-        self._defer(self._resolve, (span, list(anchors.values()) if anchors else None))
+        successes = self._successes  # ErrorHistory.defer_success, inlined
+        successes.append((self._resolve, (span, list(anchors) if anchors else None)))
+        if len(successes) >= SUCCESS_QUEUE_BOUND:
+            self._successes_backlogged()
 
     def _resolve_success(self, captured: tuple[ReadableSpan, list[Span] | None]) -> str | None:
         """The scope whose consecutive counter a successful tool span resets, and its count in the
         call metric; None for a span that only wraps a failure (see ``_failed_parents``). Runs for
-        every successful tool call (off the agent's thread when the metrics thread takes it), so the
-        common case is kept to single dict operations."""
+        every successful tool call (off the agent's thread when the metrics thread takes it, else in
+        a batch on it), so the common case is kept to single dict operations and reads of the SDK's
+        fields."""
         span, anchors = captured
-        context = span.context
-        span_id = context.span_id
         try:
             attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
+            parent = span._parent
+            context: Any = span._context
         except AttributeError:
-            attrs = _attributes_of(span)
+            attrs, parent, context = _attributes_of(span), span.parent, span.context
+        span_id = context.span_id
         tool_parents = self._tool_parents
         # A tool span around a tool span (a framework's span around an @ec.tool span) is one call.
-        wraps_a_call = tool_parents.pop(span_id, 0) is None
-        parent = span.parent
+        wraps_a_call = span_id in tool_parents and tool_parents.pop(span_id, 0) is None
         if parent is not None:
-            tool_parents[parent.span_id] = None
-            while len(tool_parents) > _MAX_FAILED_PARENTS:
-                tool_parents.popitem(last=False)
+            parent_id = parent.span_id
+            if parent_id not in tool_parents:  # a parent's later tool calls find it there already
+                tool_parents[parent_id] = None
+                while len(tool_parents) > _MAX_FAILED_PARENTS:
+                    tool_parents.popitem(last=False)
         if (span_id in self._failed_parents or self._returned_errors) and self._wraps_a_failure(span_id, attrs):
             return None
-        conversation = _conversation_in(attrs)
+        # _conversation_in, then _conversation_of(anchors, live_only=False), inlined and unrolled
+        if _CONVERSATION_1 in attrs or _CONVERSATION_2 in attrs or _CONVERSATION_3 in attrs:
+            conversation = semconv.conversation_id(attrs)
+        else:
+            conversation = None
         if conversation is None and anchors:
-            conversation = self._conversation_of(anchors, live_only=False)
-        trace_id = context.trace_id
-        if conversation is not None or parent is None:
-            scope = semconv.scope_for(conversation, trace_id, in_trace=parent is not None)
+            for anchor in reversed(anchors):
+                try:
+                    anchor_attrs: Mapping[str, Any] = anchor._attributes._dict  # type: ignore[union-attr]
+                except AttributeError:
+                    anchor_attrs = _attributes_of(anchor)
+                if (
+                    _CONVERSATION_1 in anchor_attrs
+                    or _CONVERSATION_2 in anchor_attrs
+                    or _CONVERSATION_3 in anchor_attrs
+                ):
+                    conversation = semconv.conversation_id(anchor_attrs)
+                    if conversation:
+                        break
+        if conversation or parent is None:
+            scope = semconv.scope_for(conversation, context.trace_id, in_trace=parent is not None)
         else:  # the trace's scope, named once per trace rather than per call
+            trace_id = context.trace_id
             cached = self._trace_scope
             if cached[0] != trace_id:
                 cached = self._trace_scope = (trace_id, semconv.scope_for(None, trace_id, in_trace=True))
@@ -613,43 +724,48 @@ class ErrorCompactionProcessor(SpanProcessor):
         past ``_MAX_ANCHORS_PER_TRACE`` a trace's oldest anchor is dropped here; past
         ``max_anchor_traces`` traces, and every :data:`ANCHOR_SWEEP_EVERY` registrations for idleness,
         a sweep runs under the lock."""
-        context = span.context
+        try:
+            context: Any = span._context  # a started span has one
+        except AttributeError:
+            context = span.context
         trace_id = context.trace_id
-        span_id = context.span_id
         anchors_by_trace = self._anchors
-        fresh = {span_id: span}
+        fresh = {span: None}
         anchors = anchors_by_trace.setdefault(trace_id, fresh)
-        self._anchor_ids.add(span_id)
+        self._anchor_spans[span] = trace_id
         if anchors is fresh:  # a new trace (a root span): created with its anchor in it, nothing to re-check
             self._anchor_touched[trace_id] = _monotonic()
+            over = len(anchors_by_trace) > self._max_anchor_traces  # only a new trace adds to the count
         else:
-            self._add_to_trace(trace_id, span_id, span, anchors)
-        self._until_sweep -= 1
-        if self._until_sweep <= 0 or len(anchors_by_trace) > self._max_anchor_traces:
+            self._add_to_trace(trace_id, span, anchors)
+            over = False
+        until_sweep = self._until_sweep - 1
+        self._until_sweep = until_sweep
+        if until_sweep <= 0 or over:
             self._until_sweep = ANCHOR_SWEEP_EVERY
             with self._lock:
                 self._evict_anchors()
 
-    def _add_to_trace(self, trace_id: int, span_id: int, span: Span, anchors: dict[int, Span]) -> None:
+    def _add_to_trace(self, trace_id: int, span: Span, anchors: dict[Span, None]) -> None:
         """Register an agent span in a trace that already has anchors (see :meth:`_register_anchor`)."""
-        anchors[span_id] = span
+        anchors[span] = None
         anchors_by_trace = self._anchors
         if anchors_by_trace.get(trace_id) is not anchors:
             with self._lock:  # dropped meanwhile: register again
-                anchors_by_trace.setdefault(trace_id, {})[span_id] = span
+                anchors_by_trace.setdefault(trace_id, {})[span] = None
         touched = self._anchor_touched
         touched.pop(trace_id, None)  # re-inserted: the least recently touched stay in front
         touched[trace_id] = _monotonic()
         if len(anchors) > _MAX_ANCHORS_PER_TRACE:
             self._drop_oldest_anchor(anchors)
 
-    def _drop_oldest_anchor(self, anchors: dict[int, Span]) -> None:
+    def _drop_oldest_anchor(self, anchors: dict[Span, None]) -> None:
         try:
             oldest = next(iter(anchors))
         except (StopIteration, RuntimeError):
             return
-        if anchors.pop(oldest, None) is not None:
-            self._anchor_ids.discard(oldest)
+        if anchors.pop(oldest, 0) is None:
+            self._anchor_spans.pop(oldest, None)
             self._note_evicted(1)
 
     def _live_anchor(self, trace_id: int) -> Span | None:
@@ -664,7 +780,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         anchors = self._anchors.get(trace_id)
         if not anchors:
             return []
-        snapshot = [s for s in reversed(list(anchors.values())) if s.end_time is None]
+        snapshot = [s for s in reversed(list(anchors)) if s.end_time is None]
         self._touch(trace_id)
         return snapshot
 
@@ -706,8 +822,9 @@ class ErrorCompactionProcessor(SpanProcessor):
             if len(anchors_by_trace) <= self._max_anchor_traces and idle <= self._anchor_idle_s:
                 break
             touched.pop(trace_id, None)
-            for span_id in anchors_by_trace.pop(trace_id, None) or ():
-                self._anchor_ids.discard(span_id)
+            popped = anchors_by_trace.pop(trace_id, None)
+            for span in list(popped) if popped else ():
+                self._anchor_spans.pop(span, None)
                 evicted += 1
         if evicted:
             self._note_evicted(evicted)
@@ -726,7 +843,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         """The conversation id recorded on the trace's live agent or root spans, if any. Lock-free: a
         successful tool span asks this too."""
         anchors = self._anchors.get(trace_id)
-        return self._conversation_of(list(anchors.values())) if anchors else None
+        return self._conversation_of(list(anchors)) if anchors else None
 
     @staticmethod
     def _conversation_of(anchors: list[Span], *, live_only: bool = True) -> str | None:
@@ -766,17 +883,19 @@ class ErrorCompactionProcessor(SpanProcessor):
                 break
         return conversation, agent
 
-    def _forget_anchor(self, trace_id: int, span_id: int) -> None:
+    def _forget_anchor(self, span: Span) -> None:
         """Drop an ending anchor span, without the lock; the trace goes with its last anchor.
 
         The trace is popped first and its anchors checked after: a span registered into it meanwhile
         puts it back (see :meth:`_register_anchor`), so no live anchor is lost."""
-        self._anchor_ids.discard(span_id)
+        trace_id = self._anchor_spans.pop(span, None)
+        if trace_id is None:  # evicted meanwhile
+            return
         anchors_by_trace = self._anchors
         anchors = anchors_by_trace.get(trace_id)
         if anchors is None:
             return
-        anchors.pop(span_id, None)
+        anchors.pop(span, None)
         if anchors:
             return
         popped = anchors_by_trace.pop(trace_id, None)
@@ -791,6 +910,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         if failure.trace_id is None:
             return
         self._halted.note(int(failure.trace_id, 16), escalation)
+        self._slow = True  # after the note: see _ending_slow
         anchor = self._live_anchor(int(failure.trace_id, 16))
         if anchor is None or not anchor.is_recording():
             return

@@ -233,15 +233,14 @@ class ErrorMetrics:
         )
         self._successes: deque[str | None] = deque()  # successful calls' tool names, not counted yet
         self._history: ErrorHistory | None = None
-        if self._tokens is not None:
-            # An observable instrument that reports nothing: its callback is the SDK's hook at collection
-            # time, where the queued successes are counted.
-            meter.create_observable_counter(
-                "errcompact.tool.calls.queued",
-                callbacks=[self._collect_successes],
-                unit="{call}",
-                description="Reports nothing; counts queued successful calls into errcompact.tool.calls",
-            )
+        # An observable instrument that reports nothing: its callback is the SDK's hook at collection
+        # time, where the queued successes are counted (queued with or without the metrics thread).
+        meter.create_observable_counter(
+            "errcompact.tool.calls.queued",
+            callbacks=[self._collect_successes],
+            unit="{call}",
+            description="Reports nothing; counts queued successful calls into errcompact.tool.calls",
+        )
 
     def watch_history(self, history: ErrorHistory) -> None:
         """Export ``history``'s evictions at the scope cap as ``errcompact.history.evictions``.
@@ -284,17 +283,17 @@ class ErrorMetrics:
     def on_success(self, tool_name: str | None) -> None:
         """Success listener: count one successful tool call.
 
-        With a metric reader the call is only appended to a queue (atomic under the GIL, no lock):
-        the queue is counted into ``errcompact.tool.calls`` when the reader collects
-        (:meth:`_collect_successes`), on :meth:`flush`, and by the metrics thread when it grows long.
-        Same instrument, unit and attributes as a count made in place."""
-        if self._tokens is None:
-            self._count_successes([tool_name])
-            return
+        The call is only appended to a queue (atomic under the GIL, no lock): the queue is counted
+        into ``errcompact.tool.calls`` when a reader collects (:meth:`_collect_successes`), on
+        :meth:`flush`, and when it grows long, by the metrics thread or, without one (no reader: a
+        proxy meter that may get one later), by the caller, a batch at once. Same instrument, unit and
+        attributes as a count made per call, which costs a microsecond for each."""
         successes = self._successes
         successes.append(tool_name)
-        if len(successes) % _SUCCESS_BATCH == 0 and not self._tokens.submit(_DRAIN_SUCCESSES, wake=True):
-            self._count_queued()  # the metrics thread takes no more work: keep the queue bounded
+        if len(successes) % _SUCCESS_BATCH == 0 and (
+            self._tokens is None or not self._tokens.submit(_DRAIN_SUCCESSES, wake=True)
+        ):
+            self._count_queued()  # no metrics thread, or it takes no more work: keep the queue bounded
 
     def _request_drain(self) -> bool:
         return self._tokens is not None and self._tokens.submit(_DRAIN_SUCCESSES, wake=True)

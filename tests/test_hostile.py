@@ -167,7 +167,7 @@ def test_abandoned_root_spans_are_bounded_and_a_live_agent_still_gets_its_escala
     for i in range(abandoned):
         otel.tracer.start_span(f"invoke_agent run-{i}", attributes={"gen_ai.operation.name": "invoke_agent"})
     assert len(processor._anchors) <= MAX_ANCHOR_TRACES
-    assert len(processor._anchor_ids) <= MAX_ANCHOR_TRACES
+    assert len(processor._anchor_spans) <= MAX_ANCHOR_TRACES
     assert processor.evicted_anchors >= abandoned - MAX_ANCHOR_TRACES
 
     @otel.ec.tool
@@ -249,7 +249,7 @@ def test_ended_spans_leave_nothing_behind(otel: OTel) -> None:
     for i in range(1000):
         with otel.tracer.start_as_current_span(f"root-{i}"):
             pass
-    assert not processor._anchors and not processor._anchor_touched and not processor._anchor_ids
+    assert not processor._anchors and not processor._anchor_touched and not processor._anchor_spans
     assert processor.evicted_anchors == 0
 
 

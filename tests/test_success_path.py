@@ -9,14 +9,26 @@ the anchors.
 from __future__ import annotations
 
 import threading
+import traceback
 from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan, Span
+from opentelemetry.context import Context
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
 
 from otel_errcompact import history as history_module
+from otel_errcompact.history import ErrorHistory, Thresholds
+from otel_errcompact.pipeline import ErrorPipeline
+from otel_errcompact.processor import ErrorCompactionProcessor
+from otel_errcompact.recovery.observe import MODEL_SPAN_SIGNALS, RecoveryTelemetry
+from otel_errcompact.telemetry import ErrorMetrics
 from tests.conftest import OTel
-from tests.test_processor import GENAI_TOOL, agent, failing_tool_span, ok_tool_span
+from tests.test_processor import GENAI_TOOL, agent, failing_tool_span, ok_tool_span, only_record
 
 
 def _ok_calls(otel: OTel, *, flush: bool) -> int:
@@ -159,4 +171,145 @@ def test_anchors_registered_from_threads_are_all_found_and_all_forgotten(otel: O
         thread.start()
     for thread in threads:
         thread.join()
-    assert not processor._anchors and not processor._anchor_touched and not processor._anchor_ids
+    assert not processor._anchors and not processor._anchor_touched and not processor._anchor_spans
+
+
+# --- the hooks: _on_ending does the work, on_end only without it ----------------------------------------
+
+
+class _WithoutOnEnding(SpanProcessor):
+    """Forwards on_start and on_end only, as an SDK without ``_on_ending`` calls a processor."""
+
+    def __init__(self, inner: SpanProcessor) -> None:
+        self._inner = inner
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        self._inner.on_start(span, parent_context=parent_context)
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self._inner.on_end(span)
+
+
+def test_without_on_ending_on_end_counts_failures_resets_and_forgets_anchors() -> None:
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    history = ErrorHistory(Thresholds(consecutive=2))
+    processor = ErrorCompactionProcessor(ErrorPipeline(history))
+    seen: list[tuple[str, Span | None]] = []
+    processor.add_model_span_listener(lambda span, anchor: seen.append((span.name, anchor)))
+    provider.add_span_processor(_WithoutOnEnding(processor))
+    tracer = provider.get_tracer("tests")
+    try:
+        with agent(tracer, "conv-old-sdk") as agent_span:
+            failing_tool_span(tracer)
+            ok_tool_span(tracer)  # resets the consecutive counter
+            failing_tool_span(tracer)
+            assert history.escalation("conv-old-sdk") is None
+            with tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}):
+                pass
+            failing_tool_span(tracer)
+            assert history.escalation("conv-old-sdk") is not None
+        assert seen == [("chat gpt-4o", agent_span)]
+        assert not processor._anchors and not processor._anchor_spans
+        # no annotation without _on_ending: the exported failed spans carry no digest
+        failed = [s for s in exporter.get_finished_spans() if s.status.status_code is StatusCode.ERROR]
+        assert failed and all("errcompact.digest" not in (s.attributes or {}) for s in failed)
+    finally:
+        provider.shutdown()
+
+
+def test_on_end_has_nothing_left_to_do_after_on_ending(otel: OTel) -> None:
+    processor = otel.ec.processor
+    assert processor is not None
+    with agent(otel.tracer, "conv-once"):
+        failing_tool_span(otel.tracer)
+    calls: list[str] = []
+    processor._process = lambda *a, **k: calls.append("process")  # type: ignore[method-assign]
+    readable = otel.spans("execute_tool lookup")[0]
+    processor.on_end(readable)  # a second end of a handled span: on_end must not handle it again
+    assert calls == []
+    assert processor._saw_on_ending and processor._slow is None
+
+
+def test_an_exception_held_from_a_log_record_is_used_and_the_fast_path_comes_back(otel: OTel) -> None:
+    processor = otel.ec.processor
+    assert processor is not None
+    with agent(otel.tracer, "conv-logged"):
+        ok_tool_span(otel.tracer)
+        assert processor._slow is None
+        with otel.tracer.start_as_current_span("execute_tool lookup", attributes=dict(GENAI_TOOL)) as span:
+            try:
+                {"u-1": "ann"}["user_id"]
+            except KeyError as exc:
+                stack = "".join(traceback.format_exception(exc))
+                processor.hold_exception(span.get_span_context().span_id, ("KeyError", "'user_id'", stack))
+            assert processor._slow is True
+            span.set_status(Status(StatusCode.ERROR, "KeyError"))
+        with otel.tracer.start_as_current_span("chat gpt-4o", attributes={"gen_ai.operation.name": "chat"}):
+            pass
+    record = only_record(otel)
+    assert record.exception_stacktrace == stack
+    assert processor._slow is None and not processor._pending
+
+
+def test_model_spans_that_cannot_matter_pass_the_gate_without_a_call(otel: OTel) -> None:
+    processor = otel.ec.processor
+    assert processor is not None and processor._model_gate is not None
+    listener, matters = processor._model_listeners[0]
+    asked: list[str] = []
+
+    def counting(span: ReadableSpan, attrs: Mapping[str, Any]) -> bool:
+        asked.append(span.name)
+        assert matters is not None
+        return matters(span, attrs)
+
+    processor._model_listeners[0] = (listener, counting)
+    chat = {"gen_ai.operation.name": "chat"}
+    with agent(otel.tracer, "conv-gate") as agent_span:
+        with otel.tracer.start_as_current_span("chat plain", attributes=chat):
+            pass
+        ok: dict[str, Any] = {**chat, "http.response.status_code": 200, "gen_ai.response.finish_reasons": ("stop",)}
+        with otel.tracer.start_as_current_span("chat ok", attributes=ok):
+            pass
+        with otel.tracer.start_as_current_span("chat limited", attributes={**chat, "http.response.status_code": 429}):
+            pass
+    assert asked == ["chat ok", "chat limited"]  # the plain one carries none of the signals
+    exported_agent = [s for s in otel.spans() if s.context.span_id == agent_span.get_span_context().span_id]
+    assert [e.name for e in exported_agent[0].events] == ["errcompact.transition"]
+
+
+def test_model_span_matters_answers_false_for_plain_successes_only() -> None:
+    telemetry = RecoveryTelemetry(MeterProvider().get_meter("tests"))
+    span = ReadableSpan("chat")
+    cases: list[tuple[dict[str, Any], bool]] = [
+        ({"http.response.status_code": 200, "gen_ai.response.finish_reasons": ("stop",)}, False),
+        ({"gen_ai.response.finish_reasons": "tool_calls"}, False),
+        ({"gen_ai.response.finish_reasons": ["stop"]}, False),  # a list: classified, not looked up
+        ({"gen_ai.response.finish_reasons": ("length",)}, True),
+        ({"gen_ai.response.finish_reasons": ["max_tokens"]}, True),
+        ({"http.response.status_code": 503}, True),
+        ({"http.response.status_code": "200"}, True),  # not an int: on_model_span decides
+        ({"error.type": "RateLimitError"}, True),
+    ]
+    for attrs, expected in cases:
+        assert telemetry.model_span_matters(span, attrs) is expected, attrs
+    assert set(MODEL_SPAN_SIGNALS) == {"error.type", "http.response.status_code", "gen_ai.response.finish_reasons"}
+
+
+def test_successes_are_counted_at_collection_without_a_metrics_thread() -> None:
+    reader = InMemoryMetricReader()
+    metrics = ErrorMetrics(MeterProvider(metric_readers=[reader]).get_meter("tests"), token_counts=False)
+    assert not metrics.counts_tokens
+    for _ in range(5):
+        metrics.on_success("lookup")
+    data = reader.get_metrics_data()
+    points = [
+        p
+        for rm in (data.resource_metrics if data is not None else [])
+        for sm in rm.scope_metrics
+        for m in sm.metrics
+        if m.name == "errcompact.tool.calls"
+        for p in m.data.data_points
+    ]
+    assert sum(int(getattr(p, "value", 0)) for p in points) == 5

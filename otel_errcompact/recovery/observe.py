@@ -23,7 +23,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sized
 from typing import Any
 
 from opentelemetry import trace
@@ -50,6 +50,15 @@ _MAX_TRACES = 4096
 _ERROR_TYPE = semconv.ERROR_TYPE
 _HTTP_STATUS = "http.response.status_code"
 _FINISH_REASONS = "gen_ai.response.finish_reasons"
+MODEL_SPAN_SIGNALS = frozenset({_ERROR_TYPE, _HTTP_STATUS, _FINISH_REASONS})
+"""The attributes without which :meth:`RecoveryTelemetry.model_span_matters` is False unless a retry is
+waiting (:attr:`RecoveryTelemetry.waiting`): the span processor's cheap test before asking it."""
+# Finish reasons of a model call that ended normally, in the forms instrumentations record them.
+_PLAIN_FINISHES = frozenset(
+    reason
+    for name in ("stop", "tool_calls", "end_turn", "tool_use", "function_call", "STOP")
+    for reason in (name, (name,))
+)
 
 
 class RecoveryTelemetry:
@@ -96,17 +105,34 @@ class RecoveryTelemetry:
         except Exception:
             _log.exception("otel-errcompact: could not record a breaker change")
 
+    @property
+    def waiting(self) -> Sized:
+        """The traces with a retry waiting to be called recovered (see :data:`MODEL_SPAN_SIGNALS`)."""
+        return self._pending
+
     def model_span_matters(self, span: ReadableSpan, attrs: Mapping[str, Any]) -> bool:
         """Whether :meth:`on_model_span` can do anything for ``span``: it shows a failure or a truncation
         (the attributes :func:`classify_span` reads), or its trace has a retry waiting to be called
-        recovered. False for the plain successful model call, which then costs the processor no
-        look-up of the trace's agent span. Lock-free: a racy read of the pending map is fine, the pop in
-        :meth:`on_model_span` decides."""
-        if _ERROR_TYPE in attrs or _HTTP_STATUS in attrs:
+        recovered. False for the plain successful model call (an HTTP status below 400, a normal
+        finish reason), which then costs the processor no look-up of the trace's agent span.
+        Lock-free: a racy read of the pending map is fine, the pop in :meth:`on_model_span` decides."""
+        if _ERROR_TYPE in attrs:
             return True
+        if _HTTP_STATUS in attrs:
+            status = attrs[_HTTP_STATUS]
+            if type(status) is not int or status >= 400:
+                return True
         if self._pending and span.context is not None and span.context.trace_id in self._pending:
             return True
-        return _FINISH_REASONS in attrs and classify_span(attrs) is not None
+        if _FINISH_REASONS not in attrs:
+            return False
+        reasons = attrs[_FINISH_REASONS]
+        try:
+            if reasons in _PLAIN_FINISHES:
+                return False
+        except TypeError:  # an unhashable value (a list): classify_span reads it
+            pass
+        return classify_span(attrs) is not None
 
     def on_model_span(self, span: ReadableSpan, anchor: Span | None) -> None:
         """Processor listener: the transition a framework's model span shows, on the live agent span."""
