@@ -614,7 +614,7 @@ class TrajectoryWriter:
                     records, items = self._records(items)
                 write_encoded = getattr(sink, "write_encoded", None)
                 if callable(write_encoded):
-                    write_encoded([(rec, text) for rec, (_, text) in zip(records, items)])
+                    write_encoded([(rec, text) for rec, (_, text) in zip(records, items, strict=True)])
                 else:
                     sink.write(records)
             except Exception:
