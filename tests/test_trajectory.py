@@ -7,6 +7,7 @@ import math
 import os
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -330,3 +331,44 @@ def test_a_failed_span_record_with_a_lone_surrogate_is_spooled_repaired(tmp_path
     writer.shutdown()
     (stored,) = list(TrajectoryStore(tmp_path / "t.db").records())
     assert "caf\\xe9.txt" in stored.raw_error
+
+
+def test_span_attributes_are_made_json_able_once_as_the_record_would_make_them() -> None:
+    """The processor's copy of a span's attributes is already what ``jsonable`` makes of them, so the
+    pipeline takes it as it is; a copy with a key that is not a string is left for it to convert."""
+    from otel_errcompact.pipeline import JsonableAttributes
+    from otel_errcompact.processor import _MAX_ATTRIBUTE_CHARS, _jsonable
+    from otel_errcompact.trajectory import jsonable
+
+    class Name(str):
+        pass
+
+    attrs: dict[str, Any] = {
+        "text": "x" * (_MAX_ATTRIBUTE_CHARS + 5), "short": "ok", "n": 3, "flag": True, "none": None,
+        "ratio": 0.5, "nan": math.nan, "inf": -math.inf, "tags": ("a", "b"), "floats": (1.0, math.nan),
+        "blob": b"\xff\x00", "path": Path("/tmp/x"), "sub": Name("long" * 20_000), "nested": {"k": (1, 2)},
+    }
+    copy = _jsonable(attrs)
+    assert type(copy) is JsonableAttributes
+    expected = jsonable({k: (v[:_MAX_ATTRIBUTE_CHARS] if isinstance(v, str) else v) for k, v in attrs.items()})
+    assert copy == expected
+    assert json.loads(json.dumps(copy)) == expected  # no NaN, bytes or tuples left
+    assert "text" in attrs and len(attrs["text"]) == _MAX_ATTRIBUTE_CHARS + 5  # the span's own dict is untouched
+    odd = _jsonable({1: "one"})  # type: ignore[dict-item]
+    assert type(odd) is dict and jsonable(odd) == {"1": "one"}
+
+
+def test_the_fast_failure_constructor_builds_the_dataclass_itself() -> None:
+    import dataclasses
+
+    from otel_errcompact.pipeline import Failure, new_failure
+
+    fields: dict[str, Any] = {f.name: None for f in dataclasses.fields(Failure)}
+    fields.update(scope="s", raw_error="boom", source="span", attributes={"a": 1}, resource={})
+    fast = new_failure(**fields)
+    assert type(fast) is Failure and fast == Failure(**fields)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.scope = "other"  # type: ignore[misc]
+    del fields["model_text"]
+    with pytest.raises(TypeError):  # no silent default for a field left out
+        new_failure(**fields)
