@@ -680,7 +680,12 @@ class ErrorCompactionProcessor(SpanProcessor):
         anchors = self._anchors.get(trace_id)
         if not anchors:
             return []
-        snapshot = [s for s in reversed(list(anchors.values())) if s.end_time is None]
+        snapshot = list(anchors.values())
+        snapshot.reverse()
+        for span in snapshot:  # an anchor is forgotten when it ends: an ended one here is rare
+            if span.end_time is not None:
+                snapshot = [s for s in snapshot if s.end_time is None]
+                break
         self._touch(trace_id)
         return snapshot
 
