@@ -216,8 +216,9 @@ class ErrorPipeline:
 
 def _prevalidated(failure: Failure) -> bool:
     """True for a failure the span processor built: ids already hex, times aware UTC datetimes,
-    attributes and resource dicts (made JSON-able in :func:`_values`), every text field a ``str``. Validating such a
-    record again costs more on the agent's thread than everything else in it."""
+    attributes and resource dicts (made JSON-able by the processor, a :class:`JsonableAttributes`, or
+    else in :func:`_values`), every text field a ``str``. Validating such a record again costs more on
+    the agent's thread than everything else in it."""
     if failure.source != "span" or type(failure.raw_error) is not str:
         return False
     if type(failure.attributes) not in _PLAIN_DICTS or type(failure.resource) not in _PLAIN_DICTS:
