@@ -8,8 +8,9 @@ Layout version 2, built for volume (hundreds of thousands of records, gigabytes)
 * the raw error text is stored once: ``record`` holds the record as JSON with the stack trace, message
   and status description stored as slices of the raw text when that is what they are
   (:meth:`TrajectoryRecord.to_storage_json`, the very line the writer already wrote to its spool on the
-  agent's thread, so the writer thread does not serialise the record again). ``record`` is the last
-  column, so its overflow pages are only read by ``show``;
+  agent's thread, so the writer thread does not serialise the record again; a failed span's row is
+  read from the field values the pipeline queued, without building the record: :meth:`SQLiteSink.write_values`).
+  ``record`` is the last column, so its overflow pages are only read by ``show``;
 * four indexes, the ones the CLI and a trajectory viewer use: ``record_id`` (unique: upsert and
   ``show ID``), conversation (conversation → failures, newest first), dedup key, trace id; and a
   partial one holding only the escalated rows (the viewer's escalations page), nearly free. Every
@@ -147,8 +148,9 @@ def _row_of_values(values: Mapping[str, Any], encoded: str) -> tuple[object, ...
 
     The values are a record's fields as the pipeline submits a failed span's (see
     :func:`~otel_errcompact.trajectory.record_from_values`), ``digest`` the dict of its fields (or its
-    :class:`~otel_errcompact.trajectory.DigestInfo`); building the model only to read these columns
-    back cost the writer thread about 6 µs of Python per record, with the GIL held."""
+    :class:`~otel_errcompact.trajectory.DigestInfo`). Building the model only to read these columns
+    back cost the writer thread 3.3 µs of Python per record, with the GIL held; this costs 0.95 µs
+    (timeit, a 43-line traceback's record)."""
     d = values["digest"]
     if d is not None and type(d) is not dict:
         d = d.__dict__
