@@ -356,6 +356,11 @@ def test_span_attributes_are_made_json_able_once_as_the_record_would_make_them()
     assert "text" in attrs and len(attrs["text"]) == _MAX_ATTRIBUTE_CHARS + 5  # the span's own dict is untouched
     odd = _jsonable({1: "one"})  # type: ignore[dict-item]
     assert type(odd) is dict and jsonable(odd) == {"1": "one"}
+    # The record takes the copy as a plain dict (what pydantic-core serialises on its fast path).
+    from otel_errcompact.pipeline import Failure, _values
+
+    values = _values(Failure(scope="s", raw_error="boom", source="span", attributes=copy), None, None)
+    assert type(values["attributes"]) is dict and values["attributes"] == expected
 
 
 def test_the_fast_failure_constructor_builds_the_dataclass_itself() -> None:
