@@ -23,7 +23,8 @@ a shared machine is of the same size as the difference measured);
 After each plugin block the pipeline is flushed outside the timing, so one side's backlog never lands in
 the other side's block. For the failed spans, the CPU time the plugin's background threads (the trajectory
 writer, the metrics/token thread) spent on each block, flush included, is read from their own thread
-clocks and reported per span: they hold the GIL for part of it, which the agent's threads then wait for. Then ``--threads`` threads emit failed spans at once, bare and plugin alternating,
+clocks and reported per span: they hold the GIL for part of it, which the agent's threads then wait for.
+Then ``--threads`` threads emit failed spans at once, bare and plugin alternating,
 and the table gives failed spans per second (the store's drain after each run is reported apart).
 ``--profile`` runs cProfile over the plugin's failed tool spans and prints where the time goes.
 ``--clock thread`` times each span by the agent thread's own CPU time instead of the wall clock: on a
