@@ -21,7 +21,10 @@ a shared machine is of the same size as the difference measured);
 - the SDK's own ``record_exception`` alone, for scale.
 
 After each plugin block the pipeline is flushed outside the timing, so one side's backlog never lands in
-the other side's block. Then ``--threads`` threads emit failed spans at once, bare and plugin alternating,
+the other side's block. For the failed spans, the CPU time the plugin's background threads (the trajectory
+writer, the metrics/token thread) spent on each block, flush included, is read from their own thread
+clocks and reported per span: they hold the GIL for part of it, which the agent's threads then wait for.
+Then ``--threads`` threads emit failed spans at once, bare and plugin alternating,
 and the table gives failed spans per second (the store's drain after each run is reported apart).
 ``--profile`` runs cProfile over the plugin's failed tool spans and prints where the time goes.
 ``--clock thread`` times each span by the agent thread's own CPU time instead of the wall clock: on a
@@ -171,6 +174,26 @@ def _failed(errors: _Errors, *, one_line: bool, record_only: bool = False) -> Ti
     return run
 
 
+_BACKGROUND = {"writer": "otel_errcompact.TrajectoryWriter", "tokens": "otel-errcompact-tokens"}
+"""The plugin's background threads whose CPU a failed span costs, by the names they run under."""
+
+
+def _background_cpu_ns() -> dict[str, int]:
+    """CPU time used so far by each of the plugin's background threads (its own clock, POSIX only), so
+    that what a failure costs them shows apart from the agent's thread: they take the GIL too."""
+    found = {t.name: t for t in threading.enumerate()}
+    out: dict[str, int] = {}
+    for label, name in _BACKGROUND.items():
+        thread = found.get(name)
+        if thread is None or thread.ident is None or not hasattr(time, "pthread_getcpuclockid"):
+            continue
+        try:
+            out[label] = time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
+        except OSError:  # the thread ended meanwhile
+            continue
+    return out
+
+
 def _stats(ns: list[int]) -> dict[str, float]:
     ordered = sorted(ns)
     return {
@@ -253,17 +276,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         ec.flush(60)
 
         results: dict[str, dict[str, dict[str, float]]] = {}
+        background: dict[str, dict[str, float]] = {}  # failed kinds: µs of background CPU per span
         for label, timer in kinds:
             samples: dict[str, list[int]] = {"bare": [], "plugin": []}
+            used: dict[str, int] = {}
+            spans = 0
             for rnd in range(args.small_rounds if label in small else args.rounds):
                 sides = ("bare", "plugin") if rnd % 2 == 0 else ("plugin", "bare")
                 for side in sides:
+                    before = _background_cpu_ns() if side == "plugin" else {}
                     samples[side] += timer(tracers[side], order, args.block)
                     if side == "plugin":
                         ec.flush(120)
+                        for name, ns in _background_cpu_ns().items():
+                            if name in before:
+                                used[name] = used.get(name, 0) + ns - before[name]
+                        spans += args.block
                 order += args.block  # both sides get the same errors in a round
             bare_s, plugin_s = _stats(samples["bare"]), _stats(samples["plugin"])
             results[label] = {"bare": bare_s, "plugin": plugin_s}
+            if "failed:" in label and spans:
+                background[label] = {name: ns / spans / 1000 for name, ns in used.items()}
 
         throughput: dict[str, list[float]] = {"bare": [], "plugin": []}
         drains: list[float] = []
@@ -303,6 +336,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "small_rounds": args.small_rounds,
         "block": args.block,
         "spans": results,
+        "background_cpu_us_per_failed_span": background,
         "threads": args.threads,
         "throughput_per_s": tp,
         "throughput_ratio": tp["plugin"] / tp["bare"],
@@ -322,6 +356,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{label:<42} {b['median_us']:>7.2f}µs {p['median_us']:>9.2f}µs "
                   f"{added:>+6.2f}µs {100 * added / b['median_us']:>+7.1f}% {p['median_us'] / b['median_us']:>6.2f} "
                   f"{b['p99_us']:>7.1f}µs {p['p99_us']:>9.1f}µs")
+        for label, cpu in background.items():
+            print(f"background threads' CPU per span, {label.split(': ', 1)[1]}: "
+                  + ", ".join(f"{name} {us:.1f} µs" for name, us in cpu.items()))
         print(f"{args.threads}-thread failed spans: bare {tp['bare']:.0f}/s, plugin {tp['plugin']:.0f}/s, "
               f"ratio {tp['plugin'] / tp['bare']:.2f}; store drained each run's backlog in "
               f"{statistics.median(drains):.2f} s (median); records dropped: {dropped}")

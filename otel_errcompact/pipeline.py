@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any, Literal
 
+from otel_errcompact._frozen import fast_constructor
 from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Escalation, Observation
@@ -85,6 +86,21 @@ class Outcome:
     digest: Digest
     observation: Observation
     record_id: str | None
+
+
+new_failure = fast_constructor(Failure)
+"""``Failure(...)`` with every field given by keyword, at half the cost (see :mod:`otel_errcompact._frozen`):
+the span processor builds one on the agent's thread for every failed tool span."""
+_new_outcome = fast_constructor(Outcome)
+
+
+class JsonableAttributes(dict):  # type: ignore[type-arg]
+    """A dict of attributes already JSON-able as :func:`~otel_errcompact.trajectory.jsonable` makes
+    them (the span processor's copy of a span's attributes), so that :func:`_values` does not convert
+    them a second time on the agent's thread (it copies them into a plain dict instead, 0.1 µs against
+    0.8 µs)."""
+
+    __slots__ = ()
 
 
 EscalationListener = Callable[[Escalation, Failure], None]
@@ -159,7 +175,7 @@ class ErrorPipeline:
             observation = self.history.observe(failure.scope, digest)
         finally:
             record_id = self._audit(failure, digest, observation)
-        outcome = Outcome(digest, observation, record_id)
+        outcome = _new_outcome(digest=digest, observation=observation, record_id=record_id)
         for listener in self._on_failure:
             _call(listener, failure, outcome)
         if observation.escalation is not None:
@@ -201,11 +217,12 @@ class ErrorPipeline:
 
 def _prevalidated(failure: Failure) -> bool:
     """True for a failure the span processor built: ids already hex, times aware UTC datetimes,
-    attributes and resource dicts (made JSON-able in :func:`_values`), every text field a ``str``. Validating such a
-    record again costs more on the agent's thread than everything else in it."""
+    attributes and resource dicts (made JSON-able by the processor, a :class:`JsonableAttributes`, or
+    else in :func:`_values`), every text field a ``str``. Validating such a record again costs more on
+    the agent's thread than everything else in it."""
     if failure.source != "span" or type(failure.raw_error) is not str:
         return False
-    if type(failure.attributes) is not dict or type(failure.resource) is not dict:
+    if type(failure.attributes) not in _PLAIN_DICTS or type(failure.resource) not in _PLAIN_DICTS:
         return False
     # One set of the fields' types, not a generator over them: this runs for every failure.
     f = failure
@@ -217,6 +234,7 @@ def _prevalidated(failure: Failure) -> bool:
 
 
 _STR_OR_NONE = frozenset({str, type(None)})
+_PLAIN_DICTS = frozenset({dict, JsonableAttributes})
 
 
 _FAILURE_FIELDS = (
@@ -238,6 +256,10 @@ def _values(failure: Failure, digest: Digest | None, observation: Observation | 
     re-ordering: this runs on the agent's thread for every failure.
     """
     escalation = observation.escalation if observation is not None else None
+    # The processor's copy has no bytes, odd keys or NaN left: it is only made a plain dict again, which
+    # pydantic-core's to_json serialises 0.75 µs faster than a dict subclass.
+    attributes = failure.attributes
+    attributes = dict(attributes) if type(attributes) is JsonableAttributes else jsonable(attributes)
     return {
         "schema_name": SCHEMA_NAME,
         "schema_version": SCHEMA_VERSION,
@@ -262,7 +284,7 @@ def _values(failure: Failure, digest: Digest | None, observation: Observation | 
         "raw_error": failure.raw_error,
         "started_at": failure.started_at,
         "ended_at": failure.ended_at,
-        "attributes": jsonable(failure.attributes),  # span attributes may still hold bytes, odd keys
+        "attributes": attributes,
         "resource": _jsonable_resource(failure.resource),
         # The compactor's own values: bounded strings, ints and a bool.
         "digest": DigestInfo.fields_of(digest) if digest is not None else None,

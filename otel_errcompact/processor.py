@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import re
 import threading
 import time
@@ -36,8 +37,9 @@ from otel_errcompact import semconv
 from otel_errcompact.claims import current_claim
 from otel_errcompact.halted import HaltedTraces
 from otel_errcompact.history import SUCCESS_QUEUE_BOUND, Escalation
-from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
+from otel_errcompact.pipeline import ErrorPipeline, Failure, JsonableAttributes, Outcome, new_failure
 from otel_errcompact.telemetry import tool_label
+from otel_errcompact.trajectory import jsonable
 
 __all__ = ["ErrorCompactionProcessor", "ExceptionLogProcessor", "SpanPredicate"]
 
@@ -82,6 +84,7 @@ _TOOL_CALL_ARGUMENTS = semconv.GEN_AI_TOOL_CALL_ARGUMENTS
 _UTC = timezone.utc
 _STATUS_ERROR = StatusCode.ERROR  # an enum member read through its class costs 50 ns on Python 3.11
 _from_timestamp = datetime.fromtimestamp
+_isfinite = math.isfinite
 _AGENT_OPERATIONS = semconv.AGENT_OPERATIONS
 _AGENT_KINDS = semconv.AGENT_KINDS
 _MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
@@ -104,19 +107,28 @@ def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
 
 
 def _jsonable(attrs: Mapping[str, Any]) -> dict[str, Any]:
-    """A copy of span attributes for a record: tuples as lists, texts cut at ``_MAX_ATTRIBUTE_CHARS``.
+    """A JSON-able copy of span attributes for a record: texts cut at ``_MAX_ATTRIBUTE_CHARS``, and
+    what JSON cannot carry (tuples, NaN, bytes...) converted as :func:`~otel_errcompact.trajectory.jsonable`
+    converts it.
 
     A copy, because the span's own dict is annotated after the record is built. Values are replaced in
     place in the copy (no key is added or removed while iterating), so the common case, a few short
-    strings, costs one ``dict()`` and a pass of type checks."""
-    out = dict(attrs)
+    strings and numbers, costs one ``dict()`` and a pass of type checks. The copy is a
+    :class:`~otel_errcompact.pipeline.JsonableAttributes`, which the pipeline then takes as it is
+    instead of converting it again; with a key that is not a string (not from the SDK, which only
+    keeps string keys) it is a plain dict, which the pipeline converts."""
+    out = JsonableAttributes(attrs)
+    plain_keys = True
     for key, value in out.items():
-        if isinstance(value, str):
+        cls = type(value)
+        if cls is str:
             if len(value) > _MAX_ATTRIBUTE_CHARS:
                 out[key] = value[:_MAX_ATTRIBUTE_CHARS]
-        elif isinstance(value, tuple):
-            out[key] = list(value)
-    return out
+        elif cls is not bool and cls is not int and value is not None and not (cls is float and _isfinite(value)):
+            out[key] = value[:_MAX_ATTRIBUTE_CHARS] if isinstance(value, str) else jsonable(value)
+        if type(key) is not str:
+            plain_keys = False
+    return out if plain_keys else dict(out)
 
 
 def _first_text(attrs: Mapping[str, Any], name: str, read: Callable[[Mapping[str, Any]], str | None]) -> str | None:
@@ -556,7 +568,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         # semconv.scope_for, with the trace id already in hex
         in_trace = parent is not None and trace_hex
         scope = conversation or (f"trace:{trace_hex}" if in_trace else semconv.DEFAULT_SCOPE)
-        return Failure(
+        return new_failure(  # Failure(...), at half the cost; every field is given
             scope=scope,
             raw_error=raw_error_of(attrs, exception, description),
             source="span",
@@ -580,6 +592,10 @@ class ErrorCompactionProcessor(SpanProcessor):
             ended_at=_utc_from_ns(end) if end is not None else _now_utc(),
             attributes=_jsonable(attrs) if self._capture_arguments else _without_arguments(attrs),
             resource=self._resource_of(span),
+            exit_code=None,
+            command=None,
+            kind=None,
+            model_text=None,
         )
 
     def _exception_of(
@@ -780,7 +796,12 @@ class ErrorCompactionProcessor(SpanProcessor):
         anchors = self._anchors.get(trace_id)
         if not anchors:
             return []
-        snapshot = [s for s in reversed(list(anchors)) if s.end_time is None]
+        snapshot = list(anchors)
+        snapshot.reverse()
+        for span in snapshot:  # an anchor is forgotten when it ends: an ended one here is rare
+            if span.end_time is not None:
+                snapshot = [s for s in snapshot if s.end_time is None]
+                break
         self._touch(trace_id)
         return snapshot
 

@@ -373,41 +373,62 @@ class ErrorMetrics:
         of ``add`` calls. Tokens: see :meth:`_raw_tokens_of`; a digest line, repeated by every
         occurrence of its error class, is counted once per batch.
         """
-        calls: dict[tuple[str, str], int] = {}
         errors: dict[tuple[str, str, bool], int] = {}
-        new_classes: dict[tuple[str, str], int] = {}
         texts: dict[tuple[str, str], tuple[list[str], list[int]]] = {}
         compact: dict[tuple[str, str], int] = {}
         lines: dict[str, int] = {}
+        classes: list[tuple[str, str, str]] = []  # (key, tool, error type): first sights, below
+        error_type_of = self._error_type
         drain = False
         for head, length, line, tool, basis, type_, is_new, key in items:
             if head is None:
                 drain = True  # queued successful calls: counted once per batch, below
                 continue
-            calls[(tool, "error")] = calls.get((tool, "error"), 0) + 1
-            error_type = self._error_type(type_)
-            errors[(tool, error_type, is_new)] = errors.get((tool, error_type, is_new), 0) + 1
-            if self._first_sight(key):
-                new_classes[(tool, error_type)] = new_classes.get((tool, error_type), 0) + 1
-            heads, lengths = texts.setdefault((tool, basis), ([], []))
-            heads.append(head)
-            lengths.append(length)
+            error_type = error_type_of(type_)
+            counted = (tool, error_type, is_new)
+            errors[counted] = errors.get(counted, 0) + 1
+            classes.append((key, tool, error_type))
+            text_key = (tool, basis)
+            text = texts.get(text_key)
+            if text is None:
+                text = texts[text_key] = ([], [])
+            text[0].append(head)
+            text[1].append(length)
             line_tokens = lines.get(line)
             if line_tokens is None:
                 line_tokens = lines[line] = count_tokens(line)  # short: no GIL hand-over, see above
-            compact[(tool, basis)] = compact.get((tool, basis), 0) + line_tokens
+            compact[text_key] = compact.get(text_key, 0) + line_tokens
         if drain:
             self._drain_successes()
-        for (tool, outcome), n in calls.items():
-            self._calls.add(n, {"gen_ai.tool.name": tool, "errcompact.outcome": outcome})
+        calls: dict[str, int] = {}  # each failure is one call of its tool
+        for (tool, _, _), n in errors.items():
+            calls[tool] = calls.get(tool, 0) + n
+        for tool, n in calls.items():
+            self._calls.add(n, {"gen_ai.tool.name": tool, "errcompact.outcome": "error"})
         for (tool, error_type, is_new), n in errors.items():
             self._errors.add(n, {"gen_ai.tool.name": tool, "error.type": error_type, "errcompact.new_class": is_new})
-        for (tool, error_type), n in new_classes.items():
+        for (tool, error_type), n in self._new_classes_of(classes).items():
             self._new_classes.add(n, {"gen_ai.tool.name": tool, "error.type": error_type})
         for (tool, basis), (heads, lengths) in texts.items():
             attributes = {"gen_ai.tool.name": tool, "errcompact.basis": basis}
             self._raw_tokens.add(self._raw_tokens_of(heads, lengths), attributes)
             self._compact_tokens.add(compact[(tool, basis)], attributes)
+
+    def _new_classes_of(self, classes: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
+        """The classes seen for the first time among ``(key, tool, error type)``, counted by tool and
+        type: :meth:`_first_sight` for each, in order, under one taking of the lock."""
+        new: dict[tuple[str, str], int] = {}
+        seen = self._seen_keys
+        with self._seen_lock:
+            for key, tool, error_type in classes:
+                if key in seen:
+                    seen.move_to_end(key)
+                    continue
+                seen[key] = None
+                if len(seen) > MAX_SEEN_KEYS:
+                    seen.popitem(last=False)
+                new[(tool, error_type)] = new.get((tool, error_type), 0) + 1
+        return new
 
     def _raw_tokens_of(self, heads: list[str], lengths: list[int]) -> int:
         """Tokens of a batch's baselines of one attribute set, in one pass of the tokenizer.

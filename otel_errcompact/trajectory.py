@@ -460,7 +460,7 @@ def storage_line(values: Mapping[str, Any]) -> bytes | None:
     if type(raw) is not str or (not raw.isascii() and _SURROGATE.search(raw)):
         return None  # escaping changes lengths, so slices are taken of the repaired text
     out = dict(values)
-    refs: list[str] = []
+    refs: dict[str, list[int]] | None = None
     for name in _TEXT_FIELDS:
         value = out[name]
         if not value or len(value) < _MIN_REF_CHARS:
@@ -474,7 +474,9 @@ def storage_line(values: Mapping[str, Any]) -> bytes | None:
         else:
             continue
         del out[name]
-        refs.append(f'"{name}":[{start},{start + len(value)}]')
+        if refs is None:
+            refs = out["@refs"] = {}  # the last key, serialised with the rest: no splicing of bytes
+        refs[name] = [start, start + len(value)]
     digest = out["digest"]
     if type(digest) is DigestInfo:
         out["digest"] = digest.__dict__  # a plain dict: no dispatch to the nested model's serialiser
@@ -482,8 +484,6 @@ def storage_line(values: Mapping[str, Any]) -> bytes | None:
         body = to_json(out, inf_nan_mode="strings", fallback=_fallback)
     except PydanticSerializationError:
         return None
-    if refs:
-        return b"".join((body[:-1], b',"@refs":{', ",".join(refs).encode(), b"}}\n"))
     return body + b"\n"
 
 

@@ -7,6 +7,7 @@ import math
 import os
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
@@ -260,6 +261,56 @@ def test_the_fast_record_of_a_span_failure_equals_the_validated_one(keyerror_tb:
     assert record_from_values(values) == rebuilt
 
 
+def test_a_span_failure_stored_from_its_values_is_the_row_its_record_makes(tmp_path: Path,
+                                                                           keyerror_tb: str) -> None:
+    """The writer hands a failed span's values and spool line to the SQLite sink without building the
+    record (``write_values``), and to a sink that needs records, the record built once: every store
+    holds what the record's own path stores, column for column."""
+    import sqlite3
+
+    from otel_errcompact.history import ErrorHistory, Thresholds
+    from otel_errcompact.pipeline import Failure, _values
+    from otel_errcompact.sinks import JSONLSink, SQLiteSink, TrajectoryWriter
+    from otel_errcompact.trajectory import record_from_values, storage_line
+
+    failure = Failure(
+        scope="conv-1", raw_error=keyerror_tb, source="span", tool_name="lookup", conversation_id="conv-1",
+        trace_id="ab" * 16, span_id="cd" * 8, span_name="execute_tool lookup", exception_type="KeyError",
+        exception_message="'id'", exception_stacktrace=keyerror_tb, status_description="KeyError: 'id'",
+        started_at=datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc), attributes={"n": 3},
+    )
+    digest = compact_text(keyerror_tb)
+    observation = ErrorHistory(Thresholds(consecutive=1)).observe("conv-1", digest)
+    values = _values(failure, digest, observation)
+    no_digest = {**_values(failure, None, None), "exception_type": None}
+    items = [(v, storage_line(v)) for v in (values, no_digest)]
+    assert all(line is not None for _, line in items)
+
+    by_values, by_records = SQLiteSink(tmp_path / "values.db"), SQLiteSink(tmp_path / "records.db")
+    by_values.write_values([(v, line[:-1].decode()) for v, line in items])  # type: ignore[index]
+    by_records.write([record_from_values(dict(v)) for v, _ in items])
+    by_values.close()
+    by_records.close()
+
+    def rows(path: Path) -> list[tuple[object, ...]]:
+        with sqlite3.connect(path) as conn:
+            return conn.execute("SELECT * FROM trajectory ORDER BY id").fetchall()
+
+    assert rows(tmp_path / "values.db") == rows(tmp_path / "records.db")
+    assert len(rows(tmp_path / "values.db")) == 2
+
+    # Through the writer, beside a sink that takes records: both get every record.
+    writer = TrajectoryWriter([SQLiteSink(tmp_path / "w.db"), JSONLSink(tmp_path / "w.jsonl")],
+                              spool_dir=tmp_path / "spool")
+    writer.submit_values(_values(failure, digest, observation))
+    assert writer.force_flush(10)
+    writer.shutdown()
+    stored = rows(tmp_path / "w.db")
+    assert len(stored) == 1 and stored[0][10] == digest.key and stored[0][11] == digest.line
+    lines = (tmp_path / "w.jsonl").read_text().splitlines()
+    assert len(lines) == 1 and stored[0][-1] == lines[0]
+
+
 def test_a_failed_span_record_with_a_lone_surrogate_is_spooled_repaired(tmp_path: Path) -> None:
     """The values path cannot write a lone surrogate: the writer repairs that one record through the
     model, and it is stored."""
@@ -280,3 +331,49 @@ def test_a_failed_span_record_with_a_lone_surrogate_is_spooled_repaired(tmp_path
     writer.shutdown()
     (stored,) = list(TrajectoryStore(tmp_path / "t.db").records())
     assert "caf\\xe9.txt" in stored.raw_error
+
+
+def test_span_attributes_are_made_json_able_once_as_the_record_would_make_them() -> None:
+    """The processor's copy of a span's attributes is already what ``jsonable`` makes of them, so the
+    pipeline takes it as it is; a copy with a key that is not a string is left for it to convert."""
+    from otel_errcompact.pipeline import JsonableAttributes
+    from otel_errcompact.processor import _MAX_ATTRIBUTE_CHARS, _jsonable
+    from otel_errcompact.trajectory import jsonable
+
+    class Name(str):
+        pass
+
+    attrs: dict[str, Any] = {
+        "text": "x" * (_MAX_ATTRIBUTE_CHARS + 5), "short": "ok", "n": 3, "flag": True, "none": None,
+        "ratio": 0.5, "nan": math.nan, "inf": -math.inf, "tags": ("a", "b"), "floats": (1.0, math.nan),
+        "blob": b"\xff\x00", "path": Path("/tmp/x"), "sub": Name("long" * 20_000), "nested": {"k": (1, 2)},
+    }
+    copy = _jsonable(attrs)
+    assert type(copy) is JsonableAttributes
+    expected = jsonable({k: (v[:_MAX_ATTRIBUTE_CHARS] if isinstance(v, str) else v) for k, v in attrs.items()})
+    assert copy == expected
+    assert json.loads(json.dumps(copy)) == expected  # no NaN, bytes or tuples left
+    assert "text" in attrs and len(attrs["text"]) == _MAX_ATTRIBUTE_CHARS + 5  # the span's own dict is untouched
+    odd = _jsonable({1: "one"})  # type: ignore[dict-item]
+    assert type(odd) is dict and jsonable(odd) == {"1": "one"}
+    # The record takes the copy as a plain dict (what pydantic-core serialises on its fast path).
+    from otel_errcompact.pipeline import Failure, _values
+
+    values = _values(Failure(scope="s", raw_error="boom", source="span", attributes=copy), None, None)
+    assert type(values["attributes"]) is dict and values["attributes"] == expected
+
+
+def test_the_fast_failure_constructor_builds_the_dataclass_itself() -> None:
+    import dataclasses
+
+    from otel_errcompact.pipeline import Failure, new_failure
+
+    fields: dict[str, Any] = {f.name: None for f in dataclasses.fields(Failure)}
+    fields.update(scope="s", raw_error="boom", source="span", attributes={"a": 1}, resource={})
+    fast = new_failure(**fields)
+    assert type(fast) is Failure and fast == Failure(**fields)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.scope = "other"  # type: ignore[misc]
+    del fields["model_text"]
+    with pytest.raises(TypeError):  # no silent default for a field left out
+        new_failure(**fields)

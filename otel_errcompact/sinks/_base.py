@@ -30,7 +30,11 @@ class TrajectorySink(Protocol):
     :meth:`TrajectoryRecord.to_storage_json` lines may define
     ``write_encoded(items: Sequence[tuple[TrajectoryRecord, str | None]])``: the writer then calls it
     instead of ``write``, with each record's line when its spool already made it (``None`` otherwise),
-    so the record is not serialised a second time on the writer thread.
+    so the record is not serialised a second time on the writer thread. A sink that can store a record
+    from its field values (as :func:`~otel_errcompact.trajectory.record_from_values` takes them) and
+    its storage line may define ``write_values(items: Sequence[tuple[dict[str, Any], str]])``: when
+    every record of a batch was queued that way (a failed span's), the writer calls it instead, and
+    builds no :class:`TrajectoryRecord` for that sink. It must only read the values.
     """
 
     def write(self, records: Sequence[TrajectoryRecord]) -> None:

@@ -84,14 +84,20 @@ _Item = TrajectoryRecord | dict[str, Any]
 """A queued record: the model, or its field values when the pipeline submitted those."""
 
 
-def _record_of(item: _Item) -> object:
-    """The record of a queued item, built here on the worker when the pipeline queued its values."""
-    if type(item) is not dict:
-        return item
-    try:
-        return record_from_values(item)
-    except Exception:
-        return item  # reported as a non-record by the caller
+def _record_id_of(item: object) -> str | None:
+    """The ``record_id`` of a queued item; None for anything that is not a record or its values."""
+    if type(item) is dict:
+        record_id = item.get("record_id")
+        return record_id if type(record_id) is str else None
+    return item.record_id if isinstance(item, TrajectoryRecord) else None
+
+
+def _record_of(item: _Item) -> TrajectoryRecord:
+    """The record of a queued item, built here on the worker when the pipeline queued its values (from
+    a copy: a sink that takes the values reads the same dict)."""
+    if isinstance(item, dict):
+        return record_from_values(dict(item))
+    return item
 
 
 def _size(item: _Item, line: bytes | None) -> int:
@@ -560,16 +566,16 @@ class TrajectoryWriter:
     def _write_batch(self, batch: list[tuple[_Item, int, bytes | None]]) -> None:
         if not batch:
             return
-        latest: dict[str, tuple[TrajectoryRecord, bytes | None]] = {}
+        latest: dict[str, tuple[_Item, bytes | None]] = {}
         for item, _, line in batch:
-            rec = _record_of(item)
-            if isinstance(rec, TrajectoryRecord):
-                latest[rec.record_id] = (rec, line)
+            record_id = _record_id_of(item)
+            if record_id is not None:
+                latest[record_id] = (item, line)
             else:
-                self._report("bad-record", "trajectory writer: dropped a non-record %r", type(rec).__name__)
+                self._report("bad-record", "trajectory writer: dropped a non-record %r", type(item).__name__)
         # The sinks take the storage JSON as text: decoded here, on the worker, not on the agent's thread.
-        ok = self._write([(rec, line[:-1].decode("utf-8") if line is not None else None)
-                          for rec, line in latest.values()])
+        ok = self._write([(item, line[:-1].decode("utf-8") if line is not None else None)
+                          for item, line in latest.values()])
         if self._spool is None:
             return
         if not ok:
@@ -584,31 +590,56 @@ class TrajectoryWriter:
             released = self._spool.release_before(limit)
         self._spool.discard(released)  # file deletions and unmappings: not under the agents' lock
 
-    def _write(self, items: Sequence[tuple[TrajectoryRecord, str | None]]) -> bool:
+    def _write(self, items: Sequence[tuple[_Item, str | None]]) -> bool:
         """Hand the records to every sink; ``True`` when none raised.
 
         A sink with ``write_encoded`` also gets each record's storage JSON when the spool already made
-        it on the agent's thread, so the record is serialised once, not once per sink.
+        it on the agent's thread, so the record is serialised once, not once per sink. When every
+        record of the batch is queued as its values with its line (a failed span's), a sink with
+        ``write_values`` (SQLite) gets those, and no :class:`TrajectoryRecord` is built for it: the
+        model is built only for a sink that needs it, once for all of them.
         """
         if not items:
             return True
-        records = [rec for rec, _ in items]
+        values_only = all(type(item) is dict and text is not None for item, text in items)
+        records: list[TrajectoryRecord] | None = None
         ok = True
         for sink in self._sinks:
             try:
+                write_values = getattr(sink, "write_values", None) if values_only else None
+                if callable(write_values):
+                    write_values(items)
+                    continue
+                if records is None:
+                    records, items = self._records(items)
                 write_encoded = getattr(sink, "write_encoded", None)
                 if callable(write_encoded):
-                    write_encoded(items)
+                    write_encoded([(rec, text) for rec, (_, text) in zip(records, items, strict=True)])
                 else:
                     sink.write(records)
             except Exception:
                 ok = False
                 self._sink_failures += 1
-                self._failed += len(records)
+                self._failed += len(items)
                 self._report(f"write:{id(sink)}", "trajectory writer: %r failed to write %d record(s)",
-                             sink, len(records), exc=True)
-        self._written += len(records)
+                             sink, len(items), exc=True)
+        self._written += len(items)
         return ok
+
+    def _records(self, items: Sequence[tuple[_Item, str | None]]
+                 ) -> tuple[list[TrajectoryRecord], Sequence[tuple[_Item, str | None]]]:
+        """The records of ``items``, and the items that make one (a value that makes none is reported
+        and left out: it cannot reach any sink that takes records)."""
+        records: list[TrajectoryRecord] = []
+        kept: list[tuple[_Item, str | None]] = []
+        for item, text in items:
+            try:
+                records.append(_record_of(item))
+            except Exception:
+                self._report("bad-record", "trajectory writer: dropped a non-record %r", type(item).__name__)
+                continue
+            kept.append((item, text))
+        return records, kept if len(kept) != len(items) else items
 
     def _flush_sinks(self) -> None:
         for sink in self._sinks:
