@@ -241,8 +241,9 @@ class ErrCompact:
 
     def compact_messages(self, messages: Sequence[Any], format: MessageFormat = "openai") -> list[Any]:
         """A copy of a message list whose raw tool errors are digests with counts (see
-        :func:`otel_errcompact.messages.compact_messages`); the input is never changed."""
-        return compact_messages(messages, format)
+        :func:`otel_errcompact.messages.compact_messages`), made by the compactor given to ``init``, so
+        that they match the digests its spans and records carry; the input is never changed."""
+        return compact_messages(messages, format, compactor=self.pipeline.compactor)
 
     @property
     def sqlite_path(self) -> Path | None:

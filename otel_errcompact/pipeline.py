@@ -123,6 +123,9 @@ class ErrorPipeline:
         self.history = history
         self.writer = writer
         self._compact = compactor.compact if compactor is not None else compact_text
+        self.compactor = compactor
+        """The compactor given (``None``: :func:`compact_text`'s default one), for every other place that
+        compacts on this pipeline's behalf, such as ``ErrCompact.compact_messages``."""
         self._on_failure = list(on_failure)
         self._on_escalation = list(on_escalation)
         self._on_success: list[SuccessListener] = []

@@ -92,3 +92,26 @@ def test_the_summary_cache_is_bounded(tmp_path: Path) -> None:
     assert len(model.calls) == 3
     compactor.compact(texts[0])  # evicted: asked again
     assert len(model.calls) == 4
+
+
+def test_a_handles_compact_messages_uses_the_compactor_given_to_init(tmp_path: Path) -> None:
+    """``ErrCompact.compact_messages`` digests a flagged tool result the way the handle's spans and
+    records do: with the compactor passed to ``init``, here one whose summariser names the cause."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from otel_errcompact import compact_messages, init
+
+    raw = _unrecognised_usage_error(tmp_path / "a")
+    model = CountingSummarizer("UsageError: date could not read the date it was given")
+    ec = init("summarised", tracer_provider=TracerProvider(), compactor=Compactor(summarizer=model),
+              sqlite_path=tmp_path / "store.sqlite3")
+    try:
+        block = {"type": "tool_result", "tool_use_id": "t1", "is_error": True, "content": raw}
+        messages = [{"role": "user", "content": [block]}]
+        out = ec.compact_messages(messages, "anthropic")
+        assert out[0]["content"][0]["content"] == "Error: [UsageError]: date could not read the date it was given"
+        assert model.calls == [raw]
+        # The module function, with no compactor, has no summariser: a different digest.
+        assert compact_messages(messages, "anthropic")[0]["content"][0]["content"] != out[0]["content"][0]["content"]
+    finally:
+        ec.shutdown()
