@@ -272,13 +272,19 @@ class ErrorMetrics:
 
     def _first_sight(self, key: str) -> bool:
         with self._seen_lock:
-            if key in self._seen_keys:
-                self._seen_keys.move_to_end(key)
-                return False
-            self._seen_keys[key] = None
-            if len(self._seen_keys) > MAX_SEEN_KEYS:
-                self._seen_keys.popitem(last=False)
-            return True
+            return self._sighted(key)
+
+    def _sighted(self, key: str) -> bool:
+        """True when ``key`` is seen for the first time (among the last :data:`MAX_SEEN_KEYS`); the
+        caller holds ``_seen_lock``."""
+        seen = self._seen_keys
+        if key in seen:
+            seen.move_to_end(key)
+            return False
+        seen[key] = None
+        if len(seen) > MAX_SEEN_KEYS:
+            seen.popitem(last=False)
+        return True
 
     def on_success(self, tool_name: str | None) -> None:
         """Success listener: count one successful tool call.
@@ -416,18 +422,13 @@ class ErrorMetrics:
 
     def _new_classes_of(self, classes: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
         """The classes seen for the first time among ``(key, tool, error type)``, counted by tool and
-        type: :meth:`_first_sight` for each, in order, under one taking of the lock."""
+        type: :meth:`_sighted` for each, in order, under one taking of the lock."""
         new: dict[tuple[str, str], int] = {}
-        seen = self._seen_keys
+        sighted = self._sighted
         with self._seen_lock:
             for key, tool, error_type in classes:
-                if key in seen:
-                    seen.move_to_end(key)
-                    continue
-                seen[key] = None
-                if len(seen) > MAX_SEEN_KEYS:
-                    seen.popitem(last=False)
-                new[(tool, error_type)] = new.get((tool, error_type), 0) + 1
+                if sighted(key):
+                    new[(tool, error_type)] = new.get((tool, error_type), 0) + 1
         return new
 
     def _raw_tokens_of(self, heads: list[str], lengths: list[int]) -> int:

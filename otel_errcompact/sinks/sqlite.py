@@ -123,34 +123,16 @@ _TOP = "\U0010ffff"
 
 
 def _row(rec: TrajectoryRecord, encoded: str | None = None) -> tuple[object, ...]:
-    d = rec.digest
-    error_type = d.type if d is not None else (rec.exception_type or rec.error_type)
-    return (
-        rec.record_id,
-        rec.recorded_at.isoformat(),
-        rec.source,
-        rec.trace_id,
-        rec.span_id,
-        rec.conversation_id,
-        rec.scope,
-        rec.tool_name,
-        error_type,
-        d.key if d is not None else None,
-        d.line if d is not None else None,
-        rec.count,
-        1 if rec.escalation else 0,
-        encoded if encoded is not None else rec.to_storage_json(),
-    )
+    """The row of ``rec``: :func:`_row_of_values` of its fields (a model keeps them in ``__dict__``)."""
+    return _row_of_values(vars(rec), encoded if encoded is not None else rec.to_storage_json())
 
 
 def _row_of_values(values: Mapping[str, Any], encoded: str) -> tuple[object, ...]:
-    """``_row(record_from_values(values), encoded)``, read from the values themselves.
-
-    The values are a record's fields as the pipeline submits a failed span's (see
-    :func:`~otel_errcompact.trajectory.record_from_values`), ``digest`` the dict of its fields (or its
-    :class:`~otel_errcompact.trajectory.DigestInfo`). Building the model only to read these columns
-    back cost the writer thread 3.3 µs of Python per record, with the GIL held; this costs 0.95 µs
-    (timeit, a 43-line traceback's record)."""
+    """The row of a record given as its field values, as the pipeline submits a failed span's (see
+    :func:`~otel_errcompact.trajectory.record_from_values`) or as a record holds them, ``digest`` the
+    dict of its fields or its :class:`~otel_errcompact.trajectory.DigestInfo`. Building the model only
+    to read these columns back cost the writer thread 3.3 µs of Python per record, with the GIL held;
+    this costs 0.95 µs (timeit, a 43-line traceback's record)."""
     d = values["digest"]
     if d is not None and type(d) is not dict:
         d = d.__dict__
