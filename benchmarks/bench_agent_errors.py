@@ -15,9 +15,12 @@ Reads every ``agent_corpus/*.jsonl`` (or the ``--family`` files only) and report
 - speed: median and p99 µs of one ``Compactor.compact`` call (digest cache off) on *distinct* inputs, each
   compacted once: (a) real 40-line Python tracebacks, all different (:func:`distinct_tracebacks`), as text;
   (b) the same tracebacks with the exception's type and message as an OTel ``exception`` event carries them
-  (what the span processor passes); (c) the one-line errors of the corpus; (d) every corpus record; and,
-  as a fixed point across releases, one real 40-line ``KeyError`` traceback (:func:`traceback_40`)
-  compacted ``--reps`` times, a new string object each call.
+  (what the span processor passes); (c) the same as (a) with the memos compaction keeps across calls
+  emptied before each call, so every traceback's code path is met for the first time (the tracebacks
+  of (a) come from five code paths, so most of them find their body and frame remembered, as an agent's
+  repeated failures do); (d) the one-line errors of the corpus; (e) every corpus record; and, as a fixed
+  point across releases, one real 40-line ``KeyError`` traceback (:func:`traceback_40`) compacted
+  ``--reps`` times, a new string object each call.
 """
 
 from __future__ import annotations
@@ -263,6 +266,35 @@ def time_distinct(calls: list[tuple[str, dict[str, Any]]]) -> list[float]:
     return out
 
 
+def _forget_remembered() -> None:
+    """Empty the bounded memos compaction keeps across calls (a traceback's body and frame, masking
+    plans, secret anchors, short cleaned names), so the next call meets its code path for the first time."""
+    import importlib
+
+    compactor, normalize, redact, structured = (
+        importlib.import_module(f"otel_errcompact.{name}")  # the package re-exports functions by these names
+        for name in ("compactor", "normalize", "redact", "structured")
+    )
+    structured._BODIES.clear()
+    compactor._PLACED.clear()
+    compactor._clean_cached.cache_clear()
+    normalize._PLANS.clear()
+    redact._REMEMBERED.clear()
+
+
+def time_first_sight(calls: list[tuple[str, dict[str, Any]]]) -> list[float]:
+    """:func:`time_distinct`, with every memo emptied before each call (outside the timing): what a
+    traceback from a code path never seen before costs."""
+    compactor = Compactor(digest_cache_size=0)
+    out: list[float] = []
+    for text, hints in calls:
+        _forget_remembered()
+        t0 = time.perf_counter_ns()
+        compactor.compact(text, **hints)
+        out.append((time.perf_counter_ns() - t0) / 1000)
+    return out
+
+
 def speed(entries: list[Entry], tracebacks: list[Traceback], traceback_40_text: str, reps: int) -> dict[str, Any]:
     """Median and p99 µs of the timings the module docstring lists."""
     one_line = [(e.text, {"exit_code": e.exit_code, "command": e.command}) for e in entries
@@ -272,6 +304,7 @@ def speed(entries: list[Entry], tracebacks: list[Traceback], traceback_40_text: 
         "traceback_structured": time_distinct(
             [(tb.text, {"exception_type": tb.type, "exception_message": tb.message}) for tb in tracebacks]
         ),
+        "traceback_first_sight": time_first_sight([(tb.text, {}) for tb in tracebacks]),
         "one_line": time_distinct(one_line),
         "corpus": time_distinct([(e.text, {"exit_code": e.exit_code, "command": e.command}) for e in entries]),
         "traceback_40": time_compaction([traceback_40_text], reps),
@@ -358,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
     print("\ncompaction, every input distinct and compacted once (digest cache off):")
     for name, label in (("traceback_text", f"{low}-{high}-line tracebacks, text"),
                         ("traceback_structured", "the same, with exception.type/.message"),
+                        ("traceback_first_sight", "the same, every code path seen first"),
                         ("one_line", "one-line corpus errors"), ("corpus", "every corpus record")):
         print(f"  {label:42} median {timing[name + '_us_median']:6.1f} µs, p99 {timing[name + '_us_p99']:6.1f} µs "
               f"({timing[name + '_calls']} calls)")

@@ -363,25 +363,52 @@ _NOISE_NO_DIGIT = _guarded(_NOISE_RULES, False)
 def _apply(message: str, rules: tuple[_Guarded, ...], no_digit_rules: tuple[_Guarded, ...]) -> str:
     """Run the rules in order, each where its guard holds on the text as the rules before left it. Whether
     the text holds a digit is asked once, and again only after a rule changed the text (``sub`` returns
-    the very same string when nothing matched). Which guards hold comes from :func:`_plan`: the text is
-    the same from one rule to the next until a rule changes it, and then the rules after it are planned
-    again on the new text."""
+    the very same string when nothing matched).
+
+    Which guards hold on a text is remembered (see :data:`_PLANS`) from the rule the walk started at up to
+    the rule that changed the text, or to the end: the text is the same from one rule to the next until
+    a rule changes it, and then the walk goes on from the next rule on the new text. Guards are asked
+    lazily, as the walk reaches them, so a text met for the first time asks each guard once, as a walk
+    without the memo would."""
     text = message[: MAX_NORMALIZED_CHARS * 4]
     has_digit = _ASCII_DIGIT(text) is not None
     active = rules if has_digit else no_digit_rules
-    start = 0
-    while start < len(active):
-        for index in _plan(active, start, text, has_digit):
-            sub, placeholder, _ = active[index]
-            changed = sub(placeholder, text)
-            if changed is not text and changed != text:
-                text = changed
-                if has_digit:
-                    has_digit = _ASCII_DIGIT(text) is not None
-                start = index + 1
-                break
+    count = len(active)
+    index = 0
+    while index < count:
+        key = (id(active), index, text.encode("ascii").translate(_ONES)) if (
+            len(text) <= _MAX_PLANNED and text.isascii()
+        ) else None
+        known = _PLANS.get(key) if key is not None else None
+        changed: str | None = None
+        if known is not None:  # the guards of rules index .. end - 1 are known to hold at these
+            held, end = known
+            for at in held:
+                sub, placeholder, _ = active[at]
+                new = sub(placeholder, text)
+                if new is not text and new != text:
+                    changed, end = new, at + 1
+                    break
         else:
-            break
+            found: list[int] = []
+            end = count
+            for at in range(index, count):
+                sub, placeholder, guard = active[at]
+                if guard(text, has_digit):
+                    found.append(at)
+                    new = sub(placeholder, text)
+                    if new is not text and new != text:
+                        changed, end = new, at + 1
+                        break
+            if key is not None:
+                if len(_PLANS) >= _PLANS_SIZE:
+                    _PLANS.clear()  # whole: cheaper than bookkeeping; a plan costs a few microseconds
+                _PLANS[key] = (tuple(found), end)
+        index = end
+        if changed is not None:
+            text = changed
+            if has_digit:
+                has_digit = _ASCII_DIGIT(text) is not None
     if _SHIELD in text:
         text = text.replace(_SHIELD, "")
     return text.strip()[:MAX_NORMALIZED_CHARS]
@@ -390,28 +417,14 @@ def _apply(message: str, rules: tuple[_Guarded, ...], no_digit_rules: tuple[_Gua
 # Every guard gives one answer for two texts that differ only in which ASCII digits 1-9 they hold: the
 # guards look for letters, punctuation, white space, "0x", " 0", digit *positions* (the shape, the
 # hex and alphanumeric runs, the digit patterns) and whether a digit occurs, never for a digit's value
-# other than zero's. So the indexes of the guards that hold are remembered by the text with every such
-# digit read as "1": messages of one failure that differ in their numbers share one entry.
+# other than zero's. So the guards that hold are remembered by the text with every such digit read as
+# "1": messages of one failure that differ in their numbers share one entry.
 _ONES = bytes.maketrans(b"23456789", b"11111111")
-_PLANS: dict[tuple[int, int, bytes], tuple[int, ...]] = {}
+_PLANS: dict[tuple[int, int, bytes], tuple[tuple[int, ...], int]] = {}
+"""(rules, first rule, folded text) -> (the rules from the first on whose guard held, the rule after the
+last one asked): the walk stopped there because that rule changed the text, or at the end."""
 _PLANS_SIZE = 2048
 _MAX_PLANNED = 256  # longer texts have their guards asked directly: the entries stay small
-
-
-def _plan(active: tuple[_Guarded, ...], start: int, text: str, has_digit: bool) -> tuple[int, ...]:
-    """The indexes from ``start`` on of the rules of ``active`` whose guard holds on ``text`` (which holds
-    an ASCII digit exactly when ``has_digit``), remembered for recent short ASCII texts (see :data:`_ONES`;
-    a byte translation is far cheaper than a ``str`` one)."""
-    if len(text) > _MAX_PLANNED or not text.isascii():
-        return tuple(index for index in range(start, len(active)) if active[index][2](text, has_digit))
-    key = (id(active), start, text.encode("ascii").translate(_ONES))
-    plan = _PLANS.get(key)
-    if plan is None:
-        plan = tuple(index for index in range(start, len(active)) if active[index][2](text, has_digit))
-        if len(_PLANS) >= _PLANS_SIZE:
-            _PLANS.clear()  # whole: cheaper than bookkeeping; a plan costs a few microseconds
-        _PLANS[key] = plan
-    return plan
 
 
 def normalize_message(message: str) -> str:
