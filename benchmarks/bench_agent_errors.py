@@ -275,7 +275,7 @@ def _forget_remembered() -> None:
         importlib.import_module(f"otel_errcompact.{name}")  # the package re-exports functions by these names
         for name in ("compactor", "normalize", "redact", "structured")
     )
-    structured._BODIES.clear()
+    structured._read_body_remembered.cache_clear()
     compactor._PLACED.clear()
     compactor._clean_cached.cache_clear()
     normalize._PLANS.clear()

@@ -184,10 +184,14 @@ class Compactor:
             )
             parsed = self._plain_first(text, hints)
             if parsed is None:
-                text, hints = unwrap(text, hints)
+                unwrapped, hints = unwrap(text, hints)
                 # What unwrapping uncovered (a JSON-escaped or log-prefixed traceback) may be a plain one:
-                # the walk would give the same answer (see ``_plain_first``).
-                parsed = self._plain_first(text, hints) or self._parse(text, hints)
+                # the walk would give the same answer (see ``_plain_first``). Nothing uncovered (the same
+                # text back) was asked already.
+                parsed = (self._plain_first(unwrapped, hints) if unwrapped is not text else None) or self._parse(
+                    unwrapped, hints
+                )
+                text = unwrapped
             digest = with_raw_text(self.from_parsed(parsed, hints, raw_chars), text)
             if cache_key is not None:
                 with self._cache_lock:

@@ -18,20 +18,17 @@ last line names the same type and message, so the fields confirm the text rather
 
 from __future__ import annotations
 
-import contextlib
+import functools
 import re
 
 from otel_errcompact.parsers import linter, pytest_report
 from otel_errcompact.parsers._base import Frame, Parsed
-from otel_errcompact.parsers.python import parse_plain, plain_exception, plain_location
+from otel_errcompact.parsers.python import COLUMN_0, HEADER, parse_plain, plain_exception, plain_location
 from otel_errcompact.unwrap import harness, lint_gate
 
 __all__ = ["parse_exception", "parse_first"]
 
-_HEADER = "Traceback (most recent call last):"
-_HEADER_LINE = _HEADER + "\n"
-# A line that starts at column 0 below the first (see :func:`parse_plain`).
-_COLUMN_0 = re.compile(r"\n[^ \n]")
+_HEADER_LINE = HEADER + "\n"
 
 _SYNTAX_TYPES = frozenset({"SyntaxError", "IndentationError", "TabError"})
 _PYDANTIC = re.compile(r"\d+ validation errors? for \S+$")
@@ -84,7 +81,7 @@ def parse_first(text: str) -> Parsed | None:
     if last_at <= 0:
         return None
     rest = text[last_at:]  # the last line and the newlines after it
-    if _HEADER in rest or not linter.declines_unbulleted(rest) or not pytest_report.declines(rest):
+    if HEADER in rest or not linter.declines_unbulleted(rest) or not pytest_report.declines(rest):
         return None
     exception = plain_exception(text[last_at:body_end])
     if exception is None:
@@ -95,27 +92,14 @@ def parse_first(text: str) -> Parsed | None:
     return Parsed(type=exception[0], cause=exception[1], format="python", frames=(location,), location=location)
 
 
-# Bodies read lately and their answers (a frame, or ``None``: not the plain shape). Small and bounded:
-# the bodies of a few code paths fail again and again; a stranger costs one read and one insertion.
-_BODIES: dict[str, Frame | None] = {}
-_BODIES_SIZE = 64
+_BODIES_SIZE = 64  # the bodies of a few code paths fail again and again; a stranger costs one read
 _MAX_BODY = 16_384
-_MISS = Frame("")
 
 
 def _body_location(body: str) -> Frame | None:
-    """:func:`_read_body`, remembered for recent bodies. Exact: the answer is a function of ``body`` only,
-    and the dict compares the whole string. A race between threads at worst reads a body twice."""
-    location = _BODIES.get(body, _MISS)
-    if location is _MISS:
-        location = _read_body(body)
-        if len(body) <= _MAX_BODY:
-            if len(_BODIES) >= _BODIES_SIZE:
-                # The oldest goes; another thread may have changed the dict meanwhile.
-                with contextlib.suppress(KeyError, RuntimeError, StopIteration):
-                    del _BODIES[next(iter(_BODIES))]
-            _BODIES[body] = location
-    return location
+    """:func:`_read_body`, remembered for the bodies read lately (up to :data:`_MAX_BODY` characters).
+    Exact: the answer is a function of ``body`` only."""
+    return _read_body_remembered(body) if len(body) <= _MAX_BODY else _read_body(body)
 
 
 def _read_body(body: str) -> Frame | None:
@@ -129,8 +113,11 @@ def _read_body(body: str) -> Frame | None:
     with the body's newline but never holds one inside; a column-0 line and the frame lines
     :func:`plain_location` reads lie above the last line by definition.
     """
-    if body.find(_HEADER, 1) >= 0 or _COLUMN_0.search(body) is not None:
+    if body.find(HEADER, 1) >= 0 or COLUMN_0.search(body) is not None:
         return None
     if not linter.declines_unbulleted(body) or not pytest_report.declines(body):
         return None
     return plain_location(body, 0, len(body))
+
+
+_read_body_remembered = functools.lru_cache(maxsize=_BODIES_SIZE)(_read_body)

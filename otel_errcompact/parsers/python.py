@@ -49,10 +49,10 @@ from dataclasses import dataclass, field
 
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
 
-__all__ = ["in_app", "parse", "parse_plain", "plain_exception", "plain_location"]
+__all__ = ["COLUMN_0", "HEADER", "in_app", "parse", "parse_plain", "plain_exception", "plain_location"]
 MARKERS = ('File "', "Traceback (most recent call last):")  # see parsers/__init__.py
 
-_HEADER = "Traceback (most recent call last):"
+HEADER = "Traceback (most recent call last):"
 _GROUP_HEADER = "Exception Group Traceback (most recent call last):"
 _CHAIN_MARKS = frozenset(
     {
@@ -87,7 +87,7 @@ _CHAIN_STARTS = ("The above exception was the direct cause", "During handling of
 _FRAME_START = '\n  File "'
 # A line that starts at column 0 (not the first line of the text): in the frame block of a plain traceback
 # every line is indented or empty, so such a line is an interleaved message, a chain or a second exception.
-_COLUMN_0 = re.compile(r"\n[^ \n]")
+COLUMN_0 = re.compile(r"\n[^ \n]")
 
 
 class _Frames:
@@ -135,7 +135,7 @@ class _Unit:
 
 def parse(text: str, hints: Hints) -> Parsed | None:
     """Recognise a CPython traceback; ``None`` when the text holds none."""
-    if 'File "' not in text and _HEADER not in text:
+    if 'File "' not in text and HEADER not in text:
         return _bare_exception(text) if hints.kind == "python" else None
     units = _units(text)
     if not units:
@@ -160,14 +160,14 @@ def parse_plain(text: str) -> Parsed | None:
     from the end). Anything else, however slightly different, returns ``None``. ``frames`` holds only
     the chosen frame: the compactor needs no more, and :func:`parse` (which keeps them all) is unchanged.
     """
-    at = text.find(_HEADER)
-    if at < 0 or (at and text[at - 1] != "\n") or text.find(_HEADER, at + 1) >= 0:
+    at = text.find(HEADER)
+    if at < 0 or (at and text[at - 1] != "\n") or text.find(HEADER, at + 1) >= 0:
         return None  # (an exception group's header holds this header too, never at column 0)
     if at and (_CHAIN_STARTS[0] in text[:at] or _CHAIN_STARTS[1] in text[:at]):
         return None
     body_end = len(text.rstrip("\n"))
     last_at = text.rfind("\n", at, body_end) + 1
-    if last_at <= at or _COLUMN_0.search(text, at, last_at) is not None:
+    if last_at <= at or COLUMN_0.search(text, at, last_at) is not None:
         return None
     exception = plain_exception(text[last_at:body_end])
     if exception is None:
@@ -235,7 +235,7 @@ def _units(text: str) -> list[_Unit]:
         if prefix and line.startswith(prefix):
             line = line[len(prefix) :]
         elif not prefix and not in_group and len(line) < _MAX_LINE:
-            at = line.find(_HEADER, 1)
+            at = line.find(HEADER, 1)
             if at > 0 and line[:at].strip(" |+") and not line[:at].endswith("Exception Group "):
                 prefix, line = line[:at], line[at:]
         level, body, boxed = _unbox(line, in_group)
@@ -247,7 +247,7 @@ def _units(text: str) -> list[_Unit]:
         if not body or body.isspace():
             in_message = None
             continue
-        if body.startswith(_HEADER) or body.startswith(_GROUP_HEADER):
+        if body.startswith(HEADER) or body.startswith(_GROUP_HEADER):
             header_is_group = body.startswith(_GROUP_HEADER)
             in_group = in_group or header_is_group
             pending, source, expecting, in_message = _Frames(), "", True, None
