@@ -14,6 +14,7 @@ attributes. Functions here take plain attribute mappings so they can be tested w
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -139,9 +140,15 @@ def exception_from_events(events: Iterable[Any]) -> tuple[str | None, str | None
     index when they are a sequence: iterating the SDK's ``BoundedList`` copies it under a lock), and
     an SDK event's attributes are read through their plain dict (``BoundedAttributes.get`` goes through
     the slower ``Mapping`` mixin)."""
+    dq = getattr(events, "_dq", None)
+    if type(dq) is deque:
+        # The SDK's BoundedList: its deque, indexed directly (each of the list's own len and [] is a
+        # Python call, on the agent's thread). Indexing a deque is safe while another thread appends:
+        # only iterating it raises.
+        events = dq
     try:
         count = len(events)  # type: ignore[arg-type]
-        events[0]  # type: ignore[index]  # a sequence: the SDK's BoundedList indexes without a copy
+        events[0]  # type: ignore[index]  # a sequence: indexed without a copy
     except (TypeError, IndexError, KeyError):
         events = tuple(events)
         count = len(events)
