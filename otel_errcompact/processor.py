@@ -588,8 +588,9 @@ class ErrorCompactionProcessor(SpanProcessor):
             exception_type=exception[0] if exception else None,
             exception_message=exception[1] if exception else None,
             exception_stacktrace=exception[2] if exception else None,
-            started_at=_utc_from_ns(start) if start is not None else None,
-            ended_at=_utc_from_ns(end) if end is not None else _now_utc(),
+            # _utc_from_ns, inlined: two calls fewer per failure
+            started_at=_from_timestamp(start // 1000 / 1e6, _UTC) if start is not None else None,
+            ended_at=_from_timestamp(end // 1000 / 1e6, _UTC) if end is not None else _now_utc(),
             attributes=_jsonable(attrs) if self._capture_arguments else _without_arguments(attrs),
             resource=self._resource_of(span),
             exit_code=None,
@@ -799,7 +800,11 @@ class ErrorCompactionProcessor(SpanProcessor):
         snapshot = list(anchors)
         snapshot.reverse()
         for span in snapshot:  # an anchor is forgotten when it ends: an ended one here is rare
-            if span.end_time is not None:
+            try:
+                ended = span._end_time  # the SDK's field: the public property is a Python call
+            except AttributeError:
+                ended = span.end_time
+            if ended is not None:
                 snapshot = [s for s in snapshot if s.end_time is None]
                 break
         self._touch(trace_id)
