@@ -163,7 +163,10 @@ class TrajectoryWriter:
                              "until the process dies", spool_dir, exc)
         self._leftovers: list[Leftover] = self._spool.claim_leftovers() if self._spool else []
 
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        # The condition's own lock: _enqueue takes it directly (a Condition's __enter__ and __exit__
+        # are Python calls; the lock's are not), every waiter through the condition.
+        self._cond = threading.Condition(self._lock)
         # (record, spool segment, the record's storage line when the spool made it, else None)
         self._queue: deque[tuple[_Item, int, bytes | None]] = deque()
         self._queued_chars = 0
@@ -230,7 +233,7 @@ class TrajectoryWriter:
         """Spool ``line`` (when there is a spool) and queue ``record`` with it; may raise."""
         size = _size(record, line)
         spool = self._spool if line is not None else None
-        with self._cond:
+        with self._lock:  # the condition's lock
             held = self._held
             if not held and (self._stopping or (self._full(size) and not self._wait_for_room(size))):
                 self._dropped += 1
