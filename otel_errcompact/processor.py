@@ -900,10 +900,12 @@ class ErrorCompactionProcessor(SpanProcessor):
                 attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
             except AttributeError:
                 attrs = _attributes_of(span)
-            if not agent_seen and semconv.is_agent_span(attrs):
-                agent, agent_seen = semconv.agent_name(attrs), True
-            if not conversation_seen:  # as _conversation_of reads them
-                conversation = _conversation_in(attrs)
+            # semconv.is_agent_span, agent_name and conversation_id (as _conversation_of reads it),
+            # each answered without a call when the GenAI attribute holds it, as it usually does
+            if not agent_seen and (attrs.get(_OPERATION) in _AGENT_OPERATIONS or semconv.is_agent_span(attrs)):
+                agent, agent_seen = _first_text(attrs, _AGENT_NAME, semconv.agent_name), True
+            if not conversation_seen:
+                conversation = _first_text(attrs, _CONVERSATION_ID, semconv.conversation_id)
                 conversation_seen = conversation is not None
             if agent_seen and conversation_seen:
                 break
