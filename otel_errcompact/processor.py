@@ -954,11 +954,18 @@ _NOT_FAILURES = frozenset({"ErrorBudgetExceeded", "CancelledError", "KeyboardInt
 def _not_a_tool_failure(exception: tuple[str | None, str | None, str | None] | None, attrs: Mapping[str, Any]) -> bool:
     """The library's own halt, and cancellations, end a tool span with an exception but are not tool
     failures: counting them would record the halt as the failure it reports (pointing at history.py)."""
+    # A name's last dotted part is looked up; a name without a dot (most are) as it is, without
+    # splitting it (a tuple and two strings, under the processor's lock, for every failed span).
     error_type = attrs.get(_ERROR_TYPE)
-    if error_type and str(error_type).rpartition(".")[2] in _NOT_FAILURES:
-        return True
+    if error_type:
+        name = str(error_type)
+        if (name.rpartition(".")[2] if "." in name else name) in _NOT_FAILURES:
+            return True
     exception_type = exception[0] if exception is not None else None
-    return bool(exception_type) and str(exception_type).rpartition(".")[2] in _NOT_FAILURES
+    if not exception_type:
+        return False
+    name = str(exception_type)
+    return (name.rpartition(".")[2] if "." in name else name) in _NOT_FAILURES
 
 
 def _annotations(outcome: Outcome) -> dict[str, str | int]:
