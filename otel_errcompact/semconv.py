@@ -18,6 +18,8 @@ from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from opentelemetry.sdk.trace import Event as _SdkEvent
+
 __all__ = [
     "AGENT_KINDS",
     "AGENT_OPERATIONS",
@@ -154,13 +156,22 @@ def exception_from_events(events: Iterable[Any]) -> tuple[str | None, str | None
         count = len(events)
     for index in range(count - 1, -1, -1):
         event = events[index]  # type: ignore[index]
-        if getattr(event, "name", None) != EXCEPTION_EVENT:
-            continue
-        attributes = getattr(event, "attributes", None)
-        if not attributes:
+        if type(event) is _SdkEvent:  # its fields: ``name`` and ``attributes`` are Python properties
+            if event._name != EXCEPTION_EVENT:
+                continue
+            attributes = event._attributes
+        else:
+            if getattr(event, "name", None) != EXCEPTION_EVENT:
+                continue
+            attributes = getattr(event, "attributes", None)
+        if attributes is None:
             continue
         plain = getattr(attributes, "_dict", None)
-        found = exception_from_attributes(plain if isinstance(plain, dict) else attributes)
+        if isinstance(plain, dict):  # tested for emptiness too: BoundedAttributes' len is a Python call
+            attributes = plain
+        if not attributes:
+            continue
+        found = exception_from_attributes(attributes)
         if found is not None:
             return found
     return None
