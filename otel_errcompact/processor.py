@@ -30,6 +30,7 @@ from typing import Any, Literal
 
 from opentelemetry.context import Context
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
@@ -546,7 +547,12 @@ class ErrorCompactionProcessor(SpanProcessor):
         value is read once, in the form the record takes (hex ids, UTC datetimes, a bounded copy of the
         attributes), so the pipeline can use it without validating it again."""
         span_id = context.span_id
-        parent = span.parent
+        try:  # the SDK's fields: each public property is a Python call
+            parent = span._parent
+            start, end, name, resource = span._start_time, span._end_time, span._name, span._resource
+        except AttributeError:
+            parent = span.parent
+            start, end, name, resource = span.start_time, span.end_time, span.name, span.resource
         exception = self._exception_of(span, span_id, parent, attrs)
         if exception is False:
             return None
@@ -558,12 +564,14 @@ class ErrorCompactionProcessor(SpanProcessor):
             anchor_conversation, anchor_agent = self._anchor_facts(trace_id)
             conversation = conversation or anchor_conversation
             agent = agent or anchor_agent
-        status = span.status
+        try:
+            status = span._status
+        except AttributeError:
+            status = span.status
         description = status.description
-        start, end = span.start_time, span.end_time
         tool = attrs.get(_TOOL_NAME)
         if type(tool) is not str or not tool:
-            tool = semconv.tool_name(attrs, span.name)
+            tool = semconv.tool_name(attrs, name)
         error_type = attrs.get(_ERROR_TYPE)
         # semconv.scope_for, with the trace id already in hex
         in_trace = parent is not None and trace_hex
@@ -581,8 +589,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             agent_name=agent,
             trace_id=trace_hex,
             span_id=f"{span_id:016x}" if span_id else None,
-            parent_span_id=f"{parent.span_id:016x}" if parent is not None and parent.span_id else None,
-            span_name=span.name,
+            parent_span_id=f"{parent_id:016x}" if parent is not None and (parent_id := parent.span_id) else None,
+            span_name=name,
             status_description=description,
             error_type=str(error_type) if error_type is not None or _ERROR_TYPE in attrs else None,
             exception_type=exception[0] if exception else None,
@@ -592,7 +600,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             started_at=_from_timestamp(start // 1000 / 1e6, _UTC) if start is not None else None,
             ended_at=_from_timestamp(end // 1000 / 1e6, _UTC) if end is not None else _now_utc(),
             attributes=_jsonable(attrs) if self._capture_arguments else _without_arguments(attrs),
-            resource=self._resource_of(span),
+            resource=self._resource_of(resource),
             exit_code=None,
             command=None,
             kind=None,
@@ -702,10 +710,9 @@ class ErrorCompactionProcessor(SpanProcessor):
             self._notify_success(tool)
         return scope
 
-    def _resource_of(self, span: ReadableSpan) -> dict[str, Any]:
-        """The span's resource attributes, JSON-able; converted once per resource (a provider has one),
+    def _resource_of(self, resource: Resource | None) -> dict[str, Any]:
+        """A span's resource attributes, JSON-able; converted once per resource (a provider has one),
         and shared by the records of its spans, which only read it."""
-        resource = span.resource
         if resource is None:
             return {}
         cached = self._resource_cache
