@@ -237,7 +237,8 @@ class ErrorHistory:
     def observe(self, scope: str, digest: Digest) -> Observation:
         """Record one failure in ``scope``: append a new class or count a repeat; decide on escalation."""
         with self._lock:
-            self._apply_successes()
+            if self._successes:  # most failures find none queued: no call then
+                self._apply_successes()
             state = self._touch(scope)
             self._seq += 1
             key = digest.key

@@ -268,7 +268,7 @@ def _values(failure: Failure, digest: Digest | None, observation: Observation | 
         "schema_version": SCHEMA_VERSION,
         "record_id": new_record_id(),
         "source": failure.source,
-        "recorded_at": datetime.now(timezone.utc),
+        "recorded_at": _now(_UTC),
         "scope": failure.scope,
         "trace_id": failure.trace_id,
         "span_id": failure.span_id,
@@ -294,6 +294,10 @@ def _values(failure: Failure, digest: Digest | None, observation: Observation | 
         "count": observation.count if observation is not None else None,
         "escalation": jsonable(escalation.to_dict()) if escalation is not None else None,
     }
+
+
+_now = datetime.now  # bound once: _values runs for every failure
+_UTC = timezone.utc
 
 
 _resource_memo: tuple[Mapping[str, Any], dict[str, Any]] | None = None

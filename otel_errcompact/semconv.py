@@ -14,8 +14,11 @@ attributes. Functions here take plain attribute mappings so they can be tested w
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
+
+from opentelemetry.sdk.trace import Event as _SdkEvent
 
 __all__ = [
     "AGENT_KINDS",
@@ -139,21 +142,36 @@ def exception_from_events(events: Iterable[Any]) -> tuple[str | None, str | None
     index when they are a sequence: iterating the SDK's ``BoundedList`` copies it under a lock), and
     an SDK event's attributes are read through their plain dict (``BoundedAttributes.get`` goes through
     the slower ``Mapping`` mixin)."""
+    dq = getattr(events, "_dq", None)
+    if type(dq) is deque:
+        # The SDK's BoundedList: its deque, indexed directly (each of the list's own len and [] is a
+        # Python call, on the agent's thread). Indexing a deque is safe while another thread appends:
+        # only iterating it raises.
+        events = dq
     try:
         count = len(events)  # type: ignore[arg-type]
-        events[0]  # type: ignore[index]  # a sequence: the SDK's BoundedList indexes without a copy
+        events[0]  # type: ignore[index]  # a sequence: indexed without a copy
     except (TypeError, IndexError, KeyError):
         events = tuple(events)
         count = len(events)
     for index in range(count - 1, -1, -1):
         event = events[index]  # type: ignore[index]
-        if getattr(event, "name", None) != EXCEPTION_EVENT:
-            continue
-        attributes = getattr(event, "attributes", None)
-        if not attributes:
+        if type(event) is _SdkEvent:  # its fields: ``name`` and ``attributes`` are Python properties
+            if event._name != EXCEPTION_EVENT:
+                continue
+            attributes = event._attributes
+        else:
+            if getattr(event, "name", None) != EXCEPTION_EVENT:
+                continue
+            attributes = getattr(event, "attributes", None)
+        if attributes is None:
             continue
         plain = getattr(attributes, "_dict", None)
-        found = exception_from_attributes(plain if isinstance(plain, dict) else attributes)
+        if isinstance(plain, dict):  # tested for emptiness too: BoundedAttributes' len is a Python call
+            attributes = plain
+        if not attributes:
+            continue
+        found = exception_from_attributes(attributes)
         if found is not None:
             return found
     return None

@@ -340,7 +340,9 @@ class ErrorMetrics:
 
     def on_failure(self, failure: Failure, outcome: Outcome) -> None:
         """Failure listener: count the call, the error, a new class, and the tokens (see the module)."""
-        tool = self._tool_name(tool_label(failure.tool_name))
+        tool = tool_label(failure.tool_name)
+        if tool not in self._tool_name._seen:  # a name seen before, as nearly every one is: no call
+            tool = self._tool_name(tool)
         digest = outcome.digest
         is_new = outcome.observation.is_new
         if self._tokens is not None:

@@ -629,3 +629,28 @@ def test_nanosecond_times_convert_exactly_to_the_microsecond() -> None:
     samples += [1_763_840_000_999_999_999, 1_763_840_000_000_000_500, 10**9 - 1, 0]
     for ns in samples:
         assert _utc_from_ns(ns) == epoch + timedelta(microseconds=ns // 1000), ns
+
+
+def test_the_last_exception_event_is_read_from_live_and_copied_events() -> None:
+    """The SDK's live event list (read through its deque and its events' fields) and the read-only
+    copy's tuple give the same answer: the newest ``exception`` event that has attributes."""
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from otel_errcompact.semconv import exception_from_events
+
+    first = raise_from(lookup_user, {}, "u1")
+    last = raise_from(parse_config, "{not json")
+    tracer = TracerProvider().get_tracer("t")
+    with tracer.start_as_current_span("execute_tool lookup", record_exception=False) as span:
+        span.record_exception(first)
+        span.record_exception(last)
+        span.add_event("exception")  # no attributes: skipped
+        span.add_event("retry", {"exception.type": "NotThisOne"})  # another event's name: skipped
+        live = exception_from_events(span._events)  # type: ignore[attr-defined]
+    assert live is not None
+    assert live[0] is not None and live[0].endswith(type(last).__name__) and live[1] == str(last)
+    assert live[2] is not None and live[2].rstrip().endswith(f"{type(last).__name__}: {last}")
+    assert isinstance(span, ReadableSpan)
+    assert exception_from_events(span.events) == live  # the property's copy, a tuple
+    assert exception_from_events(iter(span.events)) == live  # any iterable
+    assert exception_from_events(()) is None

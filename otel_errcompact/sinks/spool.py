@@ -254,6 +254,25 @@ class Spool:
             self.unpin(slot)
         return slot[0]
 
+    def copy_in(self, data: bytes) -> int | None:
+        """Copy ``data`` into the open segment's mapping when it fits there: its sequence number, else
+        ``None`` (nothing reserved: :meth:`pin` and :meth:`write` it instead). Under the caller's lock.
+
+        :meth:`pin`, :meth:`write` and :meth:`unpin` in one call, for the common case of a record that
+        fits: with the lock held throughout, no other writer can rotate the segment meanwhile, so
+        there is nothing to pin. The writer calls this for every failure on the agent's thread, where
+        four calls instead of one cost about 2 µs. The reservation is taken only after the copy, so a
+        copy that raises reserves nothing."""
+        offset = self._bytes
+        end = offset + len(data)
+        segment = self._open
+        mapping = segment.map
+        if end > segment.capacity or mapping is None:
+            return None
+        mapping[offset:end] = data
+        self._bytes = end
+        return self._seq
+
     def pin(self, size: int) -> tuple[int, int]:
         """Reserve ``size`` bytes in the open segment; returns the slot: its sequence number and the
         offset of the reserved range in its mapping (-1: append with ``write()``).

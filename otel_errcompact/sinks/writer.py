@@ -163,7 +163,10 @@ class TrajectoryWriter:
                              "until the process dies", spool_dir, exc)
         self._leftovers: list[Leftover] = self._spool.claim_leftovers() if self._spool else []
 
-        self._cond = threading.Condition(threading.Lock())
+        self._lock = threading.Lock()
+        # The condition's own lock: _enqueue takes it directly (a Condition's __enter__ and __exit__
+        # are Python calls; the lock's are not), every waiter through the condition.
+        self._cond = threading.Condition(self._lock)
         # (record, spool segment, the record's storage line when the spool made it, else None)
         self._queue: deque[tuple[_Item, int, bytes | None]] = deque()
         self._queued_chars = 0
@@ -230,19 +233,25 @@ class TrajectoryWriter:
         """Spool ``line`` (when there is a spool) and queue ``record`` with it; may raise."""
         size = _size(record, line)
         spool = self._spool if line is not None else None
-        with self._cond:
+        with self._lock:  # the condition's lock
             held = self._held
             if not held and (self._stopping or (self._full(size) and not self._wait_for_room(size))):
                 self._dropped += 1
                 return
-            slot = spool.pin(len(line)) if spool is not None and line is not None else None
-            if slot is None or slot[1] >= 0:
-                # No spool, or a copy into the segment's mapping: no system call, and the GIL is
-                # held throughout anyway, so it is done here in the one critical section.
-                self._queued(record, spool, slot, self._spool_write(spool, slot, line), line, size)
+            # The common case: the line fits the segment's mapping and is copied into it at once.
+            seq = self._copy_in(spool, line) if spool is not None and line is not None else None
+            if seq is not None:
+                self._queued(record, None, None, seq, line, size)
                 slot = None
             else:
-                self._in_flight += 1
+                slot = spool.pin(len(line)) if spool is not None and line is not None else None
+                if slot is None or slot[1] >= 0:
+                    # No spool, or a mapping the copy could not use: no system call, and the GIL is
+                    # held throughout anyway, so it is done here in the one critical section.
+                    self._queued(record, spool, slot, self._spool_write(spool, slot, line), line, size)
+                    slot = None
+                else:
+                    self._in_flight += 1
         if slot is not None:
             # A write() past the mapping: outside the lock, so that the other agent threads and
             # the worker do not wait for the system call.
@@ -264,6 +273,16 @@ class TrajectoryWriter:
         self._queued_chars += size
         if len(self._queue) == self._max_batch or (self._stopping and not self._in_flight):
             self._cond.notify_all()
+
+    def _copy_in(self, spool: Spool, line: bytes) -> int | None:
+        """:meth:`Spool.copy_in <otel_errcompact.sinks.spool.Spool.copy_in>` under the lock: the
+        segment, ``None`` when the line does not fit the mapping, ``_NO_SEGMENT`` (counted) when the
+        copy failed, as :meth:`_spool_write` does."""
+        try:
+            return spool.copy_in(line)
+        except Exception:
+            self._spool_failures += 1  # still queued: stored unless the process dies
+            return _NO_SEGMENT
 
     @staticmethod
     def _spool_write(spool: Spool | None, slot: tuple[int, int] | None, line: bytes | None) -> int:
