@@ -49,12 +49,11 @@ Action = Literal["halt", "human"]
 Reason = Literal["consecutive", "budget"]
 
 _NOT_STUCK = frozenset({"rate_limited", "transient"})
-_MAX_PENDING_SUCCESSES = 1024
+SUCCESS_QUEUE_BOUND = 1024
 """Queued successes at which another thread is asked to apply them (``ErrorHistory.on_backlog``); at
-twice this, or without one, the caller applies them itself. Bounds the queue between history operations."""
-SUCCESS_QUEUE_BOUND = _MAX_PENDING_SUCCESSES
-"""The queue length at which a caller appending to :meth:`ErrorHistory.success_queue` calls
-:meth:`ErrorHistory.backlogged`."""
+twice this, or without one, the caller applies them itself. Bounds the queue between history operations.
+A caller appending to :meth:`ErrorHistory.success_queue` itself calls :meth:`ErrorHistory.backlogged`
+when the queue's length reaches it."""
 _APPLY_BATCH = 64
 """Successes applied per hold of the lock by :meth:`ErrorHistory.apply_successes`."""
 
@@ -300,7 +299,7 @@ class ErrorHistory:
         if scope not in self._scopes:
             return
         self._successes.append(scope)
-        if len(self._successes) >= _MAX_PENDING_SUCCESSES:
+        if len(self._successes) >= SUCCESS_QUEUE_BOUND:
             self.backlogged()
 
     def success_queue(self) -> deque[Any]:
@@ -317,7 +316,7 @@ class ErrorHistory:
         after all. Lets the span processor leave a successful tool call's bookkeeping off the agent's
         thread. ``resolve`` runs under the history's lock: it must not call back into the history."""
         self._successes.append((resolve, item))
-        if len(self._successes) >= _MAX_PENDING_SUCCESSES:
+        if len(self._successes) >= SUCCESS_QUEUE_BOUND:
             self.backlogged()
 
     on_backlog: Callable[[], bool] | None = None
@@ -329,8 +328,8 @@ class ErrorHistory:
         """The queue reached :data:`SUCCESS_QUEUE_BOUND`: hand it to :attr:`on_backlog`, or apply it."""
         queued = len(self._successes)
         backlog = self.on_backlog
-        if backlog is not None and queued < 2 * _MAX_PENDING_SUCCESSES:
-            if queued != _MAX_PENDING_SUCCESSES:
+        if backlog is not None and queued < 2 * SUCCESS_QUEUE_BOUND:
+            if queued != SUCCESS_QUEUE_BOUND:
                 return  # asked already when the bound was reached
             try:
                 if backlog():

@@ -236,10 +236,10 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._saw_on_ending = False
         self._halted = HaltedTraces()
         self._closed = False
-        # None while _on_ending has nothing but the common work to do: not closed, no predicate, no
+        # False while _on_ending has nothing but the common work to do: not closed, no predicate, no
         # exception held from a log record, no halted trace waiting for its root, and _saw_on_ending
         # set. Anything that makes one of these true sets it; _ending_slow clears it again.
-        self._slow: bool | None = True
+        self._slow = True
         self._resource_cache: tuple[Any, dict[str, Any]] | None = None
         # Recovery listeners for model (chat) spans: ``listener(span, live agent span or None)``.
         self._model_listeners: list[_ModelSpanListener] = []
@@ -280,7 +280,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         """All of a span's handling, in one place: the SDK calls this with the live span, then
         :meth:`on_end` with a read-only copy, which has nothing left to do. A span that is neither a
         tool span, a model span nor an anchor costs one attribute read and four dict or set look-ups."""
-        if self._slow is not None and self._ending_slow(span):
+        if self._slow and self._ending_slow(span):
             return
         try:
             try:
@@ -310,7 +310,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         ``_slow`` is cleared before the states are read and set again if one holds, so a state that a
         concurrent :meth:`hold_exception` or halt sets meanwhile (setting ``_slow`` after it) is never
         lost."""
-        self._slow = None
+        self._slow = False
         if self._closed:
             self._slow = True
             return True
@@ -327,9 +327,10 @@ class ErrorCompactionProcessor(SpanProcessor):
             if halted:
                 self._halted.on_ending(span)
             self._process(span, writable=span)
-            attrs = _attributes_of(span)
-            if self._model_listeners and attrs.get(_OPERATION) in _MODEL_OPERATIONS:
-                self._model_span_ended(span, attrs)
+            if self._model_listeners:
+                attrs = _attributes_of(span)
+                if attrs.get(_OPERATION) in _MODEL_OPERATIONS:
+                    self._model_span_ended(span, attrs)
             if span in self._anchor_spans:
                 self._forget_anchor(span)
         except Exception:
@@ -353,9 +354,10 @@ class ErrorCompactionProcessor(SpanProcessor):
             context = span.context
             if context is None:
                 return
-            attrs = _attributes_of(span)
-            if self._model_listeners and attrs.get(_OPERATION) in _MODEL_OPERATIONS:
-                self._model_span_ended(span, attrs)
+            if self._model_listeners:
+                attrs = _attributes_of(span)
+                if attrs.get(_OPERATION) in _MODEL_OPERATIONS:
+                    self._model_span_ended(span, attrs)
             span_id = context.span_id
             for live in list(self._anchors.get(context.trace_id) or ()):
                 if live.context.span_id == span_id:  # the copy is not the object registered: found by id
@@ -441,8 +443,8 @@ class ErrorCompactionProcessor(SpanProcessor):
         is_tool: bool = False,
     ) -> None:
         """Handle an ending candidate span. ``attrs`` and ``is_tool`` are what the caller already
-        knows (its attributes, and that it is a tool span), so a successful tool call goes straight to
-        :meth:`_defer_success`."""
+        knows: its attributes, and that it is a tool span which failed (:meth:`_tool_ended` queues the
+        successes); without ``is_tool`` the span is tested by :meth:`failure_of`."""
         if attrs is None:
             attrs = _attributes_of(span)
         if "errcompact.key" in attrs or "errcompact.cancelled" in attrs or "errcompact.circuit_open" in attrs:
@@ -450,11 +452,6 @@ class ErrorCompactionProcessor(SpanProcessor):
         claim = current_claim()
         if claim is not None:  # a framework bridge handles this call's failure on its own span
             claim.note(span.status.status_code is StatusCode.ERROR, span.events)
-            return
-        if is_tool and _ERROR_TYPE not in attrs and span.status.status_code is not _STATUS_ERROR:
-            context = span.context
-            if context is not None:
-                self._defer_success(span, context)
             return
         if is_tool:
             context = span.context
@@ -646,10 +643,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             with self._lock:
                 self._pending.pop(context.span_id, None)
         anchors = self._anchors.get(context.trace_id)
-        successes = self._successes  # ErrorHistory.defer_success, inlined
-        successes.append((self._resolve, (span, list(anchors) if anchors else None)))
-        if len(successes) >= SUCCESS_QUEUE_BOUND:
-            self._successes_backlogged()
+        self.pipeline.history.defer_success(self._resolve, (span, list(anchors) if anchors else None))
 
     def _resolve_success(self, captured: tuple[ReadableSpan, list[Span] | None]) -> str | None:
         """The scope whose consecutive counter a successful tool span resets, and its count in the
@@ -676,7 +670,8 @@ class ErrorCompactionProcessor(SpanProcessor):
                     tool_parents.popitem(last=False)
         if (span_id in self._failed_parents or self._returned_errors) and self._wraps_a_failure(span_id, attrs):
             return None
-        # _conversation_in, then _conversation_of(anchors, live_only=False), inlined and unrolled
+        # _conversation_in, then the newest anchor recording one (live or not: the copy was taken
+        # while they were live), inlined and unrolled
         if _CONVERSATION_1 in attrs or _CONVERSATION_2 in attrs or _CONVERSATION_3 in attrs:
             conversation = semconv.conversation_id(attrs)
         else:
@@ -879,11 +874,11 @@ class ErrorCompactionProcessor(SpanProcessor):
         return self._conversation_of(list(anchors)) if anchors else None
 
     @staticmethod
-    def _conversation_of(anchors: list[Span], *, live_only: bool = True) -> str | None:
-        """The conversation id on the newest of ``anchors`` (a copy, oldest first) that records one (of
-        the live ones, unless the copy was taken while they were live)."""
+    def _conversation_of(anchors: list[Span]) -> str | None:
+        """The conversation id on the newest live one of ``anchors`` (a copy, oldest first) that records
+        one."""
         for span in reversed(anchors):
-            if live_only and span.end_time is not None:
+            if span.end_time is not None:
                 continue
             try:
                 attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]

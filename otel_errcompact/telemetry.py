@@ -296,9 +296,7 @@ class ErrorMetrics:
         attributes as a count made per call, which costs a microsecond for each."""
         successes = self._successes
         successes.append(tool_name)
-        if len(successes) % _SUCCESS_BATCH == 0 and (
-            self._tokens is None or not self._tokens.submit(_DRAIN_SUCCESSES, wake=True)
-        ):
+        if len(successes) % _SUCCESS_BATCH == 0 and not self._request_drain():
             self._count_queued()  # no metrics thread, or it takes no more work: keep the queue bounded
 
     def _request_drain(self) -> bool:

@@ -53,6 +53,7 @@ __all__ = [
     "jsonable",
     "new_record_id",
     "record_from_values",
+    "record_of",
     "span_id_hex",
     "storage_line",
     "trace_id_hex",
@@ -503,6 +504,13 @@ def record_from_values(values: dict[str, Any]) -> TrajectoryRecord:
     if type(digest) is dict:
         values["digest"] = unvalidated(DigestInfo, digest)
     return unvalidated(TrajectoryRecord, values)
+
+
+def record_of(item: TrajectoryRecord | dict[str, Any]) -> TrajectoryRecord:
+    """``item`` when it is a record; else the record of its field values (:func:`record_from_values`),
+    built from a copy, so the caller's dict stays as it was (the writer queues a failed span's record as
+    its values, and a sink may read them after another one asked for the record)."""
+    return record_from_values(dict(item)) if isinstance(item, dict) else item
 
 
 _M = TypeVar("_M", bound=BaseModel)

@@ -79,13 +79,13 @@ def test_a_success_resets_the_counter_after_its_agent_span_has_ended(otel: OTel)
 
 
 def test_many_successes_between_failures_keep_the_queue_bounded_and_the_counts_exact(otel: OTel) -> None:
-    successes = 3 * history_module._MAX_PENDING_SUCCESSES + 5
+    successes = 3 * history_module.SUCCESS_QUEUE_BOUND + 5
     with agent(otel.tracer, "conv-many"):
         failing_tool_span(otel.tracer)
         failing_tool_span(otel.tracer)
         for _ in range(successes):
             ok_tool_span(otel.tracer)
-            assert len(otel.ec.history._successes) <= 2 * history_module._MAX_PENDING_SUCCESSES
+            assert len(otel.ec.history._successes) <= 2 * history_module.SUCCESS_QUEUE_BOUND
         failing_tool_span(otel.tracer)
         failing_tool_span(otel.tracer)
         assert otel.ec.history.escalation("conv-many") is None
@@ -229,7 +229,7 @@ def test_on_end_has_nothing_left_to_do_after_on_ending(otel: OTel) -> None:
     readable = otel.spans("execute_tool lookup")[0]
     processor.on_end(readable)  # a second end of a handled span: on_end must not handle it again
     assert calls == []
-    assert processor._saw_on_ending and processor._slow is None
+    assert processor._saw_on_ending and processor._slow is False
 
 
 def test_an_exception_held_from_a_log_record_is_used_and_the_fast_path_comes_back(otel: OTel) -> None:
@@ -237,7 +237,7 @@ def test_an_exception_held_from_a_log_record_is_used_and_the_fast_path_comes_bac
     assert processor is not None
     with agent(otel.tracer, "conv-logged"):
         ok_tool_span(otel.tracer)
-        assert processor._slow is None
+        assert processor._slow is False
         with otel.tracer.start_as_current_span("execute_tool lookup", attributes=dict(GENAI_TOOL)) as span:
             try:
                 {"u-1": "ann"}["user_id"]
@@ -250,7 +250,7 @@ def test_an_exception_held_from_a_log_record_is_used_and_the_fast_path_comes_bac
             pass
     record = only_record(otel)
     assert record.exception_stacktrace == stack
-    assert processor._slow is None and not processor._pending
+    assert processor._slow is False and not processor._pending
 
 
 def test_model_spans_that_cannot_matter_pass_the_gate_without_a_call(otel: OTel) -> None:

@@ -51,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_errcompact.exceptions import AmbiguousRecordId
-from otel_errcompact.trajectory import TrajectoryRecord, record_from_values
+from otel_errcompact.trajectory import TrajectoryRecord, record_of
 
 __all__ = [
     "TABLE_VERSION",
@@ -157,7 +157,7 @@ def _row_of_values(values: Mapping[str, Any], encoded: str) -> tuple[object, ...
 def _record_or_none(values: dict[str, Any]) -> TrajectoryRecord | None:
     """The record of ``values`` (a copy: the caller keeps its dict), or None if they make none."""
     try:
-        return record_from_values(dict(values))
+        return record_of(values)
     except Exception:
         return None
 
@@ -348,7 +348,7 @@ class SQLiteSink:
         except (sqlite3.Error, ValueError):
             pass
         try:  # e.g. a lone surrogate in an indexed column such as the tool name
-            record = record_from_values(dict(rec)) if isinstance(rec, dict) else rec
+            record = record_of(rec)
             self._transaction([_row(record.repaired())])
         except Exception:
             self.quarantined += 1

@@ -57,7 +57,7 @@ from opentelemetry import context as otel_context
 
 from otel_errcompact.sinks._base import TrajectorySink
 from otel_errcompact.sinks.spool import Leftover, Spool, read_segment
-from otel_errcompact.trajectory import TrajectoryRecord, record_from_values, storage_line
+from otel_errcompact.trajectory import TrajectoryRecord, record_from_values, record_of, storage_line
 
 __all__ = ["TrajectoryWriter"]
 
@@ -90,14 +90,6 @@ def _record_id_of(item: object) -> str | None:
         record_id = item.get("record_id")
         return record_id if type(record_id) is str else None
     return item.record_id if isinstance(item, TrajectoryRecord) else None
-
-
-def _record_of(item: _Item) -> TrajectoryRecord:
-    """The record of a queued item, built here on the worker when the pipeline queued its values (from
-    a copy: a sink that takes the values reads the same dict)."""
-    if isinstance(item, dict):
-        return record_from_values(dict(item))
-    return item
 
 
 def _size(item: _Item, line: bytes | None) -> int:
@@ -653,7 +645,7 @@ class TrajectoryWriter:
         kept: list[tuple[_Item, str | None]] = []
         for item, text in items:
             try:
-                records.append(_record_of(item))
+                records.append(record_of(item))
             except Exception:
                 self._report("bad-record", "trajectory writer: dropped a non-record %r", type(item).__name__)
                 continue
