@@ -164,14 +164,10 @@ class ErrorPipeline:
         observation: Observation | None = None
         record_id: str | None = None
         try:
-            structured = failure.exception_stacktrace is not None and failure.raw_error is failure.exception_stacktrace
+            # The exception's type and message are not passed: a traceback's last line names them, and
+            # the compactor reads it either way (see Compactor.compact).
             digest = self._compact(
-                failure.raw_error,
-                exit_code=failure.exit_code,
-                command=failure.command,
-                kind=failure.kind,
-                exception_type=failure.exception_type if structured else None,
-                exception_message=failure.exception_message if structured else None,
+                failure.raw_error, exit_code=failure.exit_code, command=failure.command, kind=failure.kind
             )
             digest = with_status(digest, failure.attributes)  # an HTTP status / exit code joins the type
             digest = with_retry_after_attribute(digest, failure.attributes)
