@@ -239,8 +239,11 @@ class Pacer:
 
     def _costs(self, host: str) -> dict[str, float]:
         """Every request reserves one unit of ``requests``, from the first one on: requests sent before
-        the first response are in flight too, and the first report does not count them."""
+        the first response are in flight too, and the first report does not count them. The 429 hold is
+        always asked, though this pacer may never have seen one: with a shared store another worker's
+        429 holds its callers too."""
         costs = {f"{host}|{d}": 0.0 for d in self._dimensions.get(host, ())}
+        costs[f"{host}|{_HOLD}"] = 0.0
         costs[f"{host}|requests"] = 1.0
         return costs
 
@@ -248,7 +251,7 @@ class Pacer:
         """Store the budgets a response from ``host`` reported (and a 429's retry-after); release the
         request's reservation when it made one."""
         try:
-            release = {k: v for k, v in self._costs(host).items() if v} if reserved else {}
+            release = {f"{host}|requests": 1.0} if reserved else {}  # the one unit _costs reserves
             now = self._clock()
             budgets = self._known_windows(host, parse_rate_limit_headers(headers, now), now)
             if status == 429:

@@ -36,3 +36,10 @@ def test_workers_sharing_pacing_state_stay_under_the_key_limit(redis_server: Red
     assert ok >= 30  # and they still use most of the budget (10/s for 5 s, plus the burst)
     # The shared budget is in Redis.
     assert redis_server.client().hlen("errcompact:pace") >= 1
+
+
+def test_a_429_seen_by_one_worker_holds_another_through_redis(redis_server: RedisServer) -> None:
+    from otel_errcompact.recovery.redis_state import redis_state_store
+    from tests.recovery.test_pacing import a_429_seen_by_one_worker_holds_another
+
+    a_429_seen_by_one_worker_holds_another(redis_state_store(redis_server.url))

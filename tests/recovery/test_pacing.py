@@ -158,3 +158,29 @@ def test_after_a_429_the_held_callers_do_not_burst() -> None:
         assert bucket.refused == 1
         done = _hammer(_openai_call(client), 2.0, workers=6)
     assert bucket.refused == 1 and done >= 2, (bucket.refused, done)
+
+
+def a_429_seen_by_one_worker_holds_another(store: Any) -> None:
+    """Two workers' pacers over one ``store`` (a fleet's shared state): the first worker's 429 holds the
+    second worker's next request for its retry-after, though the second pacer never saw a 429 itself."""
+    from otel_errcompact.wire_server import Reply
+
+    server = ModelWireServer()
+    server.add(Reply("rate_limited", retry_after_s=1.5), Reply(text="done"))
+    with serve(server) as (_, url):
+        first_pacer, second_pacer = Pacer(store), Pacer(store)
+        first = pace(openai.OpenAI(api_key="k", base_url=url + "/v1", max_retries=0), first_pacer)
+        second = pace(openai.OpenAI(api_key="k", base_url=url + "/v1", max_retries=0), second_pacer)
+        with contextlib.suppress(openai.RateLimitError):
+            _openai_call(first)()
+        started = time.monotonic()
+        _openai_call(second)()
+        waited = time.monotonic() - started
+    assert second_pacer.delays == 1 and second_pacer.delayed_s > 1.0, (second_pacer.delays, second_pacer.delayed_s)
+    assert waited > 1.0
+
+
+def test_a_429_seen_by_one_worker_holds_another_sharing_the_store() -> None:
+    from otel_errcompact.recovery.state import InMemoryStateStore
+
+    a_429_seen_by_one_worker_holds_another(InMemoryStateStore())
