@@ -441,10 +441,12 @@ class ErrorCompactionProcessor(SpanProcessor):
         attrs: Mapping[str, Any] | None = None,
         *,
         is_tool: bool = False,
+        context: Any = None,
     ) -> None:
-        """Handle an ending candidate span. ``attrs`` and ``is_tool`` are what the caller already
-        knows: its attributes, and that it is a tool span which failed (:meth:`_tool_ended` queues the
-        successes); without ``is_tool`` the span is tested by :meth:`failure_of`."""
+        """Handle an ending candidate span. ``attrs``, ``is_tool`` and ``context`` are what the caller
+        already knows: its attributes, that it is a tool span which failed (:meth:`_tool_ended` queues
+        the successes), and its span context; without ``is_tool`` the span is tested by
+        :meth:`failure_of`."""
         if attrs is None:
             attrs = _attributes_of(span)
         if "errcompact.key" in attrs or "errcompact.cancelled" in attrs or "errcompact.circuit_open" in attrs:
@@ -454,7 +456,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             claim.note(span.status.status_code is StatusCode.ERROR, span.events)
             return
         if is_tool:
-            context = span.context
+            if context is None:
+                context = span.context
             failure = self._failure(span, context, attrs) if context is not None else None
         else:
             failure = self.failure_of(span)
@@ -482,7 +485,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             or "errcompact.circuit_open" in attrs
             or current_claim() is not None
         ):
-            self._process(span, span, attrs, is_tool=True)
+            self._process(span, span, attrs, is_tool=True, context=context)
             return
         anchors = self._anchors.get(context.trace_id)  # _defer_success, inlined
         successes = self._successes
@@ -939,9 +942,10 @@ class ErrorCompactionProcessor(SpanProcessor):
     def _add_escalation_event(self, escalation: Escalation, failure: Failure) -> None:
         if failure.trace_id is None:
             return
-        self._halted.note(int(failure.trace_id, 16), escalation)
+        trace_id = int(failure.trace_id, 16)
+        self._halted.note(trace_id, escalation)
         self._slow = True  # after the note: see _ending_slow
-        anchor = self._live_anchor(int(failure.trace_id, 16))
+        anchor = self._live_anchor(trace_id)
         if anchor is None or not anchor.is_recording():
             return
         attributes: dict[str, str | int] = dict(escalation.to_attributes())

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import re
 
-from otel_errcompact.parsers._base import Hints, Parsed
+from otel_errcompact.parsers._base import Hints, Parsed, cut
 
 __all__ = ["MARKERS", "parse"]
 
@@ -69,5 +69,4 @@ def parse(text: str, hints: Hints) -> Parsed | None:
 
 
 def _short(snippet: str, limit: int = _MAX_SNIPPET) -> str:
-    flat = " ".join(snippet.split())
-    return flat if len(flat) <= limit else flat[: limit - 1].rstrip() + "…"
+    return cut(" ".join(snippet.split()), limit)

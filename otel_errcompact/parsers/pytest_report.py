@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import re
 
-from otel_errcompact.parsers._base import Frame, Hints, Parsed, innermost_in_app, is_library_path
+from otel_errcompact.parsers._base import Frame, Hints, Parsed, cut, innermost_in_app, is_library_path
 
 __all__ = ["declines", "parse"]
 
@@ -238,8 +238,7 @@ def _result_text(lines: list[str]) -> str:
 
 def _cause(message: str, test_id: str | None, more: int) -> str:
     message = " ".join(message.split())
-    if len(message) > _MAX_MESSAGE_CHARS:
-        message = message[: _MAX_MESSAGE_CHARS - 1].rstrip() + "…"
+    message = cut(message, _MAX_MESSAGE_CHARS)
     extra = [part for part in (test_id, f"+{more} more failed" if more > 0 else None) if part]
     if not extra:
         return message or "test failed"

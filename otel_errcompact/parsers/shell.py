@@ -39,7 +39,7 @@ from __future__ import annotations
 import re
 import signal
 
-from otel_errcompact.parsers._base import Hints, Parsed, may_search
+from otel_errcompact.parsers._base import Hints, Parsed, cut, may_search
 
 __all__ = ["parse", "telling_line"]
 
@@ -222,7 +222,7 @@ def _unwrap(command: str) -> str:
 
 def _short_command(command: str) -> str:
     first = " ".join(command.strip().splitlines()[0].split()) if command.strip() else ""
-    return first if len(first) <= _MAX_COMMAND else first[: _MAX_COMMAND - 1].rstrip() + "…"
+    return cut(first, _MAX_COMMAND)
 
 
 def _program(command: str) -> str:

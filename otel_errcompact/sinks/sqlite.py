@@ -154,14 +154,6 @@ def _row_of_values(values: Mapping[str, Any], encoded: str) -> tuple[object, ...
     )
 
 
-def _record_or_none(values: dict[str, Any]) -> TrajectoryRecord | None:
-    """The record of ``values`` (a copy: the caller keeps its dict), or None if they make none."""
-    try:
-        return record_of(values)
-    except Exception:
-        return None
-
-
 def _create(conn: sqlite3.Connection) -> None:
     # Statement by statement: executescript() would commit the surrounding transaction first.
     for statement in _DDL.split(";"):
@@ -302,12 +294,14 @@ class SQLiteSink:
             try:
                 pairs.append((values, _row_of_values(values, encoded)))
             except Exception:  # not values as the pipeline makes them: the record's own path
-                rec = _record_or_none(values)
-                row = self._safe_row(rec, encoded) if rec is not None else None
+                try:
+                    rec = record_of(values)
+                except Exception:  # the log shows why these values make no record
+                    self._quarantine(values.get("record_id", "?"))
+                    continue
+                row = self._safe_row(rec, encoded)
                 if row is not None:
                     pairs.append((values, row))
-                elif rec is None:
-                    self._quarantine(values.get("record_id", "?"))
         self._store(pairs)
 
     def _store(self, pairs: Sequence[tuple[TrajectoryRecord | dict[str, Any], tuple[object, ...]]]) -> None:
