@@ -174,7 +174,11 @@ def _failed(errors: _Errors, *, one_line: bool, record_only: bool = False) -> Ti
     return run
 
 
-_BACKGROUND = {"writer": "otel_errcompact.TrajectoryWriter", "tokens": "otel-errcompact-tokens"}
+_BACKGROUND = {
+    "digests": "otel-errcompact-digests",
+    "writer": "otel_errcompact.TrajectoryWriter",
+    "tokens": "otel-errcompact-tokens",
+}
 """The plugin's background threads whose CPU a failed span costs, by the names they run under."""
 
 

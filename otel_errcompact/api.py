@@ -260,6 +260,8 @@ class ErrCompact:
         when an OTLP endpoint is dead (an export still running goes on in the background)."""
         deadline = Deadline(timeout_s)
         ok = True
+        if self.processor is not None:
+            self.processor.settle()  # failures whose digest is still to be made (see otel_errcompact.deferred)
         if self.writer is not None:
             ok = self.writer.force_flush(deadline.remaining()) and ok
         if self._metrics is not None:
@@ -597,6 +599,7 @@ def _build(
             pipeline, predicate=tool_predicate, capture_arguments=config.capture_arguments
         )
         tp.add_span_processor(processor)
+        processor.defer_digests(tp)
         if lp is not None:
             lp.add_log_record_processor(ExceptionLogProcessor(processor))
 

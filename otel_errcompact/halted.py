@@ -15,8 +15,9 @@ from __future__ import annotations
 import logging
 import threading
 from collections import OrderedDict
+from collections.abc import Sequence
 
-from opentelemetry.sdk.trace import Span
+from opentelemetry.sdk.trace import ReadableSpan, Span
 from opentelemetry.trace import Status, StatusCode
 
 from otel_errcompact.history import Escalation
@@ -44,6 +45,21 @@ class HaltedTraces:
             self.pending[trace_id] = escalation.describe()
             while len(self.pending) > _MAX_TRACES:
                 self.pending.popitem(last=False)
+
+    def on_export(self, spans: Sequence[ReadableSpan]) -> None:
+        """:meth:`on_ending` for root spans that ended before their trace's breach was counted (its
+        digest made after the span ended, see :mod:`otel_errcompact.deferred`): they are marked as
+        they are exported."""
+        if not self.pending:
+            return
+        for span in spans:
+            parent = span.parent
+            if parent is not None and not parent.is_remote:
+                continue
+            with self._lock:
+                description = self.pending.pop(span.context.trace_id, None) if span.context else None
+            if description is not None and span.status.status_code is not StatusCode.ERROR:
+                span._status = Status(StatusCode.ERROR, description)
 
     def on_ending(self, span: Span) -> None:
         """Mark the ending span ERROR when it is the root of a halted trace (see the module docstring)."""

@@ -32,7 +32,7 @@ import time
 from collections import OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from otel_errcompact._frozen import fast_constructor
 from otel_errcompact.digest import Digest
@@ -40,7 +40,9 @@ from otel_errcompact.exceptions import ConfigurationError, ErrorBudgetExceeded
 from otel_errcompact.normalize import value_signature
 from otel_errcompact.render import RenderedClass, render_block
 
-__all__ = ["Action", "ErrorHistory", "Escalation", "Limits", "Observation", "Reason", "Thresholds"]
+__all__ = [
+    "Action", "DeferredObservation", "ErrorHistory", "Escalation", "Limits", "Observation", "Reason", "Thresholds",
+]
 
 _log = logging.getLogger("otel_errcompact")
 
@@ -56,6 +58,18 @@ A caller appending to :meth:`ErrorHistory.success_queue` itself calls :meth:`Err
 when the queue's length reaches it."""
 _APPLY_BATCH = 64
 """Successes applied per hold of the lock by :meth:`ErrorHistory.apply_successes`."""
+
+
+class DeferredObservation(Protocol):
+    """A failure counted later (:meth:`ErrorHistory.defer_failure`), in its turn among the others."""
+
+    scope: str
+
+    def digest(self) -> Digest:
+        """The failure's digest, computed once (possibly ahead, on another thread)."""
+
+    def observed(self, observation: Observation | None) -> None:
+        """Called once it is counted, outside the history's lock (None: counting it failed)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +242,11 @@ class ErrorHistory:
         self._scopes: OrderedDict[str, _Scope] = OrderedDict()
         self._lock = threading.Lock()
         # Successes not applied yet, oldest first: a scope (observe_success) or (resolve, item) (defer_success).
-        self._successes: deque[str | tuple[Callable[[Any], str | None], Any]] = deque()
+        # Failures whose counting was deferred (defer_failure) share this queue, so that successes and
+        # failures are counted in the order they happened.
+        self._successes: deque[Any] = deque()
+        # Deferred failures counted under the lock, waiting for their own steps after it is released.
+        self._observed: deque[tuple[DeferredObservation, Observation | None]] = deque()
         self._seq = 0
         self._evicted_at_cap = 0
         self._cap_warned = False
@@ -238,42 +256,11 @@ class ErrorHistory:
         with self._lock:
             if self._successes:  # most failures find none queued: no call then
                 self._apply_successes()
-            state = self._touch(scope)
-            self._seq += 1
-            key = digest.key
-            entry = state.classes.get(key)
-            is_new = entry is None
-            if entry is None:
-                if len(state.classes) >= self.limits.max_classes:
-                    self._fold_least_recent(state)
-                entry = _Class(digest, 0, self._seq)
-                state.classes[key] = entry
-            entry.count += 1
-            self._note_value(entry, digest)
-            entry.digest = digest  # the latest line: its line number follows the agent's edits
-            entry.last_seen = self._seq
-            state.total += 1
-            # Rate limits and transient failures go to retry and pacing: they are not the agent being
-            # stuck, so they leave the consecutive-same streak alone (the budget still counts them).
-            waiting = digest.error_class in _NOT_STUCK
-            if not waiting:
-                state.consecutive = state.consecutive + 1 if state.last_key == key else 1
-                state.last_key = key
-            escalation = self._decide(scope, state, entry, budget_only=waiting)
-            standing = state.breach
-            if escalation is not None and standing is not None and not (
-                # a standing breach does not hide a later stuck loop on another class
-                escalation.reason == "consecutive" and (standing.reason != "consecutive" or standing.key != key)
-            ):
-                escalation = None
-            if escalation is not None:
-                state.breach = escalation
-            observation = _new_observation(  # Observation(...), at half the cost of its frozen __init__
-                scope=scope, digest=digest, is_new=is_new, count=entry.count, consecutive=state.consecutive,
-                total=state.total, escalation=escalation,
-            )
+            observation = self._observe_locked(scope, digest)
             warn = self._evicted_at_cap > 0 and not self._cap_warned
             self._cap_warned = self._cap_warned or warn
+        if self._observed:
+            self._finish_observed()
         if warn:  # logged outside the lock: a log handler may do I/O
             _log.warning(
                 "otel-errcompact: %d live conversations reached Limits.max_scopes; the least recently "
@@ -282,6 +269,43 @@ class ErrorHistory:
                 self.limits.max_scopes,
             )
         return observation
+
+    def _observe_locked(self, scope: str, digest: Digest) -> Observation:
+        """:meth:`observe`'s counting and decision (call with the lock held)."""
+        state = self._touch(scope)
+        self._seq += 1
+        key = digest.key
+        entry = state.classes.get(key)
+        is_new = entry is None
+        if entry is None:
+            if len(state.classes) >= self.limits.max_classes:
+                self._fold_least_recent(state)
+            entry = _Class(digest, 0, self._seq)
+            state.classes[key] = entry
+        entry.count += 1
+        self._note_value(entry, digest)
+        entry.digest = digest  # the latest line: its line number follows the agent's edits
+        entry.last_seen = self._seq
+        state.total += 1
+        # Rate limits and transient failures go to retry and pacing: they are not the agent being
+        # stuck, so they leave the consecutive-same streak alone (the budget still counts them).
+        waiting = digest.error_class in _NOT_STUCK
+        if not waiting:
+            state.consecutive = state.consecutive + 1 if state.last_key == key else 1
+            state.last_key = key
+        escalation = self._decide(scope, state, entry, budget_only=waiting)
+        standing = state.breach
+        if escalation is not None and standing is not None and not (
+            # a standing breach does not hide a later stuck loop on another class
+            escalation.reason == "consecutive" and (standing.reason != "consecutive" or standing.key != key)
+        ):
+            escalation = None
+        if escalation is not None:
+            state.breach = escalation
+        return _new_observation(  # Observation(...), at half the cost of its frozen __init__
+            scope=scope, digest=digest, is_new=is_new, count=entry.count, consecutive=state.consecutive,
+            total=state.total, escalation=escalation,
+        )
 
     @property
     def evicted_at_cap(self) -> int:
@@ -319,6 +343,16 @@ class ErrorHistory:
         if len(self._successes) >= SUCCESS_QUEUE_BOUND:
             self.backlogged()
 
+    def defer_failure(self, deferred: DeferredObservation) -> None:
+        """Count a failure later, in order with the successes and failures around it: before the next
+        operation that reads or writes counters, or when :meth:`apply_successes` runs (the digest
+        thread calls it soon after). Its digest is asked for then (``deferred.digest()``, which may run
+        on any thread, once), and ``deferred.observed(observation)`` is called after the history's
+        lock is released, on the thread that counted it."""
+        self._successes.append(deferred)
+        if len(self._successes) >= SUCCESS_QUEUE_BOUND:
+            self.backlogged()
+
     on_backlog: Callable[[], bool] | None = None
     """Asked, once the queue reaches its bound, to have another thread :meth:`apply_successes` (the
     metrics thread); False when it cannot. Past twice the bound, or without it, the caller applies
@@ -344,6 +378,8 @@ class ErrorHistory:
         while self._successes:
             with self._lock:
                 self._apply_successes(_APPLY_BATCH)
+            if self._observed:
+                self._finish_observed()
 
     def _apply_successes(self, limit: int = -1) -> None:
         """Apply the queued successes, oldest first, ``limit`` of them at most (call with the lock
@@ -357,6 +393,14 @@ class ErrorHistory:
                 break
             if isinstance(success, str):
                 scope: str | None = success
+            elif type(success) is not tuple:  # a deferred failure: counted here, in its turn
+                observation: Observation | None = None
+                try:
+                    observation = self._observe_locked(success.scope, success.digest())
+                except Exception:
+                    _log.exception("otel-errcompact: could not count a deferred failure")
+                self._observed.append((success, observation))
+                continue
             else:
                 resolve, item = success
                 try:
@@ -369,12 +413,29 @@ class ErrorHistory:
                 state.consecutive = 0
                 state.last_key = None
 
+    def _finish_observed(self) -> None:
+        """Hand each deferred failure counted under the lock its observation, now that the lock is
+        released (its steps write the trajectory record and call listeners, which may use the history)."""
+        observed = self._observed
+        while observed:
+            try:
+                deferred, observation = observed.popleft()
+            except IndexError:
+                return
+            try:
+                deferred.observed(observation)
+            except Exception:
+                _log.exception("otel-errcompact: could not finish a deferred failure")
+
     def escalation(self, scope: str) -> Escalation | None:
         """The standing breach of ``scope``, if any."""
         with self._lock:
             self._apply_successes()
             state = self._scopes.get(scope)
-            return state.breach if state is not None else None
+            breach = state.breach if state is not None else None
+        if self._observed:
+            self._finish_observed()
+        return breach
 
     def check(self, scope: str) -> None:
         """Raise :class:`ErrorBudgetExceeded` when ``scope`` has a standing breach whose action is halt."""
@@ -395,22 +456,36 @@ class ErrorHistory:
                 state.consecutive = 0
                 state.last_key = None
                 state.budget_base = state.total
+        if self._observed:
+            self._finish_observed()
 
     def reset(self, scope: str) -> None:
         """Forget ``scope`` entirely (e.g. when a conversation ends)."""
         with self._lock:
             self._apply_successes()
             self._scopes.pop(scope, None)
+        if self._observed:
+            self._finish_observed()
 
     def scopes(self) -> list[str]:
         """The scopes currently held, least recently active first."""
         with self._lock:
             self._apply_successes()
             self._evict_idle()
-            return list(self._scopes)
+            scopes = list(self._scopes)
+        if self._observed:
+            self._finish_observed()
+        return scopes
 
     def render(self, scope: str) -> str:
         """The ``[RECENT ERRORS]`` block for ``scope``'s next prompt; ``""`` when nothing failed."""
+        try:
+            return self._render_locked(scope)
+        finally:
+            if self._observed:
+                self._finish_observed()
+
+    def _render_locked(self, scope: str) -> str:
         with self._lock:
             self._apply_successes()
             state = self._scopes.get(scope)
@@ -453,7 +528,10 @@ class ErrorHistory:
     def __len__(self) -> int:
         with self._lock:
             self._apply_successes()
-            return len(self._scopes)
+            size = len(self._scopes)
+        if self._observed:
+            self._finish_observed()
+        return size
 
     def _touch(self, scope: str) -> _Scope:
         now = self._clock()

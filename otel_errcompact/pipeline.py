@@ -41,7 +41,10 @@ from otel_errcompact.trajectory import (
     new_record_id,
 )
 
-__all__ = ["ErrorPipeline", "EscalationListener", "Failure", "FailureListener", "Outcome", "SuccessListener"]
+__all__ = [
+    "DeferredFailure", "ErrorPipeline", "EscalationListener", "Failure", "FailureListener", "Outcome",
+    "SuccessListener",
+]
 
 _log = logging.getLogger("otel_errcompact")
 
@@ -164,23 +167,86 @@ class ErrorPipeline:
         observation: Observation | None = None
         record_id: str | None = None
         try:
-            # The exception's type and message are not passed: a traceback's last line names them, and
-            # the compactor reads it either way (see Compactor.compact).
-            digest = self._compact(
-                failure.raw_error, exit_code=failure.exit_code, command=failure.command, kind=failure.kind
-            )
-            digest = with_status(digest, failure.attributes)  # an HTTP status / exit code joins the type
-            digest = with_retry_after_attribute(digest, failure.attributes)
+            digest = self.digest_of(failure)
             observation = self.history.observe(failure.scope, digest)
         finally:
             record_id = self._audit(failure, digest, observation)
-        outcome = _new_outcome(digest=digest, observation=observation, record_id=record_id)
+        return self._told(failure, _new_outcome(digest=digest, observation=observation, record_id=record_id))
+
+    def digest_of(self, failure: Failure) -> Digest:
+        """Step 1: the digest of ``failure``'s raw error, its HTTP status or exit code joined to the type."""
+        # The exception's type and message are not passed: a traceback's last line names them, and
+        # the compactor reads it either way (see Compactor.compact).
+        digest = self._compact(
+            failure.raw_error, exit_code=failure.exit_code, command=failure.command, kind=failure.kind
+        )
+        digest = with_status(digest, failure.attributes)
+        return with_retry_after_attribute(digest, failure.attributes)
+
+    def _told(self, failure: Failure, outcome: Outcome) -> Outcome:
+        """Step 4: the failure and escalation listeners."""
         for listener in self._on_failure:
             _call(listener, failure, outcome)
-        if observation.escalation is not None:
+        escalation = outcome.observation.escalation
+        if escalation is not None:
             for escalation_listener in self._on_escalation:
-                _call(escalation_listener, observation.escalation, failure)
+                _call(escalation_listener, escalation, failure)
         return outcome
+
+    def defer(
+        self, failure: Failure, done: Callable[[DeferredFailure, Outcome | None], None], subject: Any = None
+    ) -> DeferredFailure | None:
+        """:meth:`handle`, with only what must happen before the failed call returns done now.
+
+        Now, on the caller's thread: the trajectory record of the raw error is submitted, so it is in
+        the spool (durable) before the call returns. Later, in its turn among the history's other
+        failures and successes (:meth:`ErrorHistory.defer_failure`): the digest, the counting, the
+        record again with its digest, count and escalation (same ``record_id``: it supersedes the raw
+        one), the listeners, and then ``done(deferred, outcome)`` (``None`` when counting it failed; ``subject``,
+        what the caller needs then, such as the span to annotate, is ``deferred.subject``). Anything
+        that reads the history counts the queued failures first, so what the agent is shown and the
+        escalation decisions are the same as with :meth:`handle`. Returns None, having done nothing,
+        for a failure the span processor did not build (see :func:`_prevalidated`): handle it instead.
+        """
+        if not _prevalidated(failure):
+            return None
+        record_id: str | None = None
+        recorded_at: datetime | None = None
+        if self.writer is not None:
+            try:
+                values = _values(failure, None, None)
+                record_id, recorded_at = values["record_id"], values["recorded_at"]
+                self.writer.submit_values(values)
+            except Exception:
+                _log.exception("otel-errcompact: could not queue a trajectory record")
+        deferred = DeferredFailure(self, failure, record_id, recorded_at, done, subject)
+        self.history.defer_failure(deferred)
+        return deferred
+
+    def settle(self) -> None:
+        """Count every deferred failure now, on this thread, and finish them (see :meth:`defer`)."""
+        self.history.apply_successes()
+
+    def _finish(self, deferred: DeferredFailure, observation: Observation | None) -> None:
+        """The steps of a deferred failure after its counting (see :meth:`defer`)."""
+        outcome: Outcome | None = None
+        try:
+            if observation is not None:
+                failure, digest = deferred.failure, observation.digest
+                if self.writer is not None and deferred.record_id is not None:
+                    try:
+                        self.writer.submit_values(
+                            _values(failure, digest, observation, deferred.record_id, deferred.recorded_at),
+                            amends=True,
+                        )
+                    except Exception:
+                        _log.exception("otel-errcompact: could not queue a trajectory record")
+                outcome = self._told(
+                    failure, _new_outcome(digest=digest, observation=observation, record_id=deferred.record_id)
+                )
+        finally:
+            _call(deferred.done, deferred, outcome)
+            deferred.finished = True
 
     def _audit(self, failure: Failure, digest: Digest | None, observation: Observation | None) -> str | None:
         """Submit the one trajectory record of ``failure``; its id, or None when there is no writer."""
@@ -212,6 +278,42 @@ class ErrorPipeline:
         except Exception:
             _log.exception("otel-errcompact: could not queue a trajectory record")
             return None
+
+
+class DeferredFailure:
+    """A failure handed to :meth:`ErrorPipeline.defer`, waiting in the history's queue."""
+
+    __slots__ = ("_digest", "_pipeline", "done", "failure", "finished", "record_id", "recorded_at", "scope", "subject")
+
+    def __init__(
+        self,
+        pipeline: ErrorPipeline,
+        failure: Failure,
+        record_id: str | None,
+        recorded_at: datetime | None,
+        done: Callable[[DeferredFailure, Outcome | None], None],
+        subject: Any = None,
+    ) -> None:
+        self._pipeline = pipeline
+        self.failure = failure
+        self.scope = failure.scope
+        self.record_id = record_id
+        self.recorded_at = recorded_at
+        self.done = done
+        self.subject = subject
+        self._digest: Digest | None = None
+        self.finished = False
+        """True once ``done`` has returned: the span's annotation and the record are final."""
+
+    def digest(self) -> Digest:
+        """The failure's digest, computed on the first call (by whichever thread asks first)."""
+        digest = self._digest
+        if digest is None:
+            digest = self._digest = self._pipeline.digest_of(self.failure)
+        return digest
+
+    def observed(self, observation: Observation | None) -> None:
+        self._pipeline._finish(self, observation)
 
 
 def _prevalidated(failure: Failure) -> bool:
@@ -248,8 +350,15 @@ def _failure_fields(failure: Failure) -> dict[str, Any]:
     return {name: getattr(failure, name) for name in _FAILURE_FIELDS}
 
 
-def _values(failure: Failure, digest: Digest | None, observation: Observation | None) -> dict[str, Any]:
-    """The trajectory record's field values for a prevalidated failure, the digest as a plain dict.
+def _values(
+    failure: Failure,
+    digest: Digest | None,
+    observation: Observation | None,
+    record_id: str | None = None,
+    recorded_at: datetime | None = None,
+) -> dict[str, Any]:
+    """The trajectory record's field values for a prevalidated failure, the digest as a plain dict
+    (``record_id`` and ``recorded_at``: those of the record it supersedes, if any).
 
     The values are laid out here in the model's field order, with no keyword expansion and no
     re-ordering: this runs on the agent's thread for every failure.
@@ -262,9 +371,9 @@ def _values(failure: Failure, digest: Digest | None, observation: Observation | 
     return {
         "schema_name": SCHEMA_NAME,
         "schema_version": SCHEMA_VERSION,
-        "record_id": new_record_id(),
+        "record_id": record_id or new_record_id(),
         "source": failure.source,
-        "recorded_at": _now(_UTC),
+        "recorded_at": recorded_at or _now(_UTC),
         "scope": failure.scope,
         "trace_id": failure.trace_id,
         "span_id": failure.span_id,

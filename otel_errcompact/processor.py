@@ -31,14 +31,15 @@ from typing import Any, Literal
 from opentelemetry.context import Context
 from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.trace import StatusCode
 
 from otel_errcompact import semconv
 from otel_errcompact.claims import current_claim
+from otel_errcompact.deferred import DigestThread, ExportGate
 from otel_errcompact.halted import HaltedTraces
 from otel_errcompact.history import SUCCESS_QUEUE_BOUND, Escalation
-from otel_errcompact.pipeline import ErrorPipeline, Failure, JsonableAttributes, Outcome, new_failure
+from otel_errcompact.pipeline import DeferredFailure, ErrorPipeline, Failure, JsonableAttributes, Outcome, new_failure
 from otel_errcompact.telemetry import tool_label
 from otel_errcompact.trajectory import jsonable
 
@@ -56,6 +57,7 @@ _ModelSpanListener = tuple[
 
 _MAX_PENDING_EXCEPTIONS = 4096
 _MAX_FAILED_PARENTS = 4096
+_MAX_ENDED_ANCHORS = 256
 _MAX_RETURNED_ERRORS = 256
 _OUTPUT_ATTRIBUTES = ("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
 # The part of a returned error text that survives JSON escaping unchanged, for matching it in outputs.
@@ -246,6 +248,13 @@ class ErrorCompactionProcessor(SpanProcessor):
         # (attributes, waiting) of the one listener when it gave them: a model span carrying none of
         # these attributes while ``waiting`` is empty passes without calling anything. None: ask.
         self._model_gate: tuple[frozenset[str], Sized] | None = None
+        # Set by defer_digests when failed spans' digests are made after the span ended.
+        self._gate: ExportGate | None = None
+        self._digests: DigestThread | None = None
+        self._pending_digests: dict[int, DeferredFailure] = {}  # the gate's, once there is one
+        # Trace id -> an anchor span that ended while failures' digests were still to be made: an
+        # escalation counted later still goes on it (it is exported only after, see ExportGate).
+        self._ended_anchors: OrderedDict[int, Span] = OrderedDict()
         pipeline.add_escalation_listener(self._add_escalation_event)
 
     @property
@@ -300,6 +309,8 @@ class ErrorCompactionProcessor(SpanProcessor):
                 if gate is None or not gate[0].isdisjoint(attrs) or gate[1]:
                     self._model_span_ended(span, attrs)
             if span in self._anchor_spans:
+                if self._pending_digests:
+                    self._keep_ended_anchor(span)
                 self._forget_anchor(span)
         except Exception:
             _log.exception("otel-errcompact: processing an ending span failed")
@@ -313,6 +324,12 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._slow = False
         if self._closed:
             self._slow = True
+            writer = self.pipeline.writer
+            if writer is not None and writer.holding and self._is_candidate(span):
+                # Shutting down on SIGTERM: a tool that fails now must not return to the agent with
+                # its record unstored. Its record is spooled, and the call waits for the process to
+                # end (see TrajectoryWriter.hold).
+                self._process(span, writable=None)
             return True
         self._saw_on_ending = True
         halted = self._halted.pending
@@ -332,6 +349,8 @@ class ErrorCompactionProcessor(SpanProcessor):
                 if attrs.get(_OPERATION) in _MODEL_OPERATIONS:
                     self._model_span_ended(span, attrs)
             if span in self._anchor_spans:
+                if self._pending_digests:
+                    self._keep_ended_anchor(span)
                 self._forget_anchor(span)
         except Exception:
             _log.exception("otel-errcompact: processing an ending span failed")
@@ -402,6 +421,8 @@ class ErrorCompactionProcessor(SpanProcessor):
     def shutdown(self) -> None:
         self._closed = True
         self._slow = True
+        if self._digests is not None:
+            self._digests.stop()
         with self._lock:
             self._anchors.clear()
             self._anchor_touched.clear()
@@ -412,6 +433,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             self._returned_errors.clear()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        self.settle()
         writer = self.pipeline.writer
         return writer.force_flush(timeout_millis / 1000) if writer is not None else True
 
@@ -463,9 +485,66 @@ class ErrorCompactionProcessor(SpanProcessor):
             failure = self.failure_of(span)
         if failure is None:
             return
+        gate = self._gate
+        if gate is not None and is_tool and writable is not None and gate.open():
+            deferred = self.pipeline.defer(failure, self._digested, writable)
+            if deferred is not None:  # finished later: see otel_errcompact.deferred
+                span_id = context.span_id
+                gate.pending[span_id] = deferred
+                if deferred.finished:  # already, by another thread
+                    gate.pending.pop(span_id, None)
+                self._digests.wake()  # type: ignore[union-attr]
+                if self._closed:  # shut down meanwhile: the digest thread may have finished already
+                    self.pipeline.settle()
+                return
         outcome = self.pipeline.handle(failure)
         if writable is not None:
             _annotate(writable, _annotations(outcome))
+
+    def _digested(self, deferred: DeferredFailure, outcome: Outcome | None) -> None:
+        """A deferred failure is counted: its digest goes on the span, which the export may now send."""
+        span: Span = deferred.subject
+        try:
+            if outcome is not None:
+                _annotate(span, _annotations(outcome))
+        finally:
+            pending = self._pending_digests
+            pending.pop(span.context.span_id, None)
+            if not pending and self._ended_anchors:  # every escalation is counted: they are not needed
+                with self._lock:
+                    self._ended_anchors.clear()
+
+    def defer_digests(self, provider: TracerProvider) -> bool:
+        """Make failed spans' digests after the span ended, off the agent's thread, when ``provider``
+        allows it (see :mod:`otel_errcompact.deferred`); True when it does."""
+        gate = ExportGate(self.pipeline, provider, self)
+        if not gate.refresh():
+            return False
+        gate.on_export = self._halted.on_export
+        self._digests = DigestThread(self.pipeline)
+        self._pending_digests = gate.pending
+        self._gate = gate
+        return True
+
+    def _keep_ended_anchor(self, span: Span) -> None:
+        """Remember an ending anchor of a trace while failures' digests are still to be made (bounded);
+        the first agent span to end is kept, the innermost one."""
+        trace_id = self._anchor_spans.get(span)
+        if trace_id is None:
+            return
+        with self._lock:
+            kept = self._ended_anchors.get(trace_id)
+            if kept is None or (
+                not semconv.is_agent_span(_attributes_of(kept)) and semconv.is_agent_span(_attributes_of(span))
+            ):
+                self._ended_anchors[trace_id] = span
+            while len(self._ended_anchors) > _MAX_ENDED_ANCHORS:
+                self._ended_anchors.popitem(last=False)
+
+    def settle(self) -> None:
+        """Finish every failure whose digest is still to be made (see :meth:`defer_digests`)."""
+        if self._digests is not None:
+            self.pipeline.settle()
 
     def _tool_ended(self, span: Span, attrs: Mapping[str, Any]) -> None:
         """A tool span ending (the common states, see ``_slow``): a success is queued here with one
@@ -946,12 +1025,27 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._halted.note(trace_id, escalation)
         self._slow = True  # after the note: see _ending_slow
         anchor = self._live_anchor(trace_id)
+        ended = None
         if anchor is None or not anchor.is_recording():
-            return
+            if not self._ended_anchors:
+                return
+            with self._lock:
+                ended = self._ended_anchors.get(trace_id)
+            if ended is None:
+                return
         attributes: dict[str, str | int] = dict(escalation.to_attributes())
         if failure.tool_name:
             attributes[semconv.GEN_AI_TOOL_NAME] = tool_label(failure.tool_name)
-        anchor.add_event("errcompact.escalation", attributes)
+        if ended is None:
+            anchor.add_event("errcompact.escalation", attributes)  # type: ignore[union-attr]
+            return
+        # Counted after the agent span ended (its digest made after the span did): the SDK refuses a
+        # new event on an ended span, but it is not exported yet (see ExportGate), and its events are
+        # the list the exported copy reads.
+        try:
+            ended._events.append(Event("errcompact.escalation", attributes))  # type: ignore[attr-defined]
+        except Exception:
+            _log.debug("otel-errcompact: could not add the escalation event", exc_info=True)
 
 
 _NOT_FAILURES = frozenset({"ErrorBudgetExceeded", "CancelledError", "KeyboardInterrupt", "GeneratorExit"})

@@ -23,7 +23,7 @@ from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogR
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Tracer
 
@@ -45,6 +45,9 @@ class OTel:
     meter_provider: MeterProvider
     metric_reader: InMemoryMetricReader
     sqlite_path: Path
+    batch: bool = False
+    """Spans go to the exporter through a ``BatchSpanProcessor`` (failed spans' digests are then made
+    after the span ended, see ``otel_errcompact.deferred``), not a ``SimpleSpanProcessor``."""
     _stores: list[TrajectoryStore] = field(default_factory=list)
 
     @property
@@ -53,6 +56,8 @@ class OTel:
 
     def spans(self, name: str | None = None) -> list[ReadableSpan]:
         """Finished spans, optionally only those named ``name``."""
+        if self.batch:
+            assert self.tracer_provider.force_flush(30_000)
         spans = list(self.span_exporter.get_finished_spans())
         return [s for s in spans if name is None or s.name == name]
 
@@ -128,12 +133,14 @@ def make_otel(tmp_path: Path) -> Iterator[Callable[..., OTel]]:
     """Factory: ``make_otel(**init_kwargs)`` builds fresh SDK providers and calls ``init()`` with them."""
     made: list[OTel] = []
 
-    def build(**init_kwargs: Any) -> OTel:
+    def build(*, batch: bool = False, **init_kwargs: Any) -> OTel:
         current = otel_errcompact.instance()
         assert current is None, "an ErrCompact handle from another test is still alive"
         tracer_provider = TracerProvider()
         span_exporter = InMemorySpanExporter()
-        tracer_provider.add_span_processor(SimpleSpanProcessor(span_exporter))
+        tracer_provider.add_span_processor(
+            BatchSpanProcessor(span_exporter) if batch else SimpleSpanProcessor(span_exporter)
+        )
         logger_provider = LoggerProvider()
         log_exporter = InMemoryLogRecordExporter()
         logger_provider.add_log_record_processor(SimpleLogRecordProcessor(log_exporter))
@@ -156,6 +163,7 @@ def make_otel(tmp_path: Path) -> Iterator[Callable[..., OTel]]:
             meter_provider=meter_provider,
             metric_reader=metric_reader,
             sqlite_path=Path(sqlite_path),
+            batch=batch,
         )
         made.append(handle)
         return handle

@@ -28,6 +28,18 @@ from otel_errcompact.sinks.sqlite import TrajectoryStore
 from otel_errcompact.trajectory import TrajectoryRecord
 from tests.conftest import OTel
 
+
+@pytest.fixture(params=["simple", "batch"])
+def otel(request: pytest.FixtureRequest, make_otel: Callable[..., OTel]) -> OTel:
+    """Every test here runs twice: spans exported through a ``SimpleSpanProcessor`` (each failed span's
+    digest made inside ``span.end()``) and through a ``BatchSpanProcessor`` (made after the span ended,
+    off the agent's thread: see ``otel_errcompact.deferred``)."""
+    handle: OTel = make_otel(batch=request.param == "batch")
+    assert handle.ec.processor is not None
+    assert (handle.ec.processor._gate is not None) == handle.batch
+    return handle
+
+
 # -- real code that fails -----------------------------------------------------------------------------
 
 

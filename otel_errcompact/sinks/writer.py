@@ -199,18 +199,21 @@ class TrajectoryWriter:
             # A non-record passed by mistake must not break the agent; the worker's log says why.
             self._count_drop()
 
-    def submit_values(self, values: dict[str, Any]) -> None:
+    def submit_values(self, values: dict[str, Any], *, amends: bool = False) -> None:
         """:meth:`submit` for a record given as its field values (see
         :func:`~otel_errcompact.trajectory.record_from_values`), as the pipeline makes them for a
         failed span: the spool line is written from the values, and the :class:`TrajectoryRecord`
         is built on the worker thread, not the agent's. Takes ownership of ``values``; never raises.
+
+        ``amends``: a later version of a record already submitted (its digest added, same ``record_id``),
+        which the shutdown itself may submit: it is not held by :meth:`hold`.
         """
         try:
             line = storage_line(values) if self._spool is not None else None
             if line is None and self._spool is not None:
                 self.submit(record_from_values(values))  # one to repair first: the model's path
                 return
-            self._enqueue(values, line)
+            self._enqueue(values, line, amends=amends)
         except Exception:
             self._count_drop()
 
@@ -221,7 +224,7 @@ class TrajectoryWriter:
         except Exception:
             pass
 
-    def _enqueue(self, record: _Item, line: bytes | None) -> None:
+    def _enqueue(self, record: _Item, line: bytes | None, *, amends: bool = False) -> None:
         """Spool ``line`` (when there is a spool) and queue ``record`` with it; may raise."""
         size = _size(record, line)
         spool = self._spool if line is not None else None
@@ -251,7 +254,7 @@ class TrajectoryWriter:
             with self._cond:
                 self._in_flight -= 1
                 self._queued(record, spool, slot, seq, line, size)
-        if held:
+        if held and not amends:
             self._wait_for_the_end()
 
     def _queued(self, record: _Item, spool: Spool | None, slot: tuple[int, int] | None, seq: int,
@@ -323,6 +326,11 @@ class TrajectoryWriter:
         usual, and its record is queued for the drain like any other.
         """
         self._held = True
+
+    @property
+    def holding(self) -> bool:
+        """True once :meth:`hold` was called: the process is ending."""
+        return self._held
 
     def _wait_for_the_end(self) -> None:
         if threading.current_thread() is not self._worker:

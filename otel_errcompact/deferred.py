@@ -1,0 +1,202 @@
+"""A failed tool span's digest, made off the agent's thread, and the span export that waits for it.
+
+Why. Compacting a traceback costs tens of microseconds, and the span processor used to do it inside
+``span.end()``, on the agent's thread, because the SDK hands a span to the exporting processors right
+after: the digest had to be on the span by then. When every exporting processor on the provider is the
+SDK's ``BatchSpanProcessor``, a span is only queued there, and exported later by that processor's own
+thread. Its exporter is then wrapped (:class:`DigestingExporter`): before it exports a batch, each
+failed tool span in it whose digest is not made yet is finished first. So ``span.end()`` only builds
+the failure and writes its raw trajectory record (durable before the call returns, as before), and the
+rest (digest, counting, the record's digest, metrics, the span's ``errcompact.*`` attributes) is done
+by :class:`DigestThread` a moment later, or by whoever needs it first: anything that reads the history
+(the ``[RECENT ERRORS]`` block, the halt check at the tool boundary, the next failure) counts the
+queued failures first, in order with the successes between them (see
+:meth:`ErrorHistory.defer_failure <otel_errcompact.history.ErrorHistory.defer_failure>`). What the agent
+is shown and when it is halted do not change.
+
+When it is not done. Any other span processor on the provider (a ``SimpleSpanProcessor`` exports on the
+agent's thread, inside ``span.end()``; an unknown one may read the span at once), a provider that is not
+the SDK's, or SDK internals other than those this module knows: the digest is then made inside
+``span.end()``, as before. A processor added to the provider after ``init()`` is noticed at the next
+failure, and the same test decides again.
+
+The work is the same, only moved: the digest thread takes the GIL for it, as the agent's thread did.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+
+from otel_errcompact.pipeline import DeferredFailure, ErrorPipeline
+
+__all__ = ["DigestThread", "DigestingExporter", "ExportGate"]
+
+_log = logging.getLogger("otel_errcompact")
+
+_EXPORT_WAIT_S = 2.0
+"""How long an export waits for the digest of a span in its batch before sending the span without it."""
+_POLL_S = 0.0005
+_GATHER_S = 0.01
+"""How long the digest thread lets failures gather after the first one wakes it (see DigestThread)."""
+
+
+class ExportGate:
+    """The failed tool spans whose digest is not made yet, by span id, and the provider's processors
+    when the wrapping was decided (a different tuple means one was added: decide again)."""
+
+    def __init__(self, pipeline: ErrorPipeline, provider: TracerProvider, own: SpanProcessor) -> None:
+        self._pipeline = pipeline
+        self._provider = provider
+        self._own = own
+        self.pending: dict[int, DeferredFailure] = {}
+        self.processors: tuple[SpanProcessor, ...] | None = None
+        """The provider's processors when :meth:`refresh` last found every other one wrapped; None
+        while deferring is not possible."""
+
+    def _current(self) -> tuple[SpanProcessor, ...] | None:
+        active = getattr(self._provider, "_active_span_processor", None)
+        if type(active) is not SynchronousMultiSpanProcessor:
+            return None
+        processors = getattr(active, "_span_processors", None)
+        return processors if type(processors) is tuple else None
+
+    def open(self) -> bool:
+        """True when a failed span's digest may be made after the span ended (the common case: one
+        attribute read and an identity test)."""
+        processors = self.processors
+        if processors is not None and self._current() is processors:
+            return True
+        return self.refresh()
+
+    def refresh(self) -> bool:
+        """Wrap the exporter of every other processor on the provider, when each is the SDK's
+        ``BatchSpanProcessor``; True when all are (deferring is then possible)."""
+        processors = self._current()
+        self.processors = None
+        if processors is None:
+            return False
+        batches = [p for p in processors if p is not self._own]
+        if not all(type(p) is BatchSpanProcessor for p in batches):
+            return False
+        try:
+            for batch in batches:
+                inner = batch._batch_processor  # type: ignore[attr-defined]
+                exporter = inner._exporter
+                if not isinstance(exporter, DigestingExporter):
+                    inner._exporter = DigestingExporter(exporter, self)
+        except AttributeError:  # SDK internals this module does not know
+            _log.debug("otel-errcompact: cannot wrap a BatchSpanProcessor's exporter", exc_info=True)
+            return False
+        self.processors = processors
+        return True
+
+    def wait_for(self, spans: Sequence[ReadableSpan]) -> None:
+        """Finish every failure whose digest is not made yet (bounded), then let the processor add
+        what they change on ``spans`` (see :attr:`on_export`).
+
+        Every one, not only the failed spans in ``spans``: counting one may add an escalation event to
+        an agent span that ended meanwhile, or mark a halted root span, and either may be in this batch.
+        """
+        pending = self.pending
+        if pending:
+            waiting = [deferred for deferred in tuple(pending.values()) if not deferred.finished]
+            if waiting:
+                self._pipeline.settle()  # counts them here, unless another thread is at it
+                deadline = time.monotonic() + _EXPORT_WAIT_S
+                for deferred in waiting:
+                    while not deferred.finished and time.monotonic() < deadline:
+                        time.sleep(_POLL_S)
+                        self._pipeline.settle()
+                    if not deferred.finished:
+                        _log.warning("otel-errcompact: exporting spans before a failure's digest was made")
+        on_export = self.on_export
+        if on_export is not None:
+            on_export(spans)
+
+    on_export: Callable[[Sequence[ReadableSpan]], None] | None = None
+    """Called with each batch before it is exported, once the digests are made: the processor marks
+    the root spans of halted traces that ended before the breach was counted."""
+
+
+class DigestingExporter(SpanExporter):
+    """A ``BatchSpanProcessor``'s exporter, wrapped: a batch goes out once the digests of the failed
+    tool spans in it are on them (see :class:`ExportGate`). Anything else is the wrapped exporter's."""
+
+    def __init__(self, exporter: SpanExporter, gate: ExportGate) -> None:
+        self.exporter = exporter
+        self._gate = gate
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        try:
+            self._gate.wait_for(spans)
+        except Exception:
+            _log.exception("otel-errcompact: could not finish the digests of an export batch")
+        return self.exporter.export(spans)
+
+    def shutdown(self) -> None:
+        self.exporter.shutdown()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return self.exporter.force_flush(timeout_millis)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.exporter, name)
+
+
+class DigestThread:
+    """Makes the deferred failures' digests soon after they are queued, off the agent's thread, and
+    counts them (through the history, in order with everything else it holds)."""
+
+    def __init__(self, pipeline: ErrorPipeline) -> None:
+        self._pipeline = pipeline
+        self._queue = pipeline.history.success_queue()
+        self._wake = threading.Event()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._run, name="otel-errcompact-digests", daemon=True)
+        self._thread.start()
+
+    def wake(self) -> None:
+        """There is a failure to finish (called on the agent's thread: one flag read when awake)."""
+        wake = self._wake
+        if not wake.is_set():
+            wake.set()
+
+    def _run(self) -> None:
+        wake = self._wake
+        while True:
+            wake.wait()
+            if not self._stopping:
+                # Gather: the failures of the next few milliseconds are made in one go. The flag stays
+                # set meanwhile, so their wake() calls cost one read, and the agent's threads hand this
+                # one the GIL once for all of them rather than once each.
+                time.sleep(_GATHER_S)
+            wake.clear()
+            try:
+                # The digests first, outside the history's lock, so that an agent thread reading the
+                # history meanwhile waits for no compaction; then the counting, in order.
+                for item in tuple(self._queue):
+                    if type(item) is DeferredFailure:
+                        item.digest()
+                self._pipeline.settle()
+            except Exception:
+                _log.exception("otel-errcompact: could not finish deferred failures")
+            if self._stopping:
+                return
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        """Finish what is queued and stop the thread (waits ``timeout_s`` at most for it)."""
+        self._stopping = True
+        self._wake.set()
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
+        try:
+            self._pipeline.settle()
+        except Exception:
+            _log.exception("otel-errcompact: could not finish deferred failures")

@@ -1,0 +1,177 @@
+"""Failed spans whose digest is made after the span ended (``otel_errcompact.deferred``).
+
+Behind the SDK's ``BatchSpanProcessor``, a failed tool span's digest is made by the digest thread, or
+by whoever needs it first. These tests hold that thread back (its ``wake`` does nothing) so that the
+other ways are the only ones: a read of the history, the export of a batch, a flush, shutdown. Every
+failure is a real exception from real code, through the real SDK.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+from otel_errcompact import ErrorBudgetExceeded, Thresholds
+from otel_errcompact.deferred import DigestThread
+from otel_errcompact.sinks.spool import read_segment
+from otel_errcompact.sinks.sqlite import TrajectoryStore
+from otel_errcompact.trajectory import TrajectoryRecord
+from tests.conftest import OTel
+from tests.test_processor import agent, exported, failing_tool_span, ok_tool_span, parse_config
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The digest thread never wakes: deferred failures wait for a reader, an export or a flush."""
+    monkeypatch.setattr(DigestThread, "wake", lambda self: None)
+    yield
+
+
+def _pending(otel: OTel) -> int:
+    processor = otel.ec.processor
+    assert processor is not None and processor._gate is not None
+    return len(processor._gate.pending)
+
+
+def test_only_batch_processors_let_the_digest_wait(make_otel: Callable[..., OTel]) -> None:
+    simple = make_otel()
+    assert simple.ec.processor is not None and simple.ec.processor._gate is None
+    simple.close()
+    batch = make_otel(batch=True)
+    assert batch.ec.processor is not None and batch.ec.processor._gate is not None
+
+
+def test_a_synchronous_exporter_added_later_sees_the_digest_at_once(
+    make_otel: Callable[..., OTel], held: None
+) -> None:
+    otel = make_otel(batch=True)
+    late = InMemorySpanExporter()
+    otel.tracer_provider.add_span_processor(SimpleSpanProcessor(late))
+    with agent(otel.tracer, "c-late"):
+        failing_tool_span(otel.tracer)
+    (tool,) = [s for s in late.get_finished_spans() if s.name == "execute_tool lookup"]
+    assert (tool.attributes or {})["errcompact.digest"].startswith("[KeyError]")
+    assert _pending(otel) == 0
+
+
+def test_the_raw_record_is_spooled_before_end_returns_and_superseded_by_its_digest(
+    make_otel: Callable[..., OTel], held: None
+) -> None:
+    otel = make_otel(batch=True)
+    with agent(otel.tracer, "c-spool"):
+        span, _ = failing_tool_span(otel.tracer)
+    assert _pending(otel) == 1  # nothing has made the digest yet
+    writer = otel.ec.writer
+    assert writer is not None and writer.spool_dir is not None
+    lines = [line for path in sorted(writer.spool_dir.iterdir()) for chunk in read_segment(path) for line in chunk]
+    spooled = [TrajectoryRecord.from_storage_json(line) for line in lines]
+    assert [r.digest for r in spooled] == [None]
+    assert "user_id" in spooled[0].raw_error
+    (record,) = otel.records()  # flush: the digest is made, the record superseded (same id, one row)
+    assert record.record_id == spooled[0].record_id
+    assert record.digest is not None and record.digest.line.startswith("[KeyError]")
+    assert record.count == 1
+    assert (exported(otel, span).attributes or {})["errcompact.key"] == record.digest.key
+
+
+def test_an_export_makes_the_digests_it_would_otherwise_send_without(
+    make_otel: Callable[..., OTel], held: None
+) -> None:
+    otel = make_otel(batch=True)
+    with agent(otel.tracer, "c-export"):
+        first, _ = failing_tool_span(otel.tracer)
+        second, _ = failing_tool_span(otel.tracer)
+    assert _pending(otel) == 2
+    assert otel.tracer_provider.force_flush(30_000)  # the batch's exporter waits for them
+    assert _pending(otel) == 0
+    counts = [(exported(otel, s).attributes or {})["errcompact.count"] for s in (first, second)]
+    assert counts == [1, 2]
+
+
+def test_successes_between_deferred_failures_count_in_their_order(
+    make_otel: Callable[..., OTel], held: None
+) -> None:
+    """fail, fail, succeed, fail, fail: never three in a row, so no breach, though four failures wait
+    in the queue with the success between them when the history is first read."""
+    otel = make_otel(batch=True, thresholds=Thresholds(consecutive=3, budget=None))
+    with agent(otel.tracer, "c-order"):
+        failing_tool_span(otel.tracer)
+        failing_tool_span(otel.tracer)
+        ok_tool_span(otel.tracer)
+        failing_tool_span(otel.tracer)
+        failing_tool_span(otel.tracer)
+        assert _pending(otel) == 4
+        assert otel.ec.history.escalation("c-order") is None
+        assert _pending(otel) == 0
+        assert "(×4)" in otel.ec.context("c-order")
+        failing_tool_span(otel.tracer)  # the third in a row
+        with pytest.raises(ErrorBudgetExceeded):
+            otel.ec.history.check("c-order")
+
+
+def test_the_block_and_the_halt_check_count_what_is_queued(
+    make_otel: Callable[..., OTel], held: None
+) -> None:
+    otel = make_otel(batch=True)
+    with agent(otel.tracer, "c-read"):
+        failing_tool_span(otel.tracer, parse_config, ("{not json",))
+        block = otel.ec.context("c-read")
+        assert "[JSONDecodeError]" in block
+        failing_tool_span(otel.tracer, parse_config, ("{not json",))
+        failing_tool_span(otel.tracer, parse_config, ("{not json",))
+        with pytest.raises(ErrorBudgetExceeded):
+            otel.ec.history.check("c-read")
+
+
+def test_an_escalation_counted_after_its_agent_span_ended_is_still_on_it(
+    make_otel: Callable[..., OTel], held: None
+) -> None:
+    otel = make_otel(batch=True, thresholds=Thresholds(consecutive=3, budget=None, action="human"))
+    with agent(otel.tracer, "c-late-event") as agent_span:
+        for _ in range(3):
+            failing_tool_span(otel.tracer)
+    assert _pending(otel) == 3  # the agent span ended first
+    events = [e for e in exported(otel, agent_span).events if e.name == "errcompact.escalation"]
+    assert len(events) == 1
+    assert (events[0].attributes or {})["errcompact.reason"] == "consecutive"
+
+
+def test_a_halted_root_that_ended_before_the_breach_was_counted_is_exported_as_an_error(
+    make_otel: Callable[..., OTel], held: None
+) -> None:
+    otel = make_otel(batch=True, thresholds=Thresholds(consecutive=3, budget=None))
+    with agent(otel.tracer, "c-root") as root:
+        for _ in range(3):
+            failing_tool_span(otel.tracer)
+    assert _pending(otel) == 3
+    status = exported(otel, root).status
+    assert status.status_code is StatusCode.ERROR
+    assert "error threshold breached" in (status.description or "")
+
+
+def test_shutdown_makes_every_digest(make_otel: Callable[..., OTel], held: None) -> None:
+    otel = make_otel(batch=True)
+    with agent(otel.tracer, "c-shutdown"):
+        failing_tool_span(otel.tracer)
+    assert _pending(otel) == 1
+    otel.ec.shutdown()
+    with TrajectoryStore(otel.sqlite_path) as store:
+        (record,) = store.records()
+    assert record.digest is not None and record.digest.line.startswith("[KeyError]")
+
+
+def test_the_digest_thread_makes_them_without_any_reader(make_otel: Callable[..., OTel]) -> None:
+    otel = make_otel(batch=True)
+    with agent(otel.tracer, "c-thread"):
+        failing_tool_span(otel.tracer)
+    processor = otel.ec.processor
+    assert processor is not None and processor._gate is not None
+    deadline = time.monotonic() + 10
+    while processor._gate.pending and time.monotonic() < deadline:
+        time.sleep(0.005)
+    assert not processor._gate.pending
