@@ -82,14 +82,20 @@ class ExportGate:
         self.processors = None
         if processors is None:
             return False
-        batches = [p for p in processors if p is not self._own]
-        if not all(type(p) is BatchSpanProcessor for p in batches):
+        # Besides this one: batch processors, and this kind's processors that an earlier init() on the
+        # provider left behind shut down (they ignore every span; the SDK cannot remove them).
+        own = self._own
+        others = [p for p in processors if p is not own and not (type(p) is type(own) and getattr(p, "closed", False))]
+        batches = [p for p in others if type(p) is BatchSpanProcessor]
+        if len(batches) != len(others):
             return False
         try:
             for batch in batches:
                 inner = batch._batch_processor  # type: ignore[attr-defined]
                 exporter = inner._exporter
-                if not isinstance(exporter, DigestingExporter):
+                if isinstance(exporter, DigestingExporter):
+                    exporter._gate = self  # wrapped by an earlier init() on this provider: ours now
+                else:
                     inner._exporter = DigestingExporter(exporter, self)
         except AttributeError:  # SDK internals this module does not know
             _log.debug("otel-errcompact: cannot wrap a BatchSpanProcessor's exporter", exc_info=True)

@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
+import otel_errcompact
 from otel_errcompact import ErrorBudgetExceeded, Thresholds
 from otel_errcompact.deferred import DigestThread
 from otel_errcompact.sinks.spool import read_segment
@@ -175,3 +176,23 @@ def test_the_digest_thread_makes_them_without_any_reader(make_otel: Callable[...
     while processor._gate.pending and time.monotonic() < deadline:
         time.sleep(0.005)
     assert not processor._gate.pending
+
+
+def test_a_second_init_on_the_same_provider_gets_the_export_wait(
+    make_otel: Callable[..., OTel], held: None
+) -> None:
+    first = make_otel(batch=True)
+    provider, exporter = first.tracer_provider, first.span_exporter
+    first.ec.shutdown()
+    again = otel_errcompact.init(tracer_provider=provider, sqlite_path=first.sqlite_path.with_name("again.db"))
+    try:
+        tracer = provider.get_tracer("tests.again")
+        with agent(tracer, "c-again"):
+            span, _ = failing_tool_span(tracer)
+        assert again.processor is not None and again.processor._gate is not None
+        assert len(again.processor._gate.pending) == 1
+        assert provider.force_flush(30_000)
+        (tool,) = [s for s in exporter.get_finished_spans() if s.context.span_id == span.get_span_context().span_id]
+        assert (tool.attributes or {})["errcompact.digest"].startswith("[KeyError]")
+    finally:
+        again.shutdown()
