@@ -91,7 +91,7 @@ class ExportGate:
             return False
         try:
             for batch in batches:
-                inner = batch._batch_processor  # type: ignore[attr-defined]
+                inner: Any = batch._batch_processor
                 exporter = inner._exporter
                 if isinstance(exporter, DigestingExporter):
                     exporter._gate = self  # wrapped by an earlier init() on this provider: ours now
