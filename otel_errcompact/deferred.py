@@ -41,7 +41,7 @@ __all__ = ["DigestThread", "DigestingExporter", "ExportGate"]
 _log = logging.getLogger("otel_errcompact")
 
 _EXPORT_WAIT_S = 2.0
-"""How long an export waits for the digest of a span in its batch before sending the span without it."""
+"""How long an export waits for the digests still to be made before sending its batch without them."""
 _POLL_S = 0.0005
 _GATHER_S = 0.01
 """How long the digest thread lets failures gather after the first one wakes it (see DigestThread)."""

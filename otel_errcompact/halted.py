@@ -53,22 +53,26 @@ class HaltedTraces:
         if not self.pending:
             return
         for span in spans:
-            parent = span.parent
-            if parent is not None and not parent.is_remote:
-                continue
-            with self._lock:
-                description = self.pending.pop(span.context.trace_id, None) if span.context else None
-            if description is not None and span.status.status_code is not StatusCode.ERROR:
+            description = self._take(span)
+            if description is not None:
                 span._status = Status(StatusCode.ERROR, description)
+
+    def _take(self, span: ReadableSpan) -> str | None:
+        """The breach's description when ``span`` is the root of a halted trace and not ERROR yet (the
+        trace is then no longer pending); None otherwise."""
+        parent, context = span.parent, span.context
+        if (parent is not None and not parent.is_remote) or context is None:
+            return None
+        with self._lock:
+            description = self.pending.pop(context.trace_id, None)
+        if description is None or span.status.status_code is StatusCode.ERROR:
+            return None
+        return description
 
     def on_ending(self, span: Span) -> None:
         """Mark the ending span ERROR when it is the root of a halted trace (see the module docstring)."""
-        parent = span.parent
-        if parent is not None and not parent.is_remote:
-            return
-        with self._lock:
-            description = self.pending.pop(span.context.trace_id, None)
-        if description is None or span.status.status_code is StatusCode.ERROR:
+        description = self._take(span)
+        if description is None:
             return
         try:
             # The public set_status ignores any change after OK; the span is still ours to annotate here.

@@ -309,8 +309,6 @@ class ErrorCompactionProcessor(SpanProcessor):
                 if gate is None or not gate[0].isdisjoint(attrs) or gate[1]:
                     self._model_span_ended(span, attrs)
             if span in self._anchor_spans:
-                if self._pending_digests:
-                    self._keep_ended_anchor(span)
                 self._forget_anchor(span)
         except Exception:
             _log.exception("otel-errcompact: processing an ending span failed")
@@ -349,8 +347,6 @@ class ErrorCompactionProcessor(SpanProcessor):
                 if attrs.get(_OPERATION) in _MODEL_OPERATIONS:
                     self._model_span_ended(span, attrs)
             if span in self._anchor_spans:
-                if self._pending_digests:
-                    self._keep_ended_anchor(span)
                 self._forget_anchor(span)
         except Exception:
             _log.exception("otel-errcompact: processing an ending span failed")
@@ -526,12 +522,9 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._gate = gate
         return True
 
-    def _keep_ended_anchor(self, span: Span) -> None:
+    def _keep_ended_anchor(self, span: Span, trace_id: int) -> None:
         """Remember an ending anchor of a trace while failures' digests are still to be made (bounded);
         the first agent span to end is kept, the innermost one."""
-        trace_id = self._anchor_spans.get(span)
-        if trace_id is None:
-            return
         with self._lock:
             kept = self._ended_anchors.get(trace_id)
             if kept is None or (
@@ -1003,6 +996,8 @@ class ErrorCompactionProcessor(SpanProcessor):
         trace_id = self._anchor_spans.pop(span, None)
         if trace_id is None:  # evicted meanwhile
             return
+        if self._pending_digests:
+            self._keep_ended_anchor(span, trace_id)
         anchors_by_trace = self._anchors
         anchors = anchors_by_trace.get(trace_id)
         if anchors is None:

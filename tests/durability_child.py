@@ -30,13 +30,18 @@ import otel_errcompact
 from otel_errcompact import Thresholds, ToolErrorText
 
 
-def agent(folder: Path) -> None:
-    ec = otel_errcompact.init(
+def _init(folder: Path) -> otel_errcompact.ErrCompact:
+    """``init()`` with the default store and spool in ``folder``, and no escalation."""
+    return otel_errcompact.init(
         "durability-child",
         sqlite_path=folder / "trajectories.sqlite3",
         otlp_logs=False,
         thresholds=Thresholds(consecutive=10**9, budget=None),
     )
+
+
+def agent(folder: Path) -> None:
+    ec = _init(folder)
     inventory = {"item-0": 1}
 
     @ec.tool
@@ -57,12 +62,7 @@ def agent(folder: Path) -> None:
 
 
 def span_agent(folder: Path) -> None:
-    ec = otel_errcompact.init(
-        "durability-child",
-        sqlite_path=folder / "trajectories.sqlite3",
-        otlp_logs=False,
-        thresholds=Thresholds(consecutive=10**9, budget=None),
-    )
+    ec = _init(folder)
     if ec.processor is None or ec.processor._gate is None:
         raise SystemExit("expected failed spans' digests to be made after the span ends")
     tracer = trace.get_tracer("durability-child")

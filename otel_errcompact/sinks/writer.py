@@ -186,15 +186,16 @@ class TrajectoryWriter:
 
     # -- the caller's side -------------------------------------------------------------------------
 
-    def submit(self, record: TrajectoryRecord) -> None:
+    def submit(self, record: TrajectoryRecord, *, amends: bool = False) -> None:
         """Spool and queue ``record`` for every sink; never raises.
 
         Returns once the record is in the spool (when there is one), so it survives the death of the
         process. Waits up to ``max_block_s`` when the queue is full, then drops the record (counted in
-        :attr:`dropped`); records submitted after :meth:`shutdown` are dropped too.
+        :attr:`dropped`); records submitted after :meth:`shutdown` are dropped too. ``amends``: see
+        :meth:`submit_values`.
         """
         try:
-            self._enqueue(record, record.to_storage_line() if self._spool is not None else None)
+            self._enqueue(record, record.to_storage_line() if self._spool is not None else None, amends=amends)
         except Exception:
             # A non-record passed by mistake must not break the agent; the worker's log says why.
             self._count_drop()
@@ -211,7 +212,7 @@ class TrajectoryWriter:
         try:
             line = storage_line(values) if self._spool is not None else None
             if line is None and self._spool is not None:
-                self.submit(record_from_values(values))  # one to repair first: the model's path
+                self.submit(record_from_values(values), amends=amends)  # one to repair first: the model's path
                 return
             self._enqueue(values, line, amends=amends)
         except Exception:
