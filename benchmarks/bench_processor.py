@@ -14,7 +14,9 @@ the median and p99 per span kind, and the plugin's added median as a percentage 
 - a successful tool span;
 
 (these three cost a few percent of a span at most, so they get ``--small-rounds`` rounds: the noise of
-a shared machine is of the same size as the difference measured);
+a shared machine is of the same size as the difference measured; and a third provider runs them too,
+with a second span processor that does nothing: what the SDK's calls into any processor cost, the floor
+the plugin's figures are read against);
 - a failed tool span with ``record_exception`` of a real, distinct exception whose traceback is 43-45
   lines (``tests/deeperrors.py`` runs a small four-module application until it fails), and a failed
   tool span whose error is a real one-line message (``open()`` of a missing file), set as the status;
@@ -37,6 +39,7 @@ from __future__ import annotations
 import argparse
 import cProfile
 import io
+import itertools
 import json
 import os
 import pstats
@@ -49,9 +52,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import Status, StatusCode, Tracer
 
@@ -69,6 +73,8 @@ Timer = Callable[[Tracer, int, int], list[int]]
 _AGENT = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "support"}
 _CHAT = {"gen_ai.operation.name": "chat", "gen_ai.request.model": "gpt-4o"}
 _TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup_order"}
+_THREE_SIDES = list(itertools.permutations(("bare", "plugin", "idle")))
+"""The orders the small spans' rounds run their three sides in, each in turn."""
 _CONVERSATION_SIZE = 10  # failures per conversation: below the default budget, as in a working agent
 _CLOCK: list[Callable[[], int]] = [time.perf_counter_ns]
 """What the span timers read: wall time, or with ``--clock thread`` the agent thread's own CPU time, which
@@ -80,6 +86,21 @@ class _Discard(SpanExporter):
         return SpanExportResult.SUCCESS
 
     def shutdown(self) -> None:
+        return None
+
+
+class _Idle(SpanProcessor):
+    """A span processor that does nothing: what any second processor on a provider costs a span (the
+    SDK calls each processor's ``on_start``, ``_on_ending`` and ``on_end`` in turn), the floor the
+    plugin's small-span figures are read against."""
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def _on_ending(self, span: Span) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
         return None
 
 
@@ -262,7 +283,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         meters = MeterProvider(metric_readers=[reader])
         ec: ErrCompact = init("bench", tracer_provider=plugin, meter_provider=meters,
                               sqlite_path=scratch / "trajectories.sqlite3")
-        tracers = {"bare": bare.get_tracer("bench"), "plugin": plugin.get_tracer("bench")}
+        idle = TracerProvider()
+        idle.add_span_processor(BatchSpanProcessor(_Discard(), max_queue_size=1 << 16))
+        idle.add_span_processor(_Idle())
+        tracers = {"bare": bare.get_tracer("bench"), "plugin": plugin.get_tracer("bench"),
+                   "idle": idle.get_tracer("bench")}
         kinds: list[tuple[str, Timer]] = [
             ("chat span in an agent trace", _chat),
             ("root invoke_agent span", _root),
@@ -282,11 +307,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         results: dict[str, dict[str, dict[str, float]]] = {}
         background: dict[str, dict[str, float]] = {}  # failed kinds: µs of background CPU per span
         for label, timer in kinds:
-            samples: dict[str, list[int]] = {"bare": [], "plugin": []}
+            samples: dict[str, list[int]] = {"bare": [], "plugin": [], "idle": []}
             used: dict[str, int] = {}
             spans = 0
             for rnd in range(args.small_rounds if label in small else args.rounds):
-                sides = ("bare", "plugin") if rnd % 2 == 0 else ("plugin", "bare")
+                sides: tuple[str, ...] = ("bare", "plugin") if rnd % 2 == 0 else ("plugin", "bare")
+                if label in small:  # and the floor: a provider with a second processor that does nothing
+                    sides = _THREE_SIDES[rnd % len(_THREE_SIDES)]
                 for side in sides:
                     before = _background_cpu_ns() if side == "plugin" else {}
                     samples[side] += timer(tracers[side], order, args.block)
@@ -299,6 +326,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 order += args.block  # both sides get the same errors in a round
             bare_s, plugin_s = _stats(samples["bare"]), _stats(samples["plugin"])
             results[label] = {"bare": bare_s, "plugin": plugin_s}
+            if samples["idle"]:
+                results[label]["idle"] = _stats(samples["idle"])
             if "failed:" in label and spans:
                 background[label] = {name: ns / spans / 1000 for name, ns in used.items()}
 
@@ -330,6 +359,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         dropped = writer.dropped if writer is not None else 0
         ec.shutdown()
         bare.shutdown()
+        idle.shutdown()
         plugin.shutdown()
 
     tp = {side: statistics.median(v) for side, v in throughput.items()}
@@ -360,6 +390,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"{label:<42} {b['median_us']:>7.2f}µs {p['median_us']:>9.2f}µs "
                   f"{added:>+6.2f}µs {100 * added / b['median_us']:>+7.1f}% {p['median_us'] / b['median_us']:>6.2f} "
                   f"{b['p99_us']:>7.1f}µs {p['p99_us']:>9.1f}µs")
+        for label, row in results.items():
+            if "idle" in row:
+                b, i = row["bare"]["median_us"], row["idle"]["median_us"]
+                print(f"{label}: a second span processor that does nothing adds {i - b:+.2f} µs "
+                      f"({100 * (i - b) / b:+.1f} %)")
         for label, cpu in background.items():
             print(f"background threads' CPU per span, {label.split(': ', 1)[1]}: "
                   + ", ".join(f"{name} {us:.1f} µs" for name, us in cpu.items()))

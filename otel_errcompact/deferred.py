@@ -44,7 +44,11 @@ _EXPORT_WAIT_S = 2.0
 """How long an export waits for the digests still to be made before sending its batch without them."""
 _POLL_S = 0.0005
 _GATHER_S = 0.01
-"""How long the digest thread lets failures gather after the first one wakes it (see DigestThread)."""
+"""How long the digest thread lets failures gather after the first one wakes it (see DigestThread).
+
+Longer gathers hand the GIL over less often but made the agent's spans slower, not faster: in a steady
+stream of ``bench_processor.py``'s failed spans, timed on the agent thread's own clock, 100 ms gathers
+gave a median of 300 µs per span against 286-293 µs with 10 ms."""
 
 
 class ExportGate:
@@ -165,6 +169,7 @@ class DigestThread:
         self._queue = pipeline.history.success_queue()
         self._wake = threading.Event()
         self._stopping = False
+        self._stop = threading.Event()  # ends a gather at once
         self._thread = threading.Thread(target=self._run, name="otel-errcompact-digests", daemon=True)
         self._thread.start()
 
@@ -182,7 +187,7 @@ class DigestThread:
                 # Gather: the failures of the next few milliseconds are made in one go. The flag stays
                 # set meanwhile, so their wake() calls cost one read, and the agent's threads hand this
                 # one the GIL once for all of them rather than once each.
-                time.sleep(_GATHER_S)
+                self._stop.wait(_GATHER_S)
             wake.clear()
             try:
                 # The digests first, outside the history's lock, so that an agent thread reading the
@@ -199,6 +204,7 @@ class DigestThread:
     def stop(self, timeout_s: float = 5.0) -> None:
         """Finish what is queued and stop the thread (waits ``timeout_s`` at most for it)."""
         self._stopping = True
+        self._stop.set()
         self._wake.set()
         if threading.current_thread() is not self._thread:
             self._thread.join(timeout_s)

@@ -12,7 +12,9 @@ For every failure, in this order (the pattern's contract):
 
 One submission per failure, not a raw version and then an amended one: the queue, the writer's worker
 and the store each handle one record instead of two, and the record's id comes from a counter
-(:func:`otel_errcompact.trajectory.new_record_id`) rather than a system call.
+(:func:`otel_errcompact.trajectory.new_record_id`) rather than a system call. The exception is a failed
+span whose digest is made after it ended (:meth:`ErrorPipeline.defer`): its raw record goes out at once,
+so that it is durable before the call returns, and the record with its digest supersedes it.
 
 Both the span processor and the tool boundary call :meth:`ErrorPipeline.handle`; it never raises.
 """
@@ -194,32 +196,28 @@ class ErrorPipeline:
         return outcome
 
     def defer(
-        self, failure: Failure, done: Callable[[DeferredFailure, Outcome | None], None], subject: Any = None
-    ) -> DeferredFailure | None:
+        self, values: dict[str, Any], done: Callable[[DeferredFailure, Outcome | None], None], subject: Any = None
+    ) -> DeferredFailure:
         """:meth:`handle`, with only what must happen before the failed call returns done now.
 
-        Now, on the caller's thread: the trajectory record of the raw error is submitted, so it is in
-        the spool (durable) before the call returns. Later, in its turn among the history's other
-        failures and successes (:meth:`ErrorHistory.defer_failure`): the digest, the counting, the
-        record again with its digest, count and escalation (same ``record_id``: it supersedes the raw
-        one), the listeners, and then ``done(deferred, outcome)`` (``None`` when counting it failed; ``subject``,
-        what the caller needs then, such as the span to annotate, is ``deferred.subject``). Anything
-        that reads the history counts the queued failures first, so what the agent is shown and the
-        escalation decisions are the same as with :meth:`handle`. Returns None, having done nothing,
-        for a failure the span processor did not build (see :func:`_prevalidated`): handle it instead.
+        ``values``: the failure's trajectory record as :func:`record_values` lays it out, without a
+        digest, as the span processor builds it for a failed span (shared from here on, read only).
+
+        Now, on the caller's thread: the record of the raw error is submitted, so it is in the spool
+        (durable) before the call returns. Later, in its turn among the history's other failures and
+        successes (:meth:`ErrorHistory.defer_failure`): the :class:`Failure` and its digest, the
+        counting, the record again with its digest, count and escalation (same ``record_id``: it
+        supersedes the raw one), the listeners, and then ``done(deferred, outcome)`` (``None`` when
+        counting it failed; ``subject``, what the caller needs then, such as the span to annotate, is
+        ``deferred.subject``). Anything that reads the history counts the queued failures first, so what
+        the agent is shown and the escalation decisions are the same as with :meth:`handle`.
         """
-        if not _prevalidated(failure):
-            return None
-        record_id: str | None = None
-        recorded_at: datetime | None = None
         if self.writer is not None:
             try:
-                values = _values(failure, None, None)
-                record_id, recorded_at = values["record_id"], values["recorded_at"]
                 self.writer.submit_values(values)
             except Exception:
                 _log.exception("otel-errcompact: could not queue a trajectory record")
-        deferred = DeferredFailure(self, failure, record_id, recorded_at, done, subject)
+        deferred = DeferredFailure(self, values, done, subject)
         self.history.defer_failure(deferred)
         return deferred
 
@@ -232,17 +230,16 @@ class ErrorPipeline:
         outcome: Outcome | None = None
         try:
             if observation is not None:
-                failure, digest = deferred.failure, observation.digest
-                if self.writer is not None and deferred.record_id is not None:
+                failure, digest, values = deferred.failure, observation.digest, deferred.values
+                if self.writer is not None:
                     try:
-                        self.writer.submit_values(
-                            _values(failure, digest, observation, deferred.record_id, deferred.recorded_at),
-                            amends=True,
-                        )
+                        amended = dict(values)
+                        _with_outcome(amended, digest, observation)
+                        self.writer.submit_values(amended, amends=True)
                     except Exception:
                         _log.exception("otel-errcompact: could not queue a trajectory record")
                 outcome = self._told(
-                    failure, _new_outcome(digest=digest, observation=observation, record_id=deferred.record_id)
+                    failure, _new_outcome(digest=digest, observation=observation, record_id=values["record_id"])
                 )
         finally:
             _call(deferred.done, deferred, outcome)
@@ -283,27 +280,34 @@ class ErrorPipeline:
 class DeferredFailure:
     """A failure handed to :meth:`ErrorPipeline.defer`, waiting in the history's queue."""
 
-    __slots__ = ("_digest", "_pipeline", "done", "failure", "finished", "record_id", "recorded_at", "scope", "subject")
+    __slots__ = ("_digest", "_failure", "_pipeline", "done", "finished", "scope", "subject", "values")
 
     def __init__(
         self,
         pipeline: ErrorPipeline,
-        failure: Failure,
-        record_id: str | None,
-        recorded_at: datetime | None,
+        values: dict[str, Any],
         done: Callable[[DeferredFailure, Outcome | None], None],
         subject: Any = None,
     ) -> None:
         self._pipeline = pipeline
-        self.failure = failure
-        self.scope = failure.scope
-        self.record_id = record_id
-        self.recorded_at = recorded_at
+        self.values = values
+        """Its raw trajectory record's values (read only)."""
+        self.scope: str = values["scope"]
         self.done = done
         self.subject = subject
+        self._failure: Failure | None = None
         self._digest: Digest | None = None
         self.finished = False
         """True once ``done`` has returned: the span's annotation and the record are final."""
+
+    @property
+    def failure(self) -> Failure:
+        """The :class:`Failure` its values describe, made on the first call (off the agent's thread, as a
+        rule: by the digest thread, or whoever counts it)."""
+        failure = self._failure
+        if failure is None:
+            failure = self._failure = failure_of_values(self.values)
+        return failure
 
     def digest(self) -> Digest:
         """The failure's digest, computed on the first call (by whichever thread asks first)."""
@@ -314,6 +318,21 @@ class DeferredFailure:
 
     def observed(self, observation: Observation | None) -> None:
         self._pipeline._finish(self, observation)
+
+
+def failure_of_values(values: Mapping[str, Any]) -> Failure:
+    """The :class:`Failure` whose trajectory record's values are ``values`` (see :func:`record_values`)."""
+    v = values
+    return new_failure(
+        scope=v["scope"], raw_error=v["raw_error"], source=v["source"], tool_name=v["tool_name"],
+        tool_call_id=v["tool_call_id"], tool_arguments=v["tool_arguments"], conversation_id=v["conversation_id"],
+        agent_name=v["agent_name"], trace_id=v["trace_id"], span_id=v["span_id"],
+        parent_span_id=v["parent_span_id"], span_name=v["span_name"], status_description=v["status_description"],
+        error_type=v["error_type"], exception_type=v["exception_type"], exception_message=v["exception_message"],
+        exception_stacktrace=v["exception_stacktrace"], started_at=v["started_at"], ended_at=v["ended_at"],
+        attributes=v["attributes"], resource=v["resource"], exit_code=None, command=None, kind=None,
+        model_text=None,
+    )
 
 
 def _prevalidated(failure: Failure) -> bool:
@@ -354,51 +373,93 @@ def _values(
     failure: Failure,
     digest: Digest | None,
     observation: Observation | None,
-    record_id: str | None = None,
-    recorded_at: datetime | None = None,
 ) -> dict[str, Any]:
-    """The trajectory record's field values for a prevalidated failure, the digest as a plain dict
-    (``record_id`` and ``recorded_at``: those of the record it supersedes, if any).
-
-    The values are laid out here in the model's field order, with no keyword expansion and no
-    re-ordering: this runs on the agent's thread for every failure.
-    """
-    escalation = observation.escalation if observation is not None else None
+    """The trajectory record's field values for a prevalidated failure, the digest as a plain dict."""
     # The processor's copy has no bytes, odd keys or NaN left: it is only made a plain dict again, which
     # pydantic-core's to_json serialises 0.75 µs faster than a dict subclass.
     attributes = failure.attributes
     attributes = dict(attributes) if type(attributes) is JsonableAttributes else jsonable(attributes)
+    f = failure
+    values = record_values(
+        new_record_id(), f.source, _now(_UTC), f.scope, f.trace_id, f.span_id, f.parent_span_id, f.conversation_id,
+        f.agent_name, f.tool_name, f.tool_call_id, f.tool_arguments, f.span_name, f.status_description,
+        f.error_type, f.exception_type, f.exception_message, f.exception_stacktrace, f.raw_error, f.started_at,
+        f.ended_at, attributes, _jsonable_resource(f.resource),
+    )
+    if digest is not None:
+        _with_outcome(values, digest, observation)
+    return values
+
+
+def record_values(
+    record_id: str,
+    source: str,
+    recorded_at: datetime,
+    scope: str,
+    trace_id: str | None,
+    span_id: str | None,
+    parent_span_id: str | None,
+    conversation_id: str | None,
+    agent_name: str | None,
+    tool_name: str | None,
+    tool_call_id: str | None,
+    tool_arguments: str | None,
+    span_name: str | None,
+    status_description: str | None,
+    error_type: str | None,
+    exception_type: str | None,
+    exception_message: str | None,
+    exception_stacktrace: str | None,
+    raw_error: str,
+    started_at: datetime | None,
+    ended_at: datetime | None,
+    attributes: dict[str, Any],
+    resource: dict[str, Any],
+    /,
+) -> dict[str, Any]:
+    """A trajectory record's field values, in the model's field order, without a digest yet (see
+    :func:`_with_outcome`), for values already in the record's form: hex ids, aware UTC datetimes,
+    texts as ``str``, JSON-able plain dicts. Positional, with no keyword expansion and no re-ordering:
+    the span processor calls it on the agent's thread for every failed span."""
     return {
         "schema_name": SCHEMA_NAME,
         "schema_version": SCHEMA_VERSION,
-        "record_id": record_id or new_record_id(),
-        "source": failure.source,
-        "recorded_at": recorded_at or _now(_UTC),
-        "scope": failure.scope,
-        "trace_id": failure.trace_id,
-        "span_id": failure.span_id,
-        "parent_span_id": failure.parent_span_id,
-        "conversation_id": failure.conversation_id,
-        "agent_name": failure.agent_name,
-        "tool_name": failure.tool_name,
-        "tool_call_id": failure.tool_call_id,
-        "tool_arguments": failure.tool_arguments,
-        "span_name": failure.span_name,
-        "status_description": failure.status_description,
-        "error_type": failure.error_type,
-        "exception_type": failure.exception_type,
-        "exception_message": failure.exception_message,
-        "exception_stacktrace": failure.exception_stacktrace,
-        "raw_error": failure.raw_error,
-        "started_at": failure.started_at,
-        "ended_at": failure.ended_at,
+        "record_id": record_id,
+        "source": source,
+        "recorded_at": recorded_at,
+        "scope": scope,
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "parent_span_id": parent_span_id,
+        "conversation_id": conversation_id,
+        "agent_name": agent_name,
+        "tool_name": tool_name,
+        "tool_call_id": tool_call_id,
+        "tool_arguments": tool_arguments,
+        "span_name": span_name,
+        "status_description": status_description,
+        "error_type": error_type,
+        "exception_type": exception_type,
+        "exception_message": exception_message,
+        "exception_stacktrace": exception_stacktrace,
+        "raw_error": raw_error,
+        "started_at": started_at,
+        "ended_at": ended_at,
         "attributes": attributes,
-        "resource": _jsonable_resource(failure.resource),
-        # The compactor's own values: bounded strings, ints and a bool.
-        "digest": DigestInfo.fields_of(digest) if digest is not None else None,
-        "count": observation.count if observation is not None else None,
-        "escalation": jsonable(escalation.to_dict()) if escalation is not None else None,
+        "resource": resource,
+        "digest": None,
+        "count": None,
+        "escalation": None,
     }
+
+
+def _with_outcome(values: dict[str, Any], digest: Digest, observation: Observation | None) -> None:
+    """Set a record's compactor values: the digest (a plain dict), count and escalation."""
+    escalation = observation.escalation if observation is not None else None
+    # The compactor's own values: bounded strings, ints and a bool.
+    values["digest"] = DigestInfo.fields_of(digest)
+    values["count"] = observation.count if observation is not None else None
+    values["escalation"] = jsonable(escalation.to_dict()) if escalation is not None else None
 
 
 _now = datetime.now  # bound once: _values runs for every failure

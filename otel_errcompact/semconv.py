@@ -22,6 +22,7 @@ from opentelemetry.sdk.trace import Event as _SdkEvent
 
 __all__ = [
     "AGENT_KINDS",
+    "AGENT_NAME_ATTRIBUTES",
     "AGENT_OPERATIONS",
     "CONVERSATION_ATTRIBUTES",
     "ERROR_TYPE",
@@ -34,6 +35,8 @@ __all__ = [
     "GEN_AI_TOOL_CALL_ID",
     "GEN_AI_TOOL_NAME",
     "OPENINFERENCE_KIND",
+    "TOOL_ARGUMENTS_ATTRIBUTES",
+    "TOOL_CALL_ID_ATTRIBUTES",
     "TRACELOOP_KIND",
     "agent_name",
     "conversation_id",
@@ -65,6 +68,12 @@ AGENT_KINDS = ("agent", "workflow")
 """``traceloop.span.kind`` values of an agent span."""
 CONVERSATION_ATTRIBUTES = (GEN_AI_CONVERSATION_ID, "session.id", "traceloop.association.properties.session_id")
 """Where the three conventions record the conversation (session), in order of preference."""
+AGENT_NAME_ATTRIBUTES = (GEN_AI_AGENT_NAME, "agent.name", "traceloop.entity.name")
+"""Where the agent's name is recorded, in order of preference."""
+TOOL_CALL_ID_ATTRIBUTES = (GEN_AI_TOOL_CALL_ID, "tool_call.id", "tool.call_id")
+"""Where the model-assigned id of a tool call is recorded, in order of preference."""
+TOOL_ARGUMENTS_ATTRIBUTES = (GEN_AI_TOOL_CALL_ARGUMENTS, "tool.parameters", "input.value", "traceloop.entity.input")
+"""Where a tool call's arguments are recorded (opt-in in all three conventions), in order of preference."""
 
 
 def is_tool_span(attrs: Mapping[str, Any]) -> bool:
@@ -103,12 +112,12 @@ def tool_name(attrs: Mapping[str, Any], span_name: str | None = None) -> str | N
 
 def tool_call_id(attrs: Mapping[str, Any]) -> str | None:
     """The model-assigned id of this tool call, when recorded."""
-    return _first_str(attrs, GEN_AI_TOOL_CALL_ID, "tool_call.id", "tool.call_id")
+    return _first_str(attrs, *TOOL_CALL_ID_ATTRIBUTES)
 
 
 def tool_arguments(attrs: Mapping[str, Any]) -> str | None:
     """The arguments the tool was called with, when recorded (opt-in in all three conventions)."""
-    return _first_str(attrs, GEN_AI_TOOL_CALL_ARGUMENTS, "tool.parameters", "input.value", "traceloop.entity.input")
+    return _first_str(attrs, *TOOL_ARGUMENTS_ATTRIBUTES)
 
 
 def conversation_id(attrs: Mapping[str, Any]) -> str | None:
@@ -118,7 +127,7 @@ def conversation_id(attrs: Mapping[str, Any]) -> str | None:
 
 def agent_name(attrs: Mapping[str, Any]) -> str | None:
     """The agent's name, when recorded."""
-    return _first_str(attrs, GEN_AI_AGENT_NAME, "agent.name", "traceloop.entity.name")
+    return _first_str(attrs, *AGENT_NAME_ATTRIBUTES)
 
 
 def exception_from_attributes(attrs: Mapping[str, Any]) -> tuple[str | None, str | None, str | None] | None:
