@@ -182,6 +182,38 @@ def test_openinference_and_openllmetry_tool_spans(otel: OTel, attributes: dict[s
     assert exported(otel, span).attributes["errcompact.key"] == record.digest.key  # type: ignore[index]
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["simple", "batch"])
+@pytest.mark.parametrize("capture", [True, False], ids=["arguments-captured", "arguments-not-captured"])
+def test_identity_from_other_conventions_and_arguments_only_when_captured(
+    make_otel: Callable[..., OTel], batch: bool, capture: bool
+) -> None:
+    """A tool span that names its conversation, agent, call and arguments only in another convention's
+    attributes: each is found, and the arguments are kept (as a field and an attribute) only when captured."""
+    otel = make_otel(batch=batch, capture_arguments=capture)
+    attributes = {
+        "openinference.span.kind": "TOOL",
+        "tool.name": "search_docs",
+        "session.id": "sess-7",
+        "agent.name": "researcher",
+        "tool_call.id": "call-42",
+        "input.value": '{"query": "{not json"}',
+    }
+    failing_tool_span(otel.tracer, parse_config, ("{not json",), name="search_docs", attributes=attributes)
+    record = only_record(otel)
+    assert (record.scope, record.conversation_id) == ("sess-7", "sess-7")
+    assert record.agent_name == "researcher"
+    assert record.tool_call_id == "call-42"
+    assert record.digest is not None and record.digest.type == "JSONDecodeError"
+    if capture:
+        assert record.tool_arguments == attributes["input.value"]
+        assert record.attributes["input.value"] == attributes["input.value"]
+    else:
+        assert record.tool_arguments is None
+        assert "input.value" not in record.attributes
+        assert record.attributes["session.id"] == "sess-7"
+    assert record.digest.line in otel.ec.context("sess-7")
+
+
 def test_custom_tool_predicate(make_otel: Callable[..., OTel]) -> None:
     otel = make_otel(tool_predicate=lambda span: span.name.startswith("mcp.call "))
     failing_tool_span(otel.tracer, read_settings, ("/nonexistent/settings.toml",),
