@@ -99,7 +99,7 @@ _IDENTITY_ATTRIBUTES = frozenset(
     + semconv.TOOL_CALL_ID_ATTRIBUTES
     + semconv.TOOL_ARGUMENTS_ATTRIBUTES
 )
-"""Every attribute :meth:`ErrorCompactionProcessor._failure` reads a conversation, agent, call id or
+"""Every attribute :meth:`ErrorCompactionProcessor._record_values` reads a conversation, agent, call id or
 arguments from: a tool span that records none of them (most do not) is answered with one set test."""
 _UTC = timezone.utc
 _STATUS_ERROR = StatusCode.ERROR  # an enum member read through its class costs 50 ns on Python 3.11
