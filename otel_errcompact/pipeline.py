@@ -163,8 +163,13 @@ class ErrorPipeline:
         """Call ``listener(escalation, failure)`` when a failure breaches the thresholds."""
         self._on_escalation.append(listener)
 
-    def handle(self, failure: Failure) -> Outcome:
-        """Run the ordered steps for ``failure`` and return its digest and observation."""
+    def handle(self, failure: Failure, *, values: dict[str, Any] | None = None) -> Outcome:
+        """Run the ordered steps for ``failure`` and return its digest and observation.
+
+        ``values``: ``failure``'s raw trajectory record as :func:`record_values` lays it out, when the
+        caller made it already (the span processor reads a failed span into it, then makes ``failure``
+        from it): the record is then that one, with the digest added, not laid out a second time.
+        """
         digest: Digest | None = None
         observation: Observation | None = None
         record_id: str | None = None
@@ -172,7 +177,7 @@ class ErrorPipeline:
             digest = self.digest_of(failure)
             observation = self.history.observe(failure.scope, digest)
         finally:
-            record_id = self._audit(failure, digest, observation)
+            record_id = self._audit(failure, digest, observation, values)
         return self._told(failure, _new_outcome(digest=digest, observation=observation, record_id=record_id))
 
     def digest_of(self, failure: Failure) -> Digest:
@@ -245,11 +250,25 @@ class ErrorPipeline:
             _call(deferred.done, deferred, outcome)
             deferred.finished = True
 
-    def _audit(self, failure: Failure, digest: Digest | None, observation: Observation | None) -> str | None:
-        """Submit the one trajectory record of ``failure``; its id, or None when there is no writer."""
+    def _audit(
+        self,
+        failure: Failure,
+        digest: Digest | None,
+        observation: Observation | None,
+        values: dict[str, Any] | None = None,
+    ) -> str | None:
+        """Submit the one trajectory record of ``failure`` (``values``: its raw record, see
+        :meth:`handle`); its id, or None when there is no writer."""
         if self.writer is None:
             return None
         try:
+            if values is not None:
+                values = dict(values)
+                if digest is not None:
+                    _with_outcome(values, digest, observation)
+                self.writer.submit_values(values)
+                given_id: str = values["record_id"]
+                return given_id
             if _prevalidated(failure):
                 # The record's values go to the writer as they are: it writes the spool line from them
                 # here and builds the TrajectoryRecord on its own thread.

@@ -297,7 +297,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                 attrs.get(_OPERATION) in _AGENT_OPERATIONS
                 or (_OI_KIND in attrs and attrs[_OI_KIND] == "AGENT")
                 or (_TL_KIND in attrs and attrs[_TL_KIND] in _AGENT_KINDS)
-            ) and (parent is not None and not parent.is_remote):
+            ) and (parent is not None and not parent[2]):  # SpanContext.is_remote, without its property call
                 return
             self._register_anchor(span)
         except Exception:
@@ -509,12 +509,16 @@ class ErrorCompactionProcessor(SpanProcessor):
                 self.pipeline.settle()
             return
         if is_tool:
-            failure = self._failure(span, context, attrs) if context is not None else None
+            # The record read off the span is the one stored: the pipeline does not lay it out again.
+            values = self._record_values(span, context, attrs) if context is not None else None
+            if values is None:
+                return
+            outcome = self.pipeline.handle(failure_of_values(values), values=values)
         else:
             failure = self.failure_of(span)
-        if failure is None:
-            return
-        outcome = self.pipeline.handle(failure)
+            if failure is None:
+                return
+            outcome = self.pipeline.handle(failure)
         if writable is not None:
             _annotate(writable, _annotations(outcome))
 
