@@ -1,7 +1,7 @@
 """Cost of otel-errcompact on the agent's thread, as a user runs it: the full ``init()`` pipeline.
 
     python benchmarks/bench_processor.py [--rounds 15] [--small-rounds 45] [--threads 4] [--json] [--profile]
-                                         [--clock thread]
+                                         [--clock thread] [--shapes | --no-shapes]
 
 Two real SDK pipelines in one process, each a TracerProvider with a BatchSpanProcessor and an exporter
 that discards. The plugin side is ``otel_errcompact.init()`` with its defaults on that provider: the
@@ -20,7 +20,19 @@ the plugin's figures are read against);
 - a failed tool span with ``record_exception`` of a real, distinct exception whose traceback is 43-45
   lines (``tests/deeperrors.py`` runs a small four-module application until it fails), and a failed
   tool span whose error is a real one-line message (``open()`` of a missing file), set as the status;
-- the SDK's own ``record_exception`` alone, for scale.
+- the SDK's own ``record_exception`` alone, for scale;
+- the chat, root and successful tool spans again, per framework, with the names, attributes and status
+  that a real instrumentation records (``benchmarks/span_shapes.py``: the OpenAI Agents SDK and LangGraph,
+  each run offline with a scripted model and a tool that reads a real SQLite row, traced by OpenInference):
+  the hand-typed spans above carry two or three attributes, a recorded LLM span about thirty (the conversation
+  so far, as JSON and flattened), so against those the plugin's share of a span is overstated. Each span is
+  started with the attributes the instrumentation gave at start and gets the rest, then its status, before
+  it ends, as recorded; the chat and tool spans are children of the framework's recorded root span, opened
+  and ended outside the timing. These rows are timed after all the others, as the three small kinds are
+  (``--small-rounds``, with the idle floor). The shapes are built first, by a child process, so the
+  frameworks are never imported into the timed process. By default the rows are there when the frameworks
+  are installed (``bash .ci/integrations-install.sh``) and left out with a note otherwise; ``--shapes``
+  makes a failure to build them fatal, ``--no-shapes`` leaves them out.
 
 After each plugin block the pipeline is flushed outside the timing, so one side's backlog never lands in
 the other side's block. For the failed spans, the CPU time the plugin's background threads (the trajectory
@@ -44,6 +56,7 @@ import json
 import os
 import pstats
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -63,6 +76,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._machine import describe  # noqa: E402
+from benchmarks.span_shapes import FRAMEWORKS, SpanShape, shapes_in_child  # noqa: E402
 from otel_errcompact import init  # noqa: E402
 from otel_errcompact.api import ErrCompact  # noqa: E402
 from tests.deeperrors import deep_app, deep_exception  # noqa: E402
@@ -160,6 +174,110 @@ def _tool_ok(tracer: Tracer, first: int, n: int) -> list[int]:
                 pass
             times.append(clock() - start)
     return times
+
+
+def _ending(shape: SpanShape) -> Status | None:
+    """The status the instrumentation set before the span ended; None when it set none."""
+    return None if shape.status is StatusCode.UNSET else Status(shape.status)
+
+
+def _shaped_chat(root: SpanShape, llm: SpanShape) -> Timer:
+    """:func:`_chat` with recorded spans: nine LLM spans timed per root span, which is opened and finished
+    outside the timing."""
+    llm_status, root_status = _ending(llm), _ending(root)
+
+    def run(tracer: Tracer, first: int, n: int) -> list[int]:
+        times = []
+        clock = _CLOCK[0]
+        for _ in range(max(1, n // 9)):
+            with tracer.start_as_current_span(root.name, attributes=root.start_attributes) as parent:
+                for _ in range(9):
+                    start = clock()
+                    with tracer.start_as_current_span(llm.name, attributes=llm.start_attributes) as span:
+                        span.set_attributes(llm.end_attributes)
+                        if llm_status is not None:
+                            span.set_status(llm_status)
+                    times.append(clock() - start)
+                parent.set_attributes(root.end_attributes)
+                if root_status is not None:
+                    parent.set_status(root_status)
+        return times
+
+    return run
+
+
+def _shaped_root(root: SpanShape) -> Timer:
+    """:func:`_root` with a recorded root span. Its attributes are as recorded, the same for every span
+    (where :func:`_root` gives each its own conversation id)."""
+    status = _ending(root)
+
+    def run(tracer: Tracer, first: int, n: int) -> list[int]:
+        times = []
+        clock = _CLOCK[0]
+        for _ in range(n):
+            start = clock()
+            with tracer.start_as_current_span(root.name, attributes=root.start_attributes) as span:
+                span.set_attributes(root.end_attributes)
+                if status is not None:
+                    span.set_status(status)
+            times.append(clock() - start)
+        return times
+
+    return run
+
+
+def _shaped_tool(root: SpanShape, tool: SpanShape) -> Timer:
+    """:func:`_tool_ok` with recorded spans: the successful tool spans timed, all children of one root
+    span opened and finished outside the timing."""
+    tool_status, root_status = _ending(tool), _ending(root)
+
+    def run(tracer: Tracer, first: int, n: int) -> list[int]:
+        times = []
+        clock = _CLOCK[0]
+        with tracer.start_as_current_span(root.name, attributes=root.start_attributes) as parent:
+            for _ in range(n):
+                start = clock()
+                with tracer.start_as_current_span(tool.name, attributes=tool.start_attributes) as span:
+                    span.set_attributes(tool.end_attributes)
+                    if tool_status is not None:
+                        span.set_status(tool_status)
+                times.append(clock() - start)
+            parent.set_attributes(root.end_attributes)
+            if root_status is not None:
+                parent.set_status(root_status)
+        return times
+
+    return run
+
+
+def _shaped_kinds(found: dict[str, list[SpanShape]]) -> list[tuple[str, Timer]]:
+    """The rows of the recorded spans: chat, root and successful tool span, per framework."""
+    rows: list[tuple[str, Timer]] = []
+    for framework, spans in found.items():
+        by_kind = {shape.kind: shape for shape in spans}
+        root, llm, tool = by_kind["agent"], by_kind["llm"], by_kind["tool"]
+        via = FRAMEWORKS[framework]
+        rows += [
+            (f"chat span, {via}", _shaped_chat(root, llm)),
+            (f"root span, {via}", _shaped_root(root)),
+            (f"tool span, ok, {via}", _shaped_tool(root, tool)),
+        ]
+    return rows
+
+
+def _load_shapes(wanted: bool | None) -> dict[str, list[SpanShape]]:
+    """The recorded shapes: none with ``--no-shapes``; with ``--shapes`` a failure to build them ends the
+    run; by default it leaves their rows out, with a note."""
+    if wanted is False:
+        return {}
+    try:
+        return shapes_in_child()
+    except (RuntimeError, OSError, ValueError, subprocess.SubprocessError) as exc:
+        if wanted:
+            raise
+        last = str(exc).strip().splitlines()[-1:] or [type(exc).__name__]
+        print(f"note: rows of recorded span shapes left out: {last[0]}", file=sys.stderr)
+        return {}
 
 
 def _failed(errors: _Errors, *, one_line: bool, record_only: bool = False) -> Timer:
@@ -267,10 +385,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--profile", action="store_true", help="cProfile the plugin's failed tool spans")
     parser.add_argument("--clock", choices=("wall", "thread"), default="wall",
                         help="time spans by wall clock (default) or by the agent thread's CPU time")
+    parser.add_argument("--shapes", action=argparse.BooleanOptionalAction, default=None,
+                        help="rows of spans shaped as real instrumentations record them (default: when the "
+                             "frameworks are installed)")
     args = parser.parse_args(argv)
     _CLOCK[0] = time.thread_time_ns if args.clock == "thread" else time.perf_counter_ns
     for name in [n for n in os.environ if n.startswith(("OTEL_EXPORTER_OTLP", "OTEL_ERRCOMPACT_"))]:
         del os.environ[name]  # the defaults, not whatever the calling shell set
+    found = _load_shapes(args.shapes)  # before the pipelines exist: the child's CPU is spent by then
 
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
@@ -296,7 +418,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("tool span, failed: one-line error", _failed(errors, one_line=True)),
             ("record_exception alone (SDK)", _failed(errors, one_line=False, record_only=True)),
         ]
-        small = {label for label, _ in kinds[:3]}  # the spans without a failure
+        shaped = _shaped_kinds(found)
+        kinds += shaped
+        small = {label for label, _ in kinds[:3] + shaped}  # the spans without a failure
         order = 1_000_000  # order numbers never repeat: every failure is a distinct raw error
         for _, timer in kinds:  # warm-up: imports, caches, the store's first transaction
             for tracer in tracers.values():
@@ -370,6 +494,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         "small_rounds": args.small_rounds,
         "block": args.block,
         "spans": results,
+        "span_shapes": {
+            framework: [
+                {"kind": s.kind, "name": s.name, "attributes": s.attribute_count(),
+                 "at_start": len(s.start_attributes), "set_before_end": len(s.end_attributes), "root": s.root,
+                 "status": s.status.name}
+                for s in recorded
+            ]
+            for framework, recorded in found.items()
+        },
         "background_cpu_us_per_failed_span": background,
         "threads": args.threads,
         "throughput_per_s": tp,
@@ -380,21 +513,26 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         print(json.dumps(summary, indent=2))
     else:
-        print(f"machine: {describe()}; {args.rounds} rounds ({args.small_rounds} for the first three kinds) × "
-              f"{args.block} spans per side per kind, bare and plugin interleaved; {args.clock} clock")
-        print(f"{'span kind':<42} {'bare med':>9} {'plugin med':>11} {'added':>8} {'added %':>8} {'ratio':>6} "
+        print(f"machine: {describe()}; {args.rounds} rounds ({args.small_rounds} for the spans without a failure) "
+              f"× {args.block} spans per side per kind, bare and plugin interleaved; {args.clock} clock")
+        width = max(42, *(len(label) for label in results))
+        print(f"{'span kind':<{width}} {'bare med':>9} {'plugin med':>11} {'added':>8} {'added %':>8} {'ratio':>6} "
               f"{'bare p99':>9} {'plugin p99':>11}")
         for label, row in results.items():
             b, p = row["bare"], row["plugin"]
             added = p["median_us"] - b["median_us"]
-            print(f"{label:<42} {b['median_us']:>7.2f}µs {p['median_us']:>9.2f}µs "
+            print(f"{label:<{width}} {b['median_us']:>7.2f}µs {p['median_us']:>9.2f}µs "
                   f"{added:>+6.2f}µs {100 * added / b['median_us']:>+7.1f}% {p['median_us'] / b['median_us']:>6.2f} "
                   f"{b['p99_us']:>7.1f}µs {p['p99_us']:>9.1f}µs")
         for label, row in results.items():
             if "idle" in row:
-                b, i = row["bare"]["median_us"], row["idle"]["median_us"]
-                print(f"{label}: a second span processor that does nothing adds {i - b:+.2f} µs "
-                      f"({100 * (i - b) / b:+.1f} %)")
+                bare_us, idle_us = row["bare"]["median_us"], row["idle"]["median_us"]
+                print(f"{label}: a second span processor that does nothing adds {idle_us - bare_us:+.2f} µs "
+                      f"({100 * (idle_us - bare_us) / bare_us:+.1f} %)")
+        for framework, recorded in found.items():
+            print(f"recorded spans, {FRAMEWORKS[framework]}: "
+                  + ", ".join(f"{s.kind} {s.name!r} {s.attribute_count()} attributes "
+                              f"({len(s.start_attributes)} at start)" for s in recorded))
         for label, cpu in background.items():
             print(f"background threads' CPU per span, {label.split(': ', 1)[1]}: "
                   + ", ".join(f"{name} {us:.1f} µs" for name, us in cpu.items()))
