@@ -335,7 +335,8 @@ def init(
     Providers: the ones passed in, else the global SDK providers the application set, else new ones
     (exporting over OTLP when ``OTEL_EXPORTER_OTLP_ENDPOINT`` or a per-signal endpoint is set).
     ``settings`` are the fields of :class:`otel_errcompact.config.Settings` (``sqlite_path=...``,
-    ``jsonl_path=...``, ``consecutive=...``); ``OTEL_ERRCOMPACT_*`` variables fill the rest. ``sinks`` adds
+    ``jsonl_path=...``, ``consecutive=...``); ``OTEL_ERRCOMPACT_*`` variables fill the rest. ``None`` turns off
+    a setting that can be off (``sqlite_path=None``: no store; ``budget=None``: no budget). ``sinks`` adds
     trajectory sinks of your own. ``breaker``, ``retry`` and ``state_store`` configure recovery at the
     tool boundary (defaults: open after 3 identical failures for 30 s; one retry of transient failures;
     process-wide in-memory state).

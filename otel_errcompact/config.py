@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Literal, get_args
 
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
@@ -147,6 +147,11 @@ class Settings(BaseSettings):
 
 ENV_PREFIX = "OTEL_ERRCOMPACT_"
 
+_NULLABLE = frozenset(
+    name for name, field in Settings.model_fields.items() if type(None) in get_args(field.annotation)
+)
+"""The settings for which None is a value of its own (off, none), not "use the default"."""
+
 
 def load_settings(**overrides: object) -> Settings:
     """Settings from the environment with ``overrides`` on top.
@@ -155,7 +160,9 @@ def load_settings(**overrides: object) -> Settings:
     (``OTEL_ERRCOMPACT_CONSECUTIVE='banana': expected an integer ≥ 1``); an ``OTEL_ERRCOMPACT_*``
     variable that names no setting gives a ConfigurationWarning with a "did you mean".
     """
-    clean = {k: v for k, v in overrides.items() if v is not None}
+    # None is "not given" (init's own keywords default to it), except for the settings where None is a value:
+    # sqlite_path=None turns the store off, as an empty variable does, rather than keeping the default store.
+    clean = {k: v for k, v in overrides.items() if v is not None or k in _NULLABLE}
     warn_unknown_variables(Settings.model_fields, ENV_PREFIX)
     try:
         return Settings(**clean)  # type: ignore[arg-type]

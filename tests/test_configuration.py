@@ -288,6 +288,39 @@ def test_a_usable_path_is_created_with_its_folders(tmp_path: Path) -> None:
         assert store.count() == 1
 
 
+NONE_AGENT = """
+    import json, os
+    import otel_errcompact
+
+    ec = otel_errcompact.init(sqlite_path=None, budget=None)
+
+    @ec.tool
+    def lookup(key):
+        return {"a": 1}[key]
+
+    with ec.conversation("conv-none"):
+        results = [lookup(str(n)) for n in range(25)]  # with the variable's budget of 20, the 21st call would halt
+        context = ec.context()
+    print(json.dumps({"sqlite_path": ec.sqlite_path and str(ec.sqlite_path), "writer": ec.writer is not None,
+                      "errors": sum(r.startswith("Error: [KeyError]") for r in results), "context": context,
+                      "files": sorted(os.listdir(os.environ["XDG_DATA_HOME"]))
+                      if os.path.isdir(os.environ["XDG_DATA_HOME"]) else []}))
+    ec.shutdown()
+"""
+
+
+def test_none_for_a_setting_that_can_be_off_turns_it_off(tmp_path: Path) -> None:
+    """``sqlite_path=None`` and ``budget=None`` win over the variables and the defaults, as empty variables do:
+    no store (none in the default place either) and no budget, where dropping None kept both."""
+    env = _env(tmp_path, OTEL_ERRCOMPACT_SQLITE_PATH=str(tmp_path / "from-env.sqlite3"), OTEL_ERRCOMPACT_BUDGET="20",
+               OTEL_ERRCOMPACT_CONSECUTIVE="1000", OTEL_ERRCOMPACT_BREAKER_THRESHOLD="0")
+    out = _last_json(_python(NONE_AGENT, env))
+    assert out["sqlite_path"] is None and out["writer"] is False
+    assert out["files"] == [] and not (tmp_path / "from-env.sqlite3").exists()
+    assert out["errors"] == 25  # every call returned its digest: no halt at the variable's budget of 20
+    assert "(×25, 16+ different values)" in str(out["context"])  # one class, every failure counted in it
+
+
 def test_an_unusable_jsonl_path_fails_fast_naming_it(tmp_path: Path) -> None:
     (tmp_path / "logs").mkdir()
     env = _env(tmp_path, OTEL_ERRCOMPACT_SQLITE_PATH=str(tmp_path / "t.sqlite3"),
