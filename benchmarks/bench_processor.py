@@ -65,6 +65,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 
+from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -181,6 +182,13 @@ def _ending(shape: SpanShape) -> Status | None:
     return None if shape.status is StatusCode.UNSET else Status(shape.status)
 
 
+def _end_as_recorded(span: trace.Span, shape: SpanShape, status: Status | None) -> None:
+    """What the instrumentation did to the span after it started: the rest of its attributes, its status."""
+    span.set_attributes(shape.end_attributes)
+    if status is not None:
+        span.set_status(status)
+
+
 def _shaped_chat(root: SpanShape, llm: SpanShape) -> Timer:
     """:func:`_chat` with recorded spans: nine LLM spans timed per root span, which is opened and finished
     outside the timing."""
@@ -194,13 +202,9 @@ def _shaped_chat(root: SpanShape, llm: SpanShape) -> Timer:
                 for _ in range(9):
                     start = clock()
                     with tracer.start_as_current_span(llm.name, attributes=llm.start_attributes) as span:
-                        span.set_attributes(llm.end_attributes)
-                        if llm_status is not None:
-                            span.set_status(llm_status)
+                        _end_as_recorded(span, llm, llm_status)
                     times.append(clock() - start)
-                parent.set_attributes(root.end_attributes)
-                if root_status is not None:
-                    parent.set_status(root_status)
+                _end_as_recorded(parent, root, root_status)
         return times
 
     return run
@@ -217,9 +221,7 @@ def _shaped_root(root: SpanShape) -> Timer:
         for _ in range(n):
             start = clock()
             with tracer.start_as_current_span(root.name, attributes=root.start_attributes) as span:
-                span.set_attributes(root.end_attributes)
-                if status is not None:
-                    span.set_status(status)
+                _end_as_recorded(span, root, status)
             times.append(clock() - start)
         return times
 
@@ -238,13 +240,9 @@ def _shaped_tool(root: SpanShape, tool: SpanShape) -> Timer:
             for _ in range(n):
                 start = clock()
                 with tracer.start_as_current_span(tool.name, attributes=tool.start_attributes) as span:
-                    span.set_attributes(tool.end_attributes)
-                    if tool_status is not None:
-                        span.set_status(tool_status)
+                    _end_as_recorded(span, tool, tool_status)
                 times.append(clock() - start)
-            parent.set_attributes(root.end_attributes)
-            if root_status is not None:
-                parent.set_status(root_status)
+            _end_as_recorded(parent, root, root_status)
         return times
 
     return run
