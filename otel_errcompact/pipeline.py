@@ -238,9 +238,7 @@ class ErrorPipeline:
                 failure, digest, values = deferred.failure, observation.digest, deferred.values
                 if self.writer is not None:
                     try:
-                        amended = dict(values)
-                        _with_outcome(amended, digest, observation)
-                        self.writer.submit_values(amended, amends=True)
+                        self.writer.submit_values(_amended(values, digest, observation), amends=True)
                     except Exception:
                         _log.exception("otel-errcompact: could not queue a trajectory record")
                 outcome = self._told(
@@ -263,10 +261,7 @@ class ErrorPipeline:
             return None
         try:
             if values is not None:
-                values = dict(values)
-                if digest is not None:
-                    _with_outcome(values, digest, observation)
-                self.writer.submit_values(values)
+                self.writer.submit_values(_amended(values, digest, observation))
                 given_id: str = values["record_id"]
                 return given_id
             if _prevalidated(failure):
@@ -479,6 +474,15 @@ def _with_outcome(values: dict[str, Any], digest: Digest, observation: Observati
     values["digest"] = DigestInfo.fields_of(digest)
     values["count"] = observation.count if observation is not None else None
     values["escalation"] = jsonable(escalation.to_dict()) if escalation is not None else None
+
+
+def _amended(values: Mapping[str, Any], digest: Digest | None, observation: Observation | None) -> dict[str, Any]:
+    """A copy of a raw record's values with the compactor's values set (none when there is no digest:
+    compacting it failed), to submit as the record that supersedes the raw one."""
+    amended = dict(values)
+    if digest is not None:
+        _with_outcome(amended, digest, observation)
+    return amended
 
 
 _now = datetime.now  # bound once: _values runs for every failure

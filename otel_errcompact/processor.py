@@ -1091,17 +1091,16 @@ _NOT_FAILURES = frozenset({"ErrorBudgetExceeded", "CancelledError", "KeyboardInt
 def _not_a_tool_failure(exception: tuple[str | None, str | None, str | None] | None, attrs: Mapping[str, Any]) -> bool:
     """The library's own halt, and cancellations, end a tool span with an exception but are not tool
     failures: counting them would record the halt as the failure it reports (pointing at history.py)."""
-    # A name's last dotted part is looked up; a name without a dot (most are) as it is, without
-    # splitting it (a tuple and two strings, under the processor's lock, for every failed span).
-    error_type = attrs.get(_ERROR_TYPE)
-    if error_type:
-        name = str(error_type)
-        if (name.rpartition(".")[2] if "." in name else name) in _NOT_FAILURES:
-            return True
-    exception_type = exception[0] if exception is not None else None
-    if not exception_type:
+    return _names_no_failure(attrs.get(_ERROR_TYPE)) or _names_no_failure(exception[0] if exception else None)
+
+
+def _names_no_failure(type_name: object) -> bool:
+    """True when ``type_name``'s last dotted part is one of ``_NOT_FAILURES``. A name without a dot (most
+    are) is looked up as it is, without splitting it (a tuple and two strings, under the processor's lock,
+    for every failed span)."""
+    if not type_name:
         return False
-    name = str(exception_type)
+    name = str(type_name)
     return (name.rpartition(".")[2] if "." in name else name) in _NOT_FAILURES
 
 
