@@ -189,20 +189,22 @@ def _end_as_recorded(span: trace.Span, shape: SpanShape, status: Status | None) 
         span.set_status(status)
 
 
-def _shaped_chat(root: SpanShape, llm: SpanShape) -> Timer:
-    """:func:`_chat` with recorded spans: nine LLM spans timed per root span, which is opened and finished
-    outside the timing."""
-    llm_status, root_status = _ending(llm), _ending(root)
+def _shaped_children(root: SpanShape, child: SpanShape, per_root: int | None) -> Timer:
+    """Recorded child spans timed under recorded root spans, each root opened and finished outside the
+    timing: :func:`_chat` (``per_root=9``: nine LLM spans per agent run) and :func:`_tool_ok` (``None``:
+    every tool span under one root) with recorded spans."""
+    child_status, root_status = _ending(child), _ending(root)
 
     def run(tracer: Tracer, first: int, n: int) -> list[int]:
         times = []
         clock = _CLOCK[0]
-        for _ in range(max(1, n // 9)):
+        size = per_root or max(1, n)
+        for _ in range(max(1, n // size)):
             with tracer.start_as_current_span(root.name, attributes=root.start_attributes) as parent:
-                for _ in range(9):
+                for _ in range(size):
                     start = clock()
-                    with tracer.start_as_current_span(llm.name, attributes=llm.start_attributes) as span:
-                        _end_as_recorded(span, llm, llm_status)
+                    with tracer.start_as_current_span(child.name, attributes=child.start_attributes) as span:
+                        _end_as_recorded(span, child, child_status)
                     times.append(clock() - start)
                 _end_as_recorded(parent, root, root_status)
         return times
@@ -228,26 +230,6 @@ def _shaped_root(root: SpanShape) -> Timer:
     return run
 
 
-def _shaped_tool(root: SpanShape, tool: SpanShape) -> Timer:
-    """:func:`_tool_ok` with recorded spans: the successful tool spans timed, all children of one root
-    span opened and finished outside the timing."""
-    tool_status, root_status = _ending(tool), _ending(root)
-
-    def run(tracer: Tracer, first: int, n: int) -> list[int]:
-        times = []
-        clock = _CLOCK[0]
-        with tracer.start_as_current_span(root.name, attributes=root.start_attributes) as parent:
-            for _ in range(n):
-                start = clock()
-                with tracer.start_as_current_span(tool.name, attributes=tool.start_attributes) as span:
-                    _end_as_recorded(span, tool, tool_status)
-                times.append(clock() - start)
-            _end_as_recorded(parent, root, root_status)
-        return times
-
-    return run
-
-
 def _shaped_kinds(found: dict[str, list[SpanShape]]) -> list[tuple[str, Timer]]:
     """The rows of the recorded spans: chat, root and successful tool span, per framework."""
     rows: list[tuple[str, Timer]] = []
@@ -256,9 +238,9 @@ def _shaped_kinds(found: dict[str, list[SpanShape]]) -> list[tuple[str, Timer]]:
         root, llm, tool = by_kind["agent"], by_kind["llm"], by_kind["tool"]
         via = FRAMEWORKS[framework]
         rows += [
-            (f"chat span, {via}", _shaped_chat(root, llm)),
+            (f"chat span, {via}", _shaped_children(root, llm, 9)),
             (f"root span, {via}", _shaped_root(root)),
-            (f"tool span, ok, {via}", _shaped_tool(root, tool)),
+            (f"tool span, ok, {via}", _shaped_children(root, tool, None)),
         ]
     return rows
 
