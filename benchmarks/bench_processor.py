@@ -1,7 +1,7 @@
 """Cost of otel-errcompact on the agent's thread, as a user runs it: the full ``init()`` pipeline.
 
     python benchmarks/bench_processor.py [--rounds 15] [--small-rounds 45] [--threads 4] [--json] [--profile]
-                                         [--clock thread] [--shapes | --no-shapes]
+                                         [--clock thread] [--shapes | --no-shapes] [--hooks]
 
 Two real SDK pipelines in one process, each a TracerProvider with a BatchSpanProcessor and an exporter
 that discards. The plugin side is ``otel_errcompact.init()`` with its defaults on that provider: the
@@ -41,6 +41,11 @@ clocks and reported per span: they hold the GIL for part of it, which the agent'
 Then ``--threads`` threads emit failed spans at once, bare and plugin alternating,
 and the table gives failed spans per second (the store's drain after each run is reported apart).
 ``--profile`` runs cProfile over the plugin's failed tool spans and prints where the time goes.
+``--hooks`` then times, per failed span, the plugin's own code on the agent's thread: the span processor's
+three hooks (``on_start``, ``_on_ending``, ``on_end``), timed in place, by the same clock, around each call
+(``--rounds`` blocks, flushed between them as above). Its median against the added median of the table
+splits the added cost in two: what the plugin's code does on the agent's thread, and how much slower the
+rest of the span runs while the plugin's background threads work (they take the GIL, and the caches).
 ``--clock thread`` times each span by the agent thread's own CPU time instead of the wall clock: on a
 shared machine it leaves out other processes and the time spent waiting for the GIL, so it shows what
 the plugin itself costs on the thread (the wall clock shows what the agent waits).
@@ -64,6 +69,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.context import Context
@@ -326,6 +332,42 @@ def _stats(ns: list[int]) -> dict[str, float]:
     }
 
 
+def _hook_times(ec: ErrCompact, timer: Timer, tracer: Tracer, first: int, blocks: int, block: int) -> dict[str, float]:
+    """The span processor's own time per tool span under ``timer``: its ``on_start``, ``_on_ending`` and
+    ``on_end``, each timed in place by the span clock, summed per span (see ``--hooks``)."""
+    processor: Any = ec.processor
+    clock = _CLOCK[0]
+    spent: dict[int, int] = {}
+
+    def timed(name: str) -> Callable[..., None]:
+        hook = getattr(processor, name)
+
+        def run(span: Any, *args: Any, **kwargs: Any) -> None:
+            start = clock()
+            hook(span, *args, **kwargs)
+            took = clock() - start
+            if span.name.startswith("execute_tool"):  # the failed tool spans, not their agent's root span
+                key = span.context.span_id  # on_end gets a read-only copy of the span: same ids
+                spent[key] = spent.get(key, 0) + took
+
+        return run
+
+    names = ("on_start", "_on_ending", "on_end")
+    for name in names:
+        setattr(processor, name, timed(name))  # the SDK calls the hooks through the instance
+    samples: list[int] = []
+    try:
+        for k in range(blocks):
+            spent.clear()
+            timer(tracer, first + k * block, block)
+            ec.flush(120)
+            samples += list(spent.values())
+    finally:
+        for name in names:
+            delattr(processor, name)
+    return _stats(samples)
+
+
 def _threaded(tracer: Tracer, errors: _Errors, first: int, threads: int, per_thread: int) -> float:
     """Failed spans per second with ``threads`` threads emitting at once."""
     work = [errors.exceptions(first + t * per_thread, per_thread) for t in range(threads)]
@@ -363,6 +405,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--per-thread", type=int, default=500, help="failed spans per thread (default 500)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--profile", action="store_true", help="cProfile the plugin's failed tool spans")
+    parser.add_argument("--hooks", action="store_true",
+                        help="time the span processor's hooks in place, per failed span")
     parser.add_argument("--clock", choices=("wall", "thread"), default="wall",
                         help="time spans by wall clock (default) or by the agent thread's CPU time")
     parser.add_argument("--shapes", action=argparse.BooleanOptionalAction, default=None,
@@ -447,6 +491,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                     drains.append(time.perf_counter() - start)
             order += args.threads * args.per_thread
 
+        hooks: dict[str, dict[str, float]] = {}
+        if args.hooks:
+            for label, timer in kinds:
+                if "failed:" in label:
+                    hooks[label] = _hook_times(ec, timer, tracers["plugin"], order, args.rounds, args.block)
+                    order += args.rounds * args.block
+
         profile_text = ""
         if args.profile:
             profiler = cProfile.Profile()
@@ -489,6 +540,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "throughput_ratio": tp["plugin"] / tp["bare"],
         "writer_drain_s_median": statistics.median(drains),
         "records_dropped": dropped,
+        "hooks_per_failed_span": hooks,
     }
     if args.json:
         print(json.dumps(summary, indent=2))
@@ -519,6 +571,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{args.threads}-thread failed spans: bare {tp['bare']:.0f}/s, plugin {tp['plugin']:.0f}/s, "
               f"ratio {tp['plugin'] / tp['bare']:.2f}; store drained each run's backlog in "
               f"{statistics.median(drains):.2f} s (median); records dropped: {dropped}")
+        for label, share in hooks.items():
+            added = results[label]["plugin"]["median_us"] - results[label]["bare"]["median_us"]
+            print(f"the span processor's hooks per span, {label.split(': ', 1)[1]}: median "
+                  f"{share['median_us']:.1f} µs (p99 {share['p99_us']:.1f}) of the {added:+.1f} µs added")
     if profile_text:
         print(profile_text)
     return 0

@@ -14,7 +14,7 @@ import multiprocessing
 import sys
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -571,3 +571,24 @@ def test_a_plain_traceback_uncovered_by_unwrapping_gets_the_walks_answer(app: Mo
             uncovered += inner != form and parse_first(inner) is not None
             assert default.compact(form) == tried_all.compact(form), form
     assert uncovered >= 20  # the shortcut was really taken after unwrapping
+
+
+def test_the_benchmarks_hook_timer_sees_each_failed_tool_span_once_and_restores_the_hooks(
+    make_otel: Callable[..., OTel], app: ModuleType, tmp_path: Path
+) -> None:
+    """``bench_processor.py --hooks`` splits a failed span's added cost into the processor's own share and
+    the rest: its timer must count every failed tool span once (not the agent spans around them), time
+    the processor's real work, and leave the processor as it found it."""
+    from benchmarks.bench_processor import _Errors, _failed, _hook_times
+
+    otel = make_otel(batch=True)
+    processor = otel.ec.processor
+    errors = _Errors(app, tmp_path)
+    stats = _hook_times(otel.ec, _failed(errors, one_line=False), otel.tracer, 0, 2, 7)
+
+    assert stats["n"] == 14  # 2 blocks of 7 failed tool spans; their invoke_agent roots are left out
+    assert stats["median_us"] > 0
+    assert not {"on_start", "_on_ending", "on_end"} & set(vars(processor))  # the class's hooks again
+    assert otel.store().count() == 14  # the timed hooks did the processor's real work
+    failed = otel.spans("execute_tool lookup_order")
+    assert len(failed) == 14 and all((s.attributes or {}).get("errcompact.key") for s in failed)
