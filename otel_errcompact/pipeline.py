@@ -39,6 +39,7 @@ from otel_errcompact.trajectory import (
     SCHEMA_VERSION,
     DigestInfo,
     TrajectoryRecord,
+    amended_line,
     jsonable,
     new_record_id,
 )
@@ -217,12 +218,13 @@ class ErrorPipeline:
         ``deferred.subject``). Anything that reads the history counts the queued failures first, so what
         the agent is shown and the escalation decisions are the same as with :meth:`handle`.
         """
+        line: bytes | None = None
         if self.writer is not None:
             try:
-                self.writer.submit_values(values)
+                line = self.writer.submit_values(values)
             except Exception:
                 _log.exception("otel-errcompact: could not queue a trajectory record")
-        deferred = DeferredFailure(self, values, done, subject)
+        deferred = DeferredFailure(self, values, done, subject, line)
         self.history.defer_failure(deferred)
         return deferred
 
@@ -238,7 +240,10 @@ class ErrorPipeline:
                 failure, digest, values = deferred.failure, observation.digest, deferred.values
                 if self.writer is not None:
                     try:
-                        self.writer.submit_values(_amended(values, digest, observation), amends=True)
+                        amended = _amended(values, digest, observation)
+                        raw_line, deferred.line = deferred.line, None
+                        line = amended_line(raw_line, amended) if raw_line is not None else None
+                        self.writer.submit_values(amended, amends=True, line=line)
                     except Exception:
                         _log.exception("otel-errcompact: could not queue a trajectory record")
                 outcome = self._told(
@@ -294,7 +299,7 @@ class ErrorPipeline:
 class DeferredFailure:
     """A failure handed to :meth:`ErrorPipeline.defer`, waiting in the history's queue."""
 
-    __slots__ = ("_digest", "_failure", "_pipeline", "done", "finished", "scope", "subject", "values")
+    __slots__ = ("_digest", "_failure", "_pipeline", "done", "finished", "line", "scope", "subject", "values")
 
     def __init__(
         self,
@@ -302,10 +307,13 @@ class DeferredFailure:
         values: dict[str, Any],
         done: Callable[[DeferredFailure, Outcome | None], None],
         subject: Any = None,
+        line: bytes | None = None,
     ) -> None:
         self._pipeline = pipeline
         self.values = values
         """Its raw trajectory record's values (read only)."""
+        self.line = line
+        """The raw record's storage line, until the record with its digest is made from it."""
         self.scope: str = values["scope"]
         self.done = done
         self.subject = subject

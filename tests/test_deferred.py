@@ -19,6 +19,7 @@ from opentelemetry.trace import StatusCode
 import otel_errcompact
 from otel_errcompact import ErrorBudgetExceeded, Thresholds
 from otel_errcompact.deferred import DigestThread
+from otel_errcompact.sinks import writer as writer_module
 from otel_errcompact.sinks.spool import read_segment
 from otel_errcompact.sinks.sqlite import TrajectoryStore
 from otel_errcompact.trajectory import TrajectoryRecord
@@ -78,6 +79,38 @@ def test_the_raw_record_is_spooled_before_end_returns_and_superseded_by_its_dige
     assert record.digest is not None and record.digest.line.startswith("[KeyError]")
     assert record.count == 1
     assert (exported(otel, span).attributes or {})["errcompact.key"] == record.digest.key
+
+
+def test_the_raw_error_is_encoded_once_and_the_record_with_its_digest_made_from_that_line(
+    make_otel: Callable[..., OTel], held: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The digest thread does not encode the raw error a second time: the record with its digest is
+    the raw record's spooled line with the digest, count and escalation filled in."""
+    encoded: list[object] = []
+    real = writer_module.storage_line
+
+    def counted(values: dict[str, object]) -> bytes | None:
+        encoded.append(values["digest"])
+        return real(values)
+
+    monkeypatch.setattr(writer_module, "storage_line", counted)
+    otel = make_otel(batch=True)
+    with agent(otel.tracer, "c-once"):
+        failing_tool_span(otel.tracer)
+    processor = otel.ec.processor
+    assert processor is not None
+    processor.settle()
+    writer = otel.ec.writer
+    assert writer is not None and writer.spool_dir is not None
+    lines = [line for path in sorted(writer.spool_dir.iterdir()) for chunk in read_segment(path) for line in chunk]
+    raw, amended = (TrajectoryRecord.from_storage_json(line) for line in lines)
+    assert encoded == [None]  # the raw record's line only
+    assert amended.record_id == raw.record_id and raw.digest is None and amended.digest is not None
+    assert amended.model_dump(exclude={"digest", "count", "escalation"}) == raw.model_dump(
+        exclude={"digest", "count", "escalation"})
+    assert lines[1] == real(amended.__dict__)
+    (record,) = otel.records()
+    assert record == amended
 
 
 def test_an_export_makes_the_digests_it_would_otherwise_send_without(

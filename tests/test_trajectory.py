@@ -311,6 +311,49 @@ def test_a_span_failure_stored_from_its_values_is_the_row_its_record_makes(tmp_p
     assert len(lines) == 1 and stored[0][-1] == lines[0]
 
 
+def test_a_record_amended_from_its_raw_line_is_the_line_its_values_make(tmp_path: Path, keyerror_tb: str) -> None:
+    """The digest thread makes a deferred failure's amended line from the raw line the agent's thread
+    spooled (``amended_line``), instead of encoding the raw error again: byte for byte what
+    ``storage_line`` makes of the amended values, for a traceback (whose stack trace is a slice of the raw
+    error, so the line ends in ``"@refs"``), a one-line error (no refs), an escalation, and attributes
+    that hold the compactor's own field names as ``null``."""
+    from otel_errcompact.history import ErrorHistory, Thresholds
+    from otel_errcompact.pipeline import Failure, _amended, _values
+    from otel_errcompact.trajectory import amended_line, storage_line
+
+    try:
+        open(tmp_path / "missing-report.csv", encoding="utf-8").close()
+    except OSError as exc:
+        one_line = f"{type(exc).__name__}: {exc}"
+    nested_nulls = {"n": 3, "digest": None, "count": None, "escalation": None}
+    history = ErrorHistory(Thresholds(consecutive=2))
+    cases = [
+        (keyerror_tb, {"n": 3}, {"service.name": "svc"}),
+        (one_line, {"n": 3}, {}),
+        (one_line, nested_nulls, nested_nulls),  # the second of its class in the scope: escalates
+    ]
+    escalated = 0
+    for raw, attributes, resource in cases:
+        failure = Failure(scope="conv-1", raw_error=raw, source="span", tool_name="lookup",
+                          exception_stacktrace=raw if raw is keyerror_tb else None,
+                          attributes=attributes, resource=resource)
+        raw_values = _values(failure, None, None)
+        raw_line = storage_line(raw_values)
+        assert raw_line is not None
+        digest = compact_text(raw)
+        observation = history.observe("conv-1", digest)
+        escalated += observation.escalation is not None
+        amended = _amended(raw_values, digest, observation)
+        spliced = amended_line(raw_line, amended)
+        assert spliced is not None and spliced == storage_line(amended)
+        record = TrajectoryRecord.from_storage_json(spliced)
+        assert record.digest is not None and record.digest.key == digest.key
+        assert record.raw_error == raw and record.attributes == attributes
+        # An amended line has no nulls left to replace (the nested ones are not the record's own).
+        assert amended_line(spliced, amended) is None
+    assert escalated == 1
+
+
 def test_a_failed_span_record_with_a_lone_surrogate_is_spooled_repaired(tmp_path: Path) -> None:
     """The values path cannot write a lone surrogate: the writer repairs that one record through the
     model, and it is stored."""

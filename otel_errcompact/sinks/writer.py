@@ -200,23 +200,33 @@ class TrajectoryWriter:
             # A non-record passed by mistake must not break the agent; the worker's log says why.
             self._count_drop()
 
-    def submit_values(self, values: dict[str, Any], *, amends: bool = False) -> None:
+    def submit_values(self, values: dict[str, Any], *, amends: bool = False,
+                      line: bytes | None = None) -> bytes | None:
         """:meth:`submit` for a record given as its field values (see
         :func:`~otel_errcompact.trajectory.record_from_values`), as the pipeline makes them for a
         failed span: the spool line is written from the values, and the :class:`TrajectoryRecord`
         is built on the worker thread, not the agent's. Takes ownership of ``values``; never raises.
+        Returns the spool line written (``None`` without a spool, or when the record had to be
+        repaired first).
 
         ``amends``: a later version of a record already submitted (its digest added, same ``record_id``),
-        which the shutdown itself may submit: it is not held by :meth:`hold`.
+        which the shutdown itself may submit: it is not held by :meth:`hold`. ``line``: the values'
+        storage line, when the caller has it already (see
+        :func:`~otel_errcompact.trajectory.amended_line`).
         """
         try:
-            line = storage_line(values) if self._spool is not None else None
-            if line is None and self._spool is not None:
-                self.submit(record_from_values(values), amends=amends)  # one to repair first: the model's path
-                return
+            if self._spool is None:
+                line = None
+            elif line is None:
+                line = storage_line(values)
+                if line is None:
+                    self.submit(record_from_values(values), amends=amends)  # one to repair first: the model's path
+                    return None
             self._enqueue(values, line, amends=amends)
+            return line
         except Exception:
             self._count_drop()
+            return None
 
     def _count_drop(self) -> None:
         try:
