@@ -21,6 +21,11 @@ the plugin's figures are read against);
   lines (``tests/deeperrors.py`` runs a small four-module application until it fails), and a failed
   tool span whose error is a real one-line message (``open()`` of a missing file), set as the status;
 - the SDK's own ``record_exception`` alone, for scale;
+- the failed tool span with a traceback again, ``--pause-ms`` apart (20 ms by default, outside the timing,
+  ``--paced-block`` spans per side per round), as an agent runs: between two tool calls it waits for its
+  model, which takes far longer than that. In the rows above the spans follow each other at once, so all of
+  the plugin's background work (digests, the writer, token counting) runs while the next spans are timed and
+  competes with them for the GIL; here it has the time between calls, as it has in an agent;
 - the chat, root and successful tool spans again, per framework, with the names, attributes and status
   that a real instrumentation records (``benchmarks/span_shapes.py``: the OpenAI Agents SDK and LangGraph,
   each run offline with a scripted model and a tool that reads a real SQLite row, traced by OpenInference):
@@ -266,7 +271,8 @@ def _load_shapes(wanted: bool | None) -> dict[str, list[SpanShape]]:
         return {}
 
 
-def _failed(errors: _Errors, *, one_line: bool, record_only: bool = False) -> Timer:
+def _failed(errors: _Errors, *, one_line: bool, record_only: bool = False, pause_s: float = 0.0) -> Timer:
+    """Failed tool spans, ten per conversation; ``pause_s`` apart (outside the timing) when given."""
     def run(tracer: Tracer, first: int, n: int) -> list[int]:
         excs = errors.exceptions(first, n) if not one_line else []
         lines = errors.one_liners(first, n) if one_line else []
@@ -294,6 +300,8 @@ def _failed(errors: _Errors, *, one_line: bool, record_only: bool = False) -> Ti
                             span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                             span.set_attribute("error.type", type(exc).__name__)
                     times.append(clock() - start)
+                    if pause_s:
+                        time.sleep(pause_s)
         return times
 
     return run
@@ -403,6 +411,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--block", type=int, default=400, help="spans per side per round (default 400)")
     parser.add_argument("--threads", type=int, default=4, help="threads for the throughput run (default 4)")
     parser.add_argument("--per-thread", type=int, default=500, help="failed spans per thread (default 500)")
+    parser.add_argument("--pause-ms", type=float, default=20.0,
+                        help="a row of failed tool spans this far apart, as an agent waits for its model "
+                             "between tool calls (default 20; 0 leaves the row out)")
+    parser.add_argument("--paced-block", type=int, default=100,
+                        help="spans per side per round in that row (default 100)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--profile", action="store_true", help="cProfile the plugin's failed tool spans")
     parser.add_argument("--hooks", action="store_true",
@@ -442,11 +455,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             ("tool span, failed: one-line error", _failed(errors, one_line=True)),
             ("record_exception alone (SDK)", _failed(errors, one_line=False, record_only=True)),
         ]
+        paced = f"tool span, failed: 43-45 line traceback, {args.pause_ms:g} ms apart"
+        if args.pause_ms > 0:
+            kinds.append((paced, _failed(errors, one_line=False, pause_s=args.pause_ms / 1000)))
         shaped = _shaped_kinds(found)
         kinds += shaped
+        blocks = {label: args.block for label, _ in kinds} | {paced: min(args.block, args.paced_block)}
         small = {label for label, _ in kinds[:3] + shaped}  # the spans without a failure
         order = 1_000_000  # order numbers never repeat: every failure is a distinct raw error
-        for _, timer in kinds:  # warm-up: imports, caches, the store's first transaction
+        for label, timer in kinds:  # warm-up: imports, caches, the store's first transaction
+            if label == paced:
+                continue  # the same code as the row without pauses
             for tracer in tracers.values():
                 timer(tracer, order, 50)
                 order += 50
@@ -464,14 +483,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                     sides = _THREE_SIDES[rnd % len(_THREE_SIDES)]
                 for side in sides:
                     before = _background_cpu_ns() if side == "plugin" else {}
-                    samples[side] += timer(tracers[side], order, args.block)
+                    samples[side] += timer(tracers[side], order, blocks[label])
                     if side == "plugin":
                         ec.flush(120)
                         for name, ns in _background_cpu_ns().items():
                             if name in before:
                                 used[name] = used.get(name, 0) + ns - before[name]
-                        spans += args.block
-                order += args.block  # both sides get the same errors in a round
+                        spans += blocks[label]
+                order += blocks[label]  # both sides get the same errors in a round
             bare_s, plugin_s = _stats(samples["bare"]), _stats(samples["plugin"])
             results[label] = {"bare": bare_s, "plugin": plugin_s}
             if samples["idle"]:
@@ -495,8 +514,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.hooks:
             for label, timer in kinds:
                 if "failed:" in label:
-                    hooks[label] = _hook_times(ec, timer, tracers["plugin"], order, args.rounds, args.block)
-                    order += args.rounds * args.block
+                    hooks[label] = _hook_times(ec, timer, tracers["plugin"], order, args.rounds, blocks[label])
+                    order += args.rounds * blocks[label]
 
         profile_text = ""
         if args.profile:
@@ -524,6 +543,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "clock": args.clock,
         "small_rounds": args.small_rounds,
         "block": args.block,
+        "pause_ms": args.pause_ms,
+        "paced_block": min(args.block, args.paced_block),
         "spans": results,
         "span_shapes": {
             framework: [
