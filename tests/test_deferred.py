@@ -40,6 +40,13 @@ def _pending(otel: OTel) -> int:
     return len(processor._gate.pending)
 
 
+def _spooled_lines(otel: OTel) -> list[bytes]:
+    """Every line in the writer's spool, oldest first (records not yet stored, or not yet deleted)."""
+    writer = otel.ec.writer
+    assert writer is not None and writer.spool_dir is not None
+    return [line for path in sorted(writer.spool_dir.iterdir()) for chunk in read_segment(path) for line in chunk]
+
+
 def test_only_batch_processors_let_the_digest_wait(make_otel: Callable[..., OTel]) -> None:
     simple = make_otel()
     assert simple.ec.processor is not None and simple.ec.processor._gate is None
@@ -68,9 +75,7 @@ def test_the_raw_record_is_spooled_before_end_returns_and_superseded_by_its_dige
     with agent(otel.tracer, "c-spool"):
         span, _ = failing_tool_span(otel.tracer)
     assert _pending(otel) == 1  # nothing has made the digest yet
-    writer = otel.ec.writer
-    assert writer is not None and writer.spool_dir is not None
-    lines = [line for path in sorted(writer.spool_dir.iterdir()) for chunk in read_segment(path) for line in chunk]
+    lines = _spooled_lines(otel)
     spooled = [TrajectoryRecord.from_storage_json(line) for line in lines]
     assert [r.digest for r in spooled] == [None]
     assert "user_id" in spooled[0].raw_error
@@ -100,9 +105,7 @@ def test_the_raw_error_is_encoded_once_and_the_record_with_its_digest_made_from_
     processor = otel.ec.processor
     assert processor is not None
     processor.settle()
-    writer = otel.ec.writer
-    assert writer is not None and writer.spool_dir is not None
-    lines = [line for path in sorted(writer.spool_dir.iterdir()) for chunk in read_segment(path) for line in chunk]
+    lines = _spooled_lines(otel)
     raw, amended = (TrajectoryRecord.from_storage_json(line) for line in lines)
     assert encoded == [None]  # the raw record's line only
     assert amended.record_id == raw.record_id and raw.digest is None and amended.digest is not None
