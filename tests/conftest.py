@@ -130,16 +130,20 @@ class GateSink:
 
 @pytest.fixture
 def make_otel(tmp_path: Path) -> Iterator[Callable[..., OTel]]:
-    """Factory: ``make_otel(**init_kwargs)`` builds fresh SDK providers and calls ``init()`` with them."""
+    """Factory: ``make_otel(**init_kwargs)`` builds fresh SDK providers and calls ``init()`` with them.
+    ``batch=True``: spans are exported by a ``BatchSpanProcessor``, every ``export_delay_ms`` (the SDK's
+    default, 5 s) unless flushed."""
     made: list[OTel] = []
 
-    def build(*, batch: bool = False, **init_kwargs: Any) -> OTel:
+    def build(*, batch: bool = False, export_delay_ms: float = 5000, **init_kwargs: Any) -> OTel:
         current = otel_errcompact.instance()
         assert current is None, "an ErrCompact handle from another test is still alive"
         tracer_provider = TracerProvider()
         span_exporter = InMemorySpanExporter()
         tracer_provider.add_span_processor(
-            BatchSpanProcessor(span_exporter) if batch else SimpleSpanProcessor(span_exporter)
+            BatchSpanProcessor(span_exporter, schedule_delay_millis=export_delay_ms)
+            if batch
+            else SimpleSpanProcessor(span_exporter)
         )
         logger_provider = LoggerProvider()
         log_exporter = InMemoryLogRecordExporter()

@@ -8,6 +8,7 @@ failure is a real exception from real code, through the real SDK.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -202,16 +203,47 @@ def test_shutdown_makes_every_digest(make_otel: Callable[..., OTel], held: None)
     assert record.digest is not None and record.digest.line.startswith("[KeyError]")
 
 
-def test_the_digest_thread_makes_them_without_any_reader(make_otel: Callable[..., OTel]) -> None:
-    otel = make_otel(batch=True)
-    with agent(otel.tracer, "c-thread"):
-        failing_tool_span(otel.tracer)
+_NO_EXPORT_MS = 600_000
+"""An export delay no test waits for: only the digest thread can make the digests meanwhile (an
+export makes the pending ones first, see ExportGate.wait_for)."""
+
+
+def _made_without_a_reader(otel: OTel) -> bool:
+    """The digest thread made every pending digest within 10 s (with exports held off)."""
     processor = otel.ec.processor
     assert processor is not None and processor._gate is not None
     deadline = time.monotonic() + 10
     while processor._gate.pending and time.monotonic() < deadline:
         time.sleep(0.005)
-    assert not processor._gate.pending
+    return not processor._gate.pending
+
+
+def test_the_digest_thread_makes_them_without_any_reader(make_otel: Callable[..., OTel]) -> None:
+    otel = make_otel(batch=True, export_delay_ms=_NO_EXPORT_MS)
+    with agent(otel.tracer, "c-thread"):
+        failing_tool_span(otel.tracer)
+    assert _made_without_a_reader(otel)
+
+
+def test_the_digest_thread_wakes_again_for_each_failure_after_it_went_idle(
+    make_otel: Callable[..., OTel],
+) -> None:
+    """Woken once per quiet spell: a failure after the thread made the last one and went back to
+    waiting wakes it again, and failures on several threads at once wake it without an error."""
+    otel = make_otel(batch=True, export_delay_ms=_NO_EXPORT_MS)
+    for n in range(3):
+        with agent(otel.tracer, f"c-idle-{n}"):
+            failing_tool_span(otel.tracer)
+        assert _made_without_a_reader(otel), n
+    threads = [
+        threading.Thread(target=lambda n=n: [failing_tool_span(otel.tracer) for _ in range(5)]) for n in range(4)
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert _made_without_a_reader(otel)
+    assert len(otel.records()) == 23
 
 
 def test_a_second_init_on_the_same_provider_gets_the_export_wait(
