@@ -167,8 +167,9 @@ class DigestThread:
     def __init__(self, pipeline: ErrorPipeline) -> None:
         self._pipeline = pipeline
         self._queue = pipeline.history.success_queue()
-        # The wake-up is a bare lock that the thread holds while it has nothing to do, released by the
-        # first failure: one C call and one system call on the agent's thread. An Event's set() runs
+        # The wake-up is a bare lock, locked while there is nothing to do: the thread waits to acquire
+        # it, and the first failure releases it, one C call and one system call on the agent's thread
+        # (a plain lock may be released by any thread). An Event's set() runs
         # its Condition's Python code as well, which an agent that waited for its model runs cold: a
         # median of 28-39 µs against 13-20 µs per wake-up, 20 ms apart (``benchmarks/bench_wake.py``).
         self._signal = threading.Lock()

@@ -8,6 +8,7 @@ failure is a real exception from real code, through the real SDK.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -226,7 +227,7 @@ def test_the_digest_thread_makes_them_without_any_reader(make_otel: Callable[...
 
 
 def test_the_digest_thread_wakes_again_for_each_failure_after_it_went_idle(
-    make_otel: Callable[..., OTel],
+    make_otel: Callable[..., OTel], caplog: pytest.LogCaptureFixture
 ) -> None:
     """Woken once per quiet spell: a failure after the thread made the last one and went back to
     waiting wakes it again, and failures on several threads at once wake it without an error."""
@@ -235,15 +236,19 @@ def test_the_digest_thread_wakes_again_for_each_failure_after_it_went_idle(
         with agent(otel.tracer, f"c-idle-{n}"):
             failing_tool_span(otel.tracer)
         assert _made_without_a_reader(otel), n
-    threads = [
-        threading.Thread(target=lambda n=n: [failing_tool_span(otel.tracer) for _ in range(5)]) for n in range(4)
-    ]
+
+    def fail_five() -> None:
+        for _ in range(5):
+            failing_tool_span(otel.tracer)
+
+    threads = [threading.Thread(target=fail_five) for _ in range(4)]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
     assert _made_without_a_reader(otel)
     assert len(otel.records()) == 23
+    assert not [r for r in caplog.records if r.name == "otel_errcompact" and r.levelno >= logging.WARNING]
 
 
 def test_a_second_init_on_the_same_provider_gets_the_export_wait(
