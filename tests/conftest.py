@@ -128,6 +128,28 @@ class GateSink:
         pass
 
 
+def run_threads(target: Callable[[int], None], n: int) -> list[BaseException]:
+    """Run ``target(0)`` … ``target(n - 1)`` on ``n`` threads released at once; the exceptions they
+    raised (an assertion inside a thread fails the test only through this list)."""
+    errors: list[BaseException] = []
+    start = threading.Barrier(n)
+
+    def body(i: int) -> None:
+        try:
+            start.wait()
+            target(i)
+        except BaseException as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads)
+    return errors
+
+
 @pytest.fixture
 def make_otel(tmp_path: Path) -> Iterator[Callable[..., OTel]]:
     """Factory: ``make_otel(**init_kwargs)`` builds fresh SDK providers and calls ``init()`` with them.

@@ -12,32 +12,12 @@ from typing import Any
 from otel_errcompact import Thresholds, ToolErrorText
 from otel_errcompact.sinks.sqlite import TrajectoryStore
 from otel_errcompact.trajectory import TrajectoryRecord
-from tests.conftest import OTel
+from tests.conftest import OTel, run_threads
 
 THREADS = 16
 PER_THREAD = 200
 TASKS = 200
 NO_ESCALATION = Thresholds(consecutive=1_000_000, budget=None)
-
-
-def run_threads(target: Callable[[int], None], n: int) -> list[BaseException]:
-    errors: list[BaseException] = []
-    start = threading.Barrier(n)
-
-    def body(i: int) -> None:
-        try:
-            start.wait()
-            target(i)
-        except BaseException as exc:
-            errors.append(exc)
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
-    assert not any(t.is_alive() for t in threads)
-    return errors
 
 
 def test_threads_failing_at_once_are_counted_exactly(make_otel: Callable[..., OTel]) -> None:

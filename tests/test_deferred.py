@@ -9,7 +9,6 @@ failure is a real exception from real code, through the real SDK.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from collections.abc import Callable, Iterator
 
@@ -25,7 +24,7 @@ from otel_errcompact.sinks import writer as writer_module
 from otel_errcompact.sinks.spool import read_segment
 from otel_errcompact.sinks.sqlite import TrajectoryStore
 from otel_errcompact.trajectory import TrajectoryRecord
-from tests.conftest import OTel
+from tests.conftest import OTel, run_threads
 from tests.test_processor import agent, exported, failing_tool_span, ok_tool_span, parse_config
 
 
@@ -237,15 +236,11 @@ def test_the_digest_thread_wakes_again_for_each_failure_after_it_went_idle(
             failing_tool_span(otel.tracer)
         assert _made_without_a_reader(otel), n
 
-    def fail_five() -> None:
+    def fail_five(_: int) -> None:
         for _ in range(5):
             failing_tool_span(otel.tracer)
 
-    threads = [threading.Thread(target=fail_five) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    assert run_threads(fail_five, 4) == []
     assert _made_without_a_reader(otel)
     assert len(otel.records()) == 23
     assert not [r for r in caplog.records if r.name == "otel_errcompact" and r.levelno >= logging.WARNING]

@@ -7,7 +7,6 @@ raised in this process and formatted by :mod:`traceback`. No OpenTelemetry is in
 from __future__ import annotations
 
 import re
-import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from otel_errcompact.digest import Digest
 from otel_errcompact.exceptions import ConfigurationError, ErrorBudgetExceeded
 from otel_errcompact.history import ErrorHistory, Limits, Thresholds
 from otel_errcompact.render import BLOCK_CLOSE, BLOCK_OPEN
+from tests.conftest import run_threads
 from tests.realerrors import python_error
 
 _FOLD_LINE = re.compile(r"^  … and (\d+) more distinct error\(s\) \((\d+) failure\(s\)\)$", re.M)
@@ -317,18 +317,12 @@ def test_sixteen_threads_give_exact_totals() -> None:
     digests = [_missing_key(n) for n in ("alpha", "beta", "gamma", "delta")]
     h = ErrorHistory(Thresholds(consecutive=10_000, budget=None))
     per_thread = 500
-    barrier = threading.Barrier(16)
 
     def worker(i: int) -> None:
-        barrier.wait()
         for j in range(per_thread):
             h.observe(f"scope{i % 2}", digests[(i + j) % 4])
 
-    threads = [threading.Thread(target=worker, args=(i,)) for i in range(16)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    assert run_threads(worker, 16) == []
     # 8 threads per scope × 500 = 4000 failures per scope, spread evenly over 4 classes.
     for scope in ("scope0", "scope1"):
         block = h.render(scope)

@@ -8,7 +8,6 @@ the anchors.
 
 from __future__ import annotations
 
-import threading
 import traceback
 from collections.abc import Mapping
 from typing import Any
@@ -27,7 +26,7 @@ from otel_errcompact.pipeline import ErrorPipeline
 from otel_errcompact.processor import ErrorCompactionProcessor
 from otel_errcompact.recovery.observe import MODEL_SPAN_SIGNALS, RecoveryTelemetry
 from otel_errcompact.telemetry import ErrorMetrics
-from tests.conftest import OTel
+from tests.conftest import OTel, run_threads
 from tests.test_processor import GENAI_TOOL, agent, failing_tool_span, ok_tool_span, only_record
 
 
@@ -102,16 +101,12 @@ def test_a_framework_span_around_a_failed_call_is_not_a_success(otel: OTel) -> N
 
 
 def test_successes_from_threads_are_all_counted(otel: OTel) -> None:
-    def work() -> None:
+    def work(_: int) -> None:
         with agent(otel.tracer, None):
             for _ in range(500):
                 ok_tool_span(otel.tracer)
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    assert run_threads(work, 4) == []
     assert _ok_calls(otel, flush=True) == 2000
     assert not otel.ec.history._successes
 
@@ -157,20 +152,14 @@ def test_plain_successful_model_spans_add_no_recovery_events(otel: OTel) -> None
 def test_anchors_registered_from_threads_are_all_found_and_all_forgotten(otel: OTel) -> None:
     processor = otel.ec.processor
     assert processor is not None
-    barrier = threading.Barrier(4)
 
-    def work() -> None:
-        barrier.wait()
+    def work(_: int) -> None:
         for i in range(300):
             with agent(otel.tracer, f"conv-{i}") as span:
                 trace_id = span.get_span_context().trace_id
                 assert processor.anchor_conversation(trace_id) == f"conv-{i}"
 
-    threads = [threading.Thread(target=work) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    assert run_threads(work, 4) == []
     assert not processor._anchors and not processor._anchor_touched and not processor._anchor_spans
 
 
