@@ -40,9 +40,10 @@ the plugin's figures are read against);
   makes a failure to build them fatal, ``--no-shapes`` leaves them out.
 
 After each plugin block the pipeline is flushed outside the timing, so one side's backlog never lands in
-the other side's block. For the failed spans, the CPU time the plugin's background threads (the trajectory
-writer, the metrics/token thread) spent on each block, flush included, is read from their own thread
-clocks and reported per span: they hold the GIL for part of it, which the agent's threads then wait for.
+the other side's block. For the failed spans, the CPU time the plugin's background threads (the digest
+thread, the trajectory writer, the metrics thread) spent on each block, flush included, is read from their
+own thread clocks and reported per span: they hold the GIL for part of it, which the agent's threads then
+wait for. The token-counting process's CPU is reported beside them (Linux only): it takes no GIL.
 Then ``--threads`` threads emit failed spans at once, bare and plugin alternating,
 and the table gives failed spans per second (the store's drain after each run is reported apart).
 ``--profile`` runs cProfile over the plugin's failed tool spans and prints where the time goes.
@@ -312,7 +313,8 @@ _BACKGROUND = {
     "writer": "otel_errcompact.TrajectoryWriter",
     "tokens": "otel-errcompact-tokens",
 }
-"""The plugin's background threads whose CPU a failed span costs, by the names they run under."""
+"""The plugin's background threads whose CPU a failed span costs, by the names they run under (and the
+token-counting process, see :func:`_counting_cpu_ns`)."""
 
 
 def _background_cpu_ns() -> dict[str, int]:
@@ -328,7 +330,30 @@ def _background_cpu_ns() -> dict[str, int]:
             out[label] = time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
         except OSError:  # the thread ended meanwhile
             continue
+    counting = _counting_cpu_ns()
+    if counting is not None:
+        out["counting process"] = counting
     return out
+
+
+def _counting_cpu_ns() -> int | None:
+    """CPU time used so far by the token-counting child process (Linux ``/proc``), or None: it counts the
+    metrics' tokens on a core of its own, without the GIL, and is reported beside the threads."""
+    from otel_errcompact import _counting_process
+
+    ticks = 0
+    found = False
+    for process in list(_counting_process._processes.values()):
+        running = process._process
+        if running is None:
+            continue
+        try:
+            fields = Path(f"/proc/{running.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        ticks += int(fields[11]) + int(fields[12])  # utime, stime
+        found = True
+    return ticks * 1_000_000_000 // os.sysconf("SC_CLK_TCK") if found else None
 
 
 def _stats(ns: list[int]) -> dict[str, float]:

@@ -43,11 +43,11 @@ may still read them). Each queued item holds at most :data:`~otel_errcompact.tok
 characters of the error (the rest is extrapolated from that head), the queue is bounded by characters as
 well as items (:data:`MAX_QUEUED_TOKEN_CHARS`), and when it is full the counts are recorded in place:
 token counts may be skipped under a flood, call and error counts never. The thread records a batch at a
-time, one ``add`` per distinct attribute set, and counts a batch's error texts in one pass of a tokenizer
-that releases the GIL (:func:`~otel_errcompact.tokens.background_counter`), up to
-:data:`MAX_SAMPLED_CHARS` per tool and basis, the rest extrapolated: what it costs the agent's threads is
-a few microseconds of Python per failure and one GIL hand-over per batch, not the tens of microseconds a
-counter-per-failure and a GIL-holding tokenizer took.
+time, one ``add`` per distinct attribute set, and has every text of a batch counted at once by the
+token-counting process (:func:`~otel_errcompact.tokens.background_counter`): the error texts up to
+:data:`MAX_SAMPLED_CHARS` per tool and basis, joined, the rest extrapolated, and each distinct digest
+line. What it costs the agent's threads is a few microseconds of Python per failure and one round trip on
+a pipe per batch; no tokenizer is loaded into the agent's process.
 
 A breach is also emitted as a log event ``errcompact.escalation`` (severity WARN), correlated with the
 failed tool span, so log-based alerting works without metrics.
@@ -70,7 +70,7 @@ from otel_errcompact._sanitize import prompt_text
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.history import ErrorHistory, Escalation
 from otel_errcompact.pipeline import Failure, Outcome
-from otel_errcompact.tokens import MAX_COUNTED_CHARS, background_counter, count_tokens
+from otel_errcompact.tokens import MAX_COUNTED_CHARS, background_counter
 
 __all__ = [
     "MAX_ERROR_TYPES",
@@ -376,13 +376,13 @@ class ErrorMetrics:
 
         Recording a counter costs the SDK several microseconds of Python, all of it holding the GIL the
         agent's threads need; a batch of 256 failures of a few tools and error types becomes a handful
-        of ``add`` calls. Tokens: see :meth:`_raw_tokens_of`; a digest line, repeated by every
-        occurrence of its error class, is counted once per batch.
+        of ``add`` calls. Tokens: every text of the batch is counted in one call of the counter (one round
+        trip to the counting process): per attribute set, the error texts joined (see :meth:`_sample`),
+        and each distinct digest line once, however many occurrences of its error class repeat it.
         """
         errors: dict[tuple[str, str, bool], int] = {}
         texts: dict[tuple[str, str], tuple[list[str], list[int]]] = {}
-        compact: dict[tuple[str, str], int] = {}
-        lines: dict[str, int] = {}
+        lines: dict[tuple[str, str], Counter[str]] = {}
         classes: list[tuple[str, str, str]] = []  # (key, tool, error type): first sights, below
         error_type_of = self._error_type
         drain = False
@@ -398,12 +398,10 @@ class ErrorMetrics:
             text = texts.get(text_key)
             if text is None:
                 text = texts[text_key] = ([], [])
+                lines[text_key] = Counter()
             text[0].append(head)
             text[1].append(length)
-            line_tokens = lines.get(line)
-            if line_tokens is None:
-                line_tokens = lines[line] = count_tokens(line)  # short: no GIL hand-over, see above
-            compact[text_key] = compact.get(text_key, 0) + line_tokens
+            lines[text_key][line] += 1
         if drain:
             self._drain_successes()
         calls: dict[str, int] = {}  # each failure is one call of its tool
@@ -415,10 +413,28 @@ class ErrorMetrics:
             self._errors.add(n, {"gen_ai.tool.name": tool, "error.type": error_type, "errcompact.new_class": is_new})
         for (tool, error_type), n in self._new_classes_of(classes).items():
             self._new_classes.add(n, {"gen_ai.tool.name": tool, "error.type": error_type})
-        for (tool, basis), (heads, lengths) in texts.items():
+        if texts:
+            self._record_tokens(texts, lines)
+
+    def _record_tokens(
+        self, texts: dict[tuple[str, str], tuple[list[str], list[int]]], lines: dict[tuple[str, str], Counter[str]]
+    ) -> None:
+        """The raw and compact tokens of a batch, per tool and basis, from one call of the counter."""
+        samples = {text_key: self._sample(heads) for text_key, (heads, _) in texts.items()}
+        distinct = list(dict.fromkeys(line for per_key in lines.values() for line in per_key))
+        asked = [_SEPARATOR.join(sample) for sample in samples.values()] + distinct
+        if self._separator_tokens is None:
+            asked += [f"a{_SEPARATOR}a", "a"]
+        counts = self._count(asked)
+        if self._separator_tokens is None:
+            self._separator_tokens = counts[-2] - 2 * counts[-1]
+        line_tokens = dict(zip(distinct, counts[len(samples) :], strict=False))
+        for (text_key, sample), joined_tokens in zip(samples.items(), counts, strict=False):
+            tool, basis = text_key
             attributes = {"gen_ai.tool.name": tool, "errcompact.basis": basis}
-            self._raw_tokens.add(self._raw_tokens_of(heads, lengths), attributes)
-            self._compact_tokens.add(compact[(tool, basis)], attributes)
+            self._raw_tokens.add(self._raw_tokens_of(sample, joined_tokens, texts[text_key][1]), attributes)
+            compact = sum(line_tokens[line] * n for line, n in lines[text_key].items())
+            self._compact_tokens.add(compact, attributes)
 
     def _new_classes_of(self, classes: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
         """The classes seen for the first time among ``(key, tool, error type)``, counted by tool and
@@ -431,17 +447,11 @@ class ErrorMetrics:
                     new[(tool, error_type)] = new.get((tool, error_type), 0) + 1
         return new
 
-    def _raw_tokens_of(self, heads: list[str], lengths: list[int]) -> int:
-        """Tokens of a batch's baselines of one attribute set, in one pass of the tokenizer.
-
-        The tokenizer lets go of the GIL while it encodes, and taking the GIL back costs the agent's
-        threads a thread switch (measured: a failed span's spool ``write()`` waited 80-100 µs on
-        average for it when every failure was counted on its own, 20-28 µs without token counting).
-        So the heads are joined by newlines and encoded at once, up to :data:`MAX_SAMPLED_CHARS`
-        characters; the tokens of the rest of the batch (further heads, text beyond each head) are
-        extrapolated at the rate measured on what was counted. Exact within about one token per text
-        (at the joins) when the batch fits, a measured estimate beyond.
-        """
+    @staticmethod
+    def _sample(heads: list[str]) -> list[str]:
+        """The heads of a batch's error texts of one attribute set that are counted, up to
+        :data:`MAX_SAMPLED_CHARS` characters (at least one): joined, they are one text to count, so the
+        counting process's work per batch is bounded; the rest is extrapolated (:meth:`_raw_tokens_of`)."""
         sample: list[str] = []
         sampled = 0
         for head in heads:
@@ -449,15 +459,22 @@ class ErrorMetrics:
                 break
             sample.append(head)
             sampled += len(head)
+        return sample
+
+    def _raw_tokens_of(self, sample: list[str], joined_tokens: int, lengths: list[int]) -> int:
+        """Tokens of a batch's baselines of one attribute set, from the tokens of its ``sample`` joined.
+
+        The sample's texts were joined by a separator that is its own tokens whatever surrounds it (a word
+        after a space, then a newline), so no text's last token merges with the next one's first; its
+        tokens are taken off again. The tokens of the rest of the batch (further heads, text beyond each
+        head) are extrapolated at the rate measured on what was counted. Exact within about one token per
+        text (at the joins) when the batch fits, a measured estimate beyond.
+        """
+        sampled = sum(map(len, sample))
         if not sampled:
             return 0
-        # The separator is its own tokens whatever surrounds it (a word after a space, then a newline), so
-        # no text's last token merges with the next one's first; its tokens are taken off again.
-        count = self._count
-        if self._separator_tokens is None:
-            self._separator_tokens = count(f"a{_SEPARATOR}a") - 2 * count("a")
-        joined = _SEPARATOR.join(sample)
-        tokens = max(count(joined) - (len(sample) - 1) * self._separator_tokens, len(sample))
+        assert self._separator_tokens is not None
+        tokens = max(joined_tokens - (len(sample) - 1) * self._separator_tokens, len(sample))
         total = sum(lengths)
         return tokens if total == sampled else round(tokens * total / sampled)
 

@@ -20,31 +20,28 @@ rank files into Python at import time (first use: 0.2 s instead of 2.7 s, measur
 When the native tokenizer is not importable, counts fall back to a documented estimate of one token per
 four characters, and :func:`exact` says so.
 
-Counting beside the agent. The token metrics are counted on a background thread, and ``bpe-openai``'s
-counter keeps the GIL while it works: measured here, a pure-Python loop on another thread ran 2.0×
-slower while it counted, so every traceback counted (about 40 µs) was taken from the agent's threads.
-:func:`background_counter` returns a counter built on ``tiktoken``'s Rust core instead, which lets go of
-the GIL for the whole encode (the same loop ran 1.01-1.05× slower). It is about twice the CPU of
-``bpe-openai`` per text, on a core the GIL-bound agent threads leave idle, and it holds the GIL only to
-build the list of token ids it returns. Its vocabulary is the same offline rank file (``bpe_openai/data``;
-``tiktoken`` itself would download it), read once, on the counting thread, at its first use; the split
-pattern is ``tiktoken``'s own for that encoding. The counts are identical. :func:`count_tokens` stays
-the exact counter for everything else (benchmarks, the ``ops`` reports).
+Counting beside the agent. The token metrics are counted for a background thread, and a tokenizer in the
+agent's process takes the GIL from the agent's threads: ``bpe-openai``'s counter keeps it while it counts
+(a pure-Python loop on another thread ran about 2× slower beside it), and building any native tokenizer's
+table from the 200,000-token rank file is one call that holds it for 50-220 ms. So
+:func:`background_counter` counts in a child process (:mod:`otel_errcompact._counting_process`) with the
+same extension and the same vocabulary: the counts are identical, and what a batch costs the agent's
+process is encoding it and one round trip on a pipe. Where no child process can run, it counts in place
+with :func:`count_tokens`, and says so once in the log. :func:`count_tokens` stays the in-process counter
+for everything else (benchmarks, the ``ops`` reports, the demo).
 """
 
 from __future__ import annotations
 
-import binascii
 import functools
-import gzip
 import importlib.util
 import logging
 import os
-import re
 import sys
-import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
+
+from otel_errcompact._counting_process import CountingProcessError, shared
 
 __all__ = ["MAX_COUNTED_CHARS", "background_counter", "count_tokens", "exact"]
 
@@ -60,6 +57,15 @@ def _package_folders() -> list[str]:
     return list(spec.submodule_search_locations or []) if spec is not None else []
 
 
+def _extension_path() -> str | None:
+    """The file of ``bpe_openai._bindings``, the Rust extension, where the package keeps it; None if not found."""
+    for folder in _package_folders():
+        for entry in sorted(os.listdir(folder)):
+            if entry.startswith("_bindings.") and entry.endswith((".so", ".pyd")):
+                return os.path.join(folder, entry)
+    return None
+
+
 def _native_module() -> Any:
     """``bpe_openai._bindings``, the Rust extension, loaded without running the package's ``__init__``.
 
@@ -71,15 +77,13 @@ def _native_module() -> Any:
     loaded = sys.modules.get("bpe_openai._bindings")
     if loaded is not None:
         return loaded
-    for folder in _package_folders():
-        for entry in sorted(os.listdir(folder)):
-            if entry.startswith("_bindings.") and entry.endswith((".so", ".pyd")):
-                native = importlib.util.spec_from_file_location("bpe_openai._bindings", os.path.join(folder, entry))
-                if native is not None and native.loader is not None:
-                    module = importlib.util.module_from_spec(native)
-                    native.loader.exec_module(module)
-                    # Registered, so a later ``import bpe_openai`` reuses this one load of the extension.
-                    return sys.modules.setdefault("bpe_openai._bindings", module)
+    path = _extension_path()
+    native = importlib.util.spec_from_file_location("bpe_openai._bindings", path) if path else None
+    if native is not None and native.loader is not None:
+        module = importlib.util.module_from_spec(native)
+        native.loader.exec_module(module)
+        # Registered, so a later ``import bpe_openai`` reuses this one load of the extension.
+        return sys.modules.setdefault("bpe_openai._bindings", module)
     from bpe_openai import _bindings  # type: ignore[import-untyped]  # no py.typed marker
 
     return _bindings
@@ -101,7 +105,7 @@ def exact(encoding: str = "o200k_base") -> bool:
 def _count(enc: Any, text: str) -> int:
     try:
         return int(enc.count(text))
-    except UnicodeEncodeError:  # lone surrogates cannot be UTF-8 encoded; count them as U+FFFD
+    except UnicodeEncodeError:  # lone surrogates cannot be UTF-8 encoded; each is counted as a '?'
         return int(enc.count(text.encode("utf-8", "replace").decode("utf-8")))
 
 
@@ -122,88 +126,37 @@ def count_tokens(text: str, encoding: str = "o200k_base") -> int:
     return head + round(head * (len(text) - MAX_COUNTED_CHARS) / MAX_COUNTED_CHARS)
 
 
-# tiktoken's split patterns (tiktoken_ext/openai_public.py), by encoding: the pattern is not in the rank
-# file, and asking tiktoken for the encoding would download the ranks.
-_PATTERNS = {
-    "o200k_base": "|".join(
-        [
-            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-            r"""[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*(?i:'s|'t|'re|'ve|'m|'ll|'d)?""",
-            r"""\p{N}{1,3}""",
-            r""" ?[^\s\p{L}\p{N}]+[\r\n/]*""",
-            r"""\s*[\r\n]+""",
-            r"""\s+(?!\S)""",
-            r"""\s+""",
-        ]
-    ),
-    "cl100k_base": (
-        r"""'(?i:[sdmt]|ll|ve|re)|[^\r\n\p{L}\p{N}]?+\p{L}++|\p{N}{1,3}+| ?[^\s\p{L}\p{N}]++[\r\n]*+"""
-        r"""|\s++$|\s*[\r\n]|\s+(?!\S)|\s"""
-    ),
-}
-_ranks_lock = threading.Lock()
-_SURROGATE = re.compile("[\ud800-\udfff]")
+def _extrapolated(head_tokens: int, length: int) -> int:
+    """The tokens of a text of ``length`` characters whose first :data:`MAX_COUNTED_CHARS` have ``head_tokens``."""
+    if length <= MAX_COUNTED_CHARS:
+        return head_tokens
+    return head_tokens + round(head_tokens * (length - MAX_COUNTED_CHARS) / MAX_COUNTED_CHARS)
 
 
-def _rank_file(encoding: str) -> str | None:
-    for folder in _package_folders():
-        path = os.path.join(folder, "data", f"{encoding}.tiktoken.gz")
-        if os.path.isfile(path):
-            return path
-    return None
+def background_counter(encoding: str = "o200k_base") -> Callable[[Sequence[str]], list[int]]:
+    """A counter for a background thread: ``count(texts)`` is ``[count_tokens(t, encoding) for t in texts]``,
+    counted in a child process, one round trip for all of them (see the module docstring).
 
-
-def _released_encoding(encoding: str) -> Any:
-    """A ``tiktoken.Encoding`` built from ``bpe-openai``'s offline rank file, or ``None``.
-
-    About 0.3 s and 30 MB, once per process and encoding; :func:`background_counter` calls it on the
-    thread that counts, never on the agent's. The lock spans the cached lookup: ``lru_cache`` does not
-    serialise misses, so two counting threads starting together would otherwise both build it.
+    Bounded like :func:`count_tokens`: at most :data:`MAX_COUNTED_CHARS` characters of a text are sent,
+    the rest extrapolated. Where no child process can count, it counts in place, and logs that once.
     """
-    with _ranks_lock:
-        return _built_encoding(encoding)
+    extension = _extension_path()
+    process = shared(extension, encoding) if extension is not None else None
+    told = False
 
-
-@functools.lru_cache(maxsize=4)
-def _built_encoding(encoding: str) -> Any:
-    pattern = _PATTERNS.get(encoding)
-    path = _rank_file(encoding)
-    if pattern is None or path is None:
-        return None
-    try:
-        import tiktoken
-
-        with gzip.open(path, "rb") as fh:
-            decode = binascii.a2b_base64
-            ranks = {decode(token): int(rank) for token, rank in (line.split() for line in fh if line.strip())}
-        return tiktoken.Encoding(f"{encoding}-offline", pat_str=pattern, mergeable_ranks=ranks, special_tokens={})
-    except Exception:
-        _log.warning("otel-errcompact: no GIL-free tokenizer for %s; counting with the exact one", encoding,
-                     exc_info=True)
-        return None
-
-
-def background_counter(encoding: str = "o200k_base") -> Callable[[str], int]:
-    """A token counter for a background thread: the counts of :func:`count_tokens`, without the GIL.
-
-    The encoder is built at the first call (see the module docstring); without ``tiktoken`` or the rank
-    file the counter is :func:`count_tokens` itself. Bounded like it: at most
-    :data:`MAX_COUNTED_CHARS` characters are encoded, the rest extrapolated.
-    """
-
-    def count(text: str) -> int:
-        if not text:
-            return 0
-        enc = _released_encoding(encoding)
-        if enc is None:
-            return count_tokens(text, encoding)
-        head = text[:MAX_COUNTED_CHARS]
-        counted = head
-        if not head.isascii() and _SURROGATE.search(head):  # counted as U+FFFD, as count_tokens does
-            counted = head.encode("utf-8", "replace").decode("utf-8")
-        tokens = len(enc.encode_ordinary(counted))
-        if len(text) > len(head):
-            tokens += round(tokens * (len(text) - len(head)) / len(head))
-        return tokens
+    def count(texts: Sequence[str]) -> list[int]:
+        nonlocal told
+        if process is not None:
+            # encode's "replace" turns a lone surrogate into "?", as count_tokens does
+            heads = [text[:MAX_COUNTED_CHARS].encode("utf-8", "replace") for text in texts if text]
+            try:
+                counted = iter(process.count(heads))
+            except CountingProcessError as exc:
+                if not told:
+                    told = True
+                    _log.warning("otel-errcompact: token metrics are counted in this process, holding the GIL: %s", exc)
+            else:
+                return [_extrapolated(next(counted), len(text)) if text else 0 for text in texts]
+        return [count_tokens(text, encoding) for text in texts]
 
     return count

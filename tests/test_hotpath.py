@@ -241,8 +241,7 @@ def test_background_counter_counts_what_count_tokens_counts(tmp_path: Path, enco
         "x" * 100_000,  # beyond the counted head: extrapolated the same way
         "",
     ]
-    for text in texts:
-        assert count(text) == count_tokens(text, encoding)
+    assert count(texts) == [count_tokens(text, encoding) for text in texts]
 
 
 def test_token_metrics_sum_every_failure_of_a_batch(tmp_path: Path) -> None:
@@ -252,14 +251,19 @@ def test_token_metrics_sum_every_failure_of_a_batch(tmp_path: Path) -> None:
     pipeline.add_failure_listener(metrics.on_failure)
     pipeline.add_success_listener(metrics.on_success)
     raws = [python_error(tmp_path, f"raise KeyError('k{i}')\n") for i in range(3)]
+    lines = []
     for i in range(300):
-        pipeline.handle(Failure(scope=f"s{i % 7}", raw_error=raws[i % 3], tool_name=f"tool{i % 2}"))
+        outcome = pipeline.handle(Failure(scope=f"s{i % 7}", raw_error=raws[i % 3], tool_name=f"tool{i % 2}"))
+        lines.append(outcome.digest.line)
         pipeline.succeeded("s", "tool0")
     assert metrics.flush(60)
     metrics.shutdown(60)
     # One tokenizer pass per batch and attribute set: exact within a token per text at the joins.
     exact_sum = 100 * sum(count_tokens(r) for r in raws)
     assert abs(_raw_token_sum(reader) - exact_sum) <= 0.01 * exact_sum
+    # Each digest line counted once per batch, times the failures that repeat it: exact.
+    assert len(set(lines)) == 3
+    assert _token_sum(reader, "errcompact.tokens.compact") == sum(count_tokens(line) for line in lines)
     sums: dict[tuple[str, str], int] = {}
     data = reader.get_metrics_data()
     for resource_metrics in data.resource_metrics if data else ():
@@ -274,12 +278,16 @@ def test_token_metrics_sum_every_failure_of_a_batch(tmp_path: Path) -> None:
 
 
 def _raw_token_sum(reader: InMemoryMetricReader) -> int:
+    return _token_sum(reader, "errcompact.tokens.raw")
+
+
+def _token_sum(reader: InMemoryMetricReader, name: str) -> int:
     data = reader.get_metrics_data()
     total = 0
     for resource_metrics in data.resource_metrics if data else ():
         for scope_metrics in resource_metrics.scope_metrics:
             for metric in scope_metrics.metrics:
-                if metric.name == "errcompact.tokens.raw":
+                if metric.name == name:
                     total += sum(int(p.value) for p in metric.data.data_points)  # type: ignore[union-attr]
     return total
 
