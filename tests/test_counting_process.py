@@ -13,6 +13,8 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -49,6 +51,30 @@ def _pid(process: CountingProcess) -> int:
     running = process._process
     assert running is not None
     return running.pid
+
+
+@dataclass
+class Started:
+    """A counting process of its own (not the shared one), that has counted ``texts`` once."""
+
+    process: CountingProcess
+    texts: list[str]
+    expected: list[int]
+
+    def counts(self) -> list[int]:
+        return self.process.count(_payload(self.texts))
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[Started]:
+    texts = _texts(tmp_path)
+    process = _own_process()
+    try:
+        here = Started(process, texts, [count_tokens(text) for text in texts])
+        assert here.counts() == here.expected
+        yield here
+    finally:
+        process.close()
 
 
 _AGENT = """
@@ -94,46 +120,36 @@ def test_an_agent_with_metrics_loads_no_tokenizer_and_gets_exact_counts(tmp_path
 
 
 @pytest.mark.timeout(60)
-def test_a_counting_process_killed_between_batches_is_started_again(tmp_path: Path) -> None:
-    process = _own_process()
-    texts = _texts(tmp_path)
-    expected = [count_tokens(text) for text in texts]
-    try:
-        assert process.count(_payload(texts)) == expected
-        first = _pid(process)
-        os.kill(first, signal.SIGKILL)
-        running = process._process
-        assert running is not None
-        running.wait(timeout=10)  # dead and reaped before the next batch
-        assert process.count(_payload(texts)) == expected
-        assert _pid(process) != first
-        assert process.starts == 2
-    finally:
-        process.close()
+def test_a_counting_process_killed_between_batches_is_started_again(started: Started) -> None:
+    process = started.process
+    first = _pid(process)
+    os.kill(first, signal.SIGKILL)
+    running = process._process
+    assert running is not None
+    running.wait(timeout=10)  # dead and reaped before the next batch
+    assert started.counts() == started.expected
+    assert _pid(process) != first
+    assert process.starts == 2
 
 
 @pytest.mark.timeout(60)
 def test_a_counting_process_that_stops_answering_is_reported_then_replaced(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    started: Started, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    process = _own_process()
-    texts = _texts(tmp_path)
-    try:
-        process.count(_payload(texts))
-        stuck = _pid(process)
-        os.kill(stuck, signal.SIGSTOP)  # alive, never answers
-        monkeypatch.setattr(_counting_process, "REPLY_TIMEOUT_S", 0.5)
-        with pytest.raises(CountingProcessError, match="stopped answering"):
-            process.count(_payload(texts))
-        with pytest.raises(ProcessLookupError):  # killed and reaped, stopped as it was
-            os.kill(stuck, signal.SIGCONT)
-        monkeypatch.undo()
-        assert process.count(_payload(texts)) == [count_tokens(text) for text in texts]
-        assert _pid(process) != stuck
-    finally:
-        process.close()
+    process = started.process
+    stuck = _pid(process)
+    os.kill(stuck, signal.SIGSTOP)  # alive, never answers
+    monkeypatch.setattr(_counting_process, "REPLY_TIMEOUT_S", 0.5)
+    with pytest.raises(CountingProcessError, match="stopped answering"):
+        started.counts()
+    with pytest.raises(ProcessLookupError):  # killed and reaped, stopped as it was
+        os.kill(stuck, signal.SIGCONT)
+    monkeypatch.undo()
+    assert started.counts() == started.expected
+    assert _pid(process) != stuck
+    process.close()
     with pytest.raises(CountingProcessError, match="closed"):
-        process.count(_payload(texts))
+        started.counts()
 
 
 @pytest.mark.timeout(60)
@@ -166,33 +182,26 @@ def test_without_a_counting_process_the_counts_are_made_in_place_and_said_once(
 
 @pytest.mark.timeout(60)
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="POSIX fork")
-def test_a_forked_process_counts_with_its_own_counting_process(tmp_path: Path) -> None:
-    process = _own_process()
-    texts = _texts(tmp_path)
-    expected = [count_tokens(text) for text in texts]
-    try:
-        assert process.count(_payload(texts)) == expected
-        parents = _pid(process)
-        read, write = os.pipe()
-        child = os.fork()
-        if child == 0:  # pragma: no cover - runs in the forked child
-            code = 1
-            try:
-                counts = process.count(_payload(texts))
-                os.write(write, json.dumps({"counts": counts, "pid": _pid(process)}).encode())
-                process.close()
-                code = 0
-            finally:
-                os._exit(code)
-        os.close(write)
-        with os.fdopen(read, "rb") as reply:
-            answer = json.loads(reply.read() or b"{}")
-        _, status = os.waitpid(child, 0)
-        assert os.waitstatus_to_exitcode(status) == 0
-        assert answer["counts"] == expected
-        assert answer["pid"] != parents
-        # The fork's close left the parent's counting process alone.
-        assert process.count(_payload(texts)) == expected
-        assert _pid(process) == parents
-    finally:
-        process.close()
+def test_a_forked_process_counts_with_its_own_counting_process(started: Started) -> None:
+    process = started.process
+    parents = _pid(process)
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        code = 1
+        try:
+            os.write(write, json.dumps({"counts": started.counts(), "pid": _pid(process)}).encode())
+            process.close()
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as reply:
+        answer = json.loads(reply.read() or b"{}")
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert answer["counts"] == started.expected
+    assert answer["pid"] != parents
+    # The fork's close left the parent's counting process alone.
+    assert started.counts() == started.expected
+    assert _pid(process) == parents
