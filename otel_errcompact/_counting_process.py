@@ -11,11 +11,10 @@ let go of the GIL while they wait (``benchmarks/bench_tokens.py``).
 The child (:mod:`otel_errcompact._count_child`) is started at the first count, on the thread that counts,
 and shared by every counter of the process. It runs ``bpe-openai``'s extension in a bare interpreter
 (``python -I -S``) and ends when its input closes: when :func:`close` runs at exit, or when the agent's
-process dies. After a ``fork`` the new process starts its own. Where no child can be started (no
-Python interpreter to run: a frozen application, an embedding host, Windows; a sandbox that forbids it) or
-one stops answering, :class:`CountingProcess`
-raises :class:`CountingProcessError` and the caller counts in place; after :data:`MAX_STARTS` failed
-starts in a process it stops trying.
+process dies. After a ``fork`` the new process starts its own. Where no child can be started (no Python
+interpreter to run: a frozen application, an embedding host, Windows; a sandbox that forbids it) or one
+stops answering, :class:`CountingProcess` raises :class:`CountingProcessError` and the caller counts in
+place; after :data:`MAX_STARTS` failed starts in a process it stops trying.
 """
 
 from __future__ import annotations

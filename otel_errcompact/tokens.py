@@ -120,10 +120,7 @@ def count_tokens(text: str, encoding: str = "o200k_base") -> int:
     enc = _encoding(encoding)
     if enc is None:
         return max(1, (len(text) + 3) // 4)
-    if len(text) <= MAX_COUNTED_CHARS:
-        return _count(enc, text)
-    head = _count(enc, text[:MAX_COUNTED_CHARS])
-    return head + round(head * (len(text) - MAX_COUNTED_CHARS) / MAX_COUNTED_CHARS)
+    return _extrapolated(_count(enc, text[:MAX_COUNTED_CHARS]), len(text))
 
 
 def _extrapolated(head_tokens: int, length: int) -> int:
@@ -146,9 +143,9 @@ def background_counter(encoding: str = "o200k_base") -> Callable[[Sequence[str]]
 
     def count(texts: Sequence[str]) -> list[int]:
         nonlocal told
-        if process is not None:
-            # encode's "replace" turns a lone surrogate into "?", as count_tokens does
-            heads = [text[:MAX_COUNTED_CHARS].encode("utf-8", "replace") for text in texts if text]
+        # encode's "replace" turns a lone surrogate into "?", as count_tokens does
+        heads = [text[:MAX_COUNTED_CHARS].encode("utf-8", "replace") for text in texts if text]
+        if process is not None and heads:
             try:
                 counted = iter(process.count(heads))
             except CountingProcessError as exc:
