@@ -70,16 +70,7 @@ class OTel:
     def metric_points(self, name: str) -> list[Any]:
         """Data points of the metric ``name`` (cumulative), empty when it was never recorded."""
         self.ec.flush(30.0)  # error and token counts are recorded on the library's metrics thread
-        data = self.metric_reader.get_metrics_data()
-        points: list[Any] = []
-        if data is None:
-            return points
-        for rm in data.resource_metrics:
-            for sm in rm.scope_metrics:
-                for metric in sm.metrics:
-                    if metric.name == name:
-                        points.extend(metric.data.data_points)
-        return points
+        return metric_points(self.metric_reader, name)
 
     def metric_sum(self, name: str) -> int:
         return int(sum(p.value for p in self.metric_points(name)))
@@ -126,6 +117,20 @@ class GateSink:
 
     def close(self) -> None:
         pass
+
+
+def metric_points(reader: InMemoryMetricReader, name: str) -> list[Any]:
+    """The data points ``reader`` collects now for the metric ``name``, empty when it was never recorded."""
+    data = reader.get_metrics_data()
+    points: list[Any] = []
+    if data is None:
+        return points
+    for rm in data.resource_metrics:
+        for sm in rm.scope_metrics:
+            for metric in sm.metrics:
+                if metric.name == name:
+                    points.extend(metric.data.data_points)
+    return points
 
 
 def run_threads(target: Callable[[int], None], n: int) -> list[BaseException]:

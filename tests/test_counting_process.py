@@ -83,6 +83,7 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 import otel_errcompact
+from tests.conftest import metric_points
 from tests.realerrors import python_error
 from pathlib import Path
 
@@ -94,13 +95,7 @@ for i in range(30):
     ec.record_error(raws[i % 3], scope=f"conv-{i}", tool_name="lookup")
 assert ec.flush(60)
 loaded = sorted(name for name in ("bpe_openai._bindings", "bpe_openai", "tiktoken") if name in sys.modules)
-total = 0
-data = reader.get_metrics_data()
-for rm in data.resource_metrics:
-    for sm in rm.scope_metrics:
-        for metric in sm.metrics:
-            if metric.name == "errcompact.tokens.raw":
-                total += sum(int(p.value) for p in metric.data.data_points)
+total = sum(int(p.value) for p in metric_points(reader, "errcompact.tokens.raw"))
 from otel_errcompact.tokens import count_tokens
 print(json.dumps({"loaded": loaded, "raw": total, "exact": 10 * sum(count_tokens(r) for r in raws)}))
 ec.shutdown()

@@ -36,7 +36,7 @@ from otel_errcompact.structured import parse_exception
 from otel_errcompact.telemetry import ErrorMetrics, metrics_are_read
 from otel_errcompact.tokens import MAX_COUNTED_CHARS, background_counter, count_tokens, exact
 from otel_errcompact.trajectory import TrajectoryRecord, new_record_id
-from tests.conftest import OTel
+from tests.conftest import OTel, metric_points
 from tests.deeperrors import deep_app, deep_exception
 from tests.realerrors import python_error
 
@@ -265,15 +265,10 @@ def test_token_metrics_sum_every_failure_of_a_batch(tmp_path: Path) -> None:
     assert len(set(lines)) == 3
     assert _token_sum(reader, "errcompact.tokens.compact") == sum(count_tokens(line) for line in lines)
     sums: dict[tuple[str, str], int] = {}
-    data = reader.get_metrics_data()
-    for resource_metrics in data.resource_metrics if data else ():
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                if metric.name == "errcompact.tool.calls":
-                    for point in metric.data.data_points:  # type: ignore[union-attr]
-                        attrs = point.attributes or {}
-                        key = (str(attrs["gen_ai.tool.name"]), str(attrs["errcompact.outcome"]))
-                        sums[key] = sums.get(key, 0) + int(point.value)
+    for point in metric_points(reader, "errcompact.tool.calls"):
+        attrs = point.attributes or {}
+        key = (str(attrs["gen_ai.tool.name"]), str(attrs["errcompact.outcome"]))
+        sums[key] = sums.get(key, 0) + int(point.value)
     assert sums == {("tool0", "error"): 150, ("tool1", "error"): 150, ("tool0", "ok"): 300}
 
 
@@ -282,14 +277,7 @@ def _raw_token_sum(reader: InMemoryMetricReader) -> int:
 
 
 def _token_sum(reader: InMemoryMetricReader, name: str) -> int:
-    data = reader.get_metrics_data()
-    total = 0
-    for resource_metrics in data.resource_metrics if data else ():
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                if metric.name == name:
-                    total += sum(int(p.value) for p in metric.data.data_points)  # type: ignore[union-attr]
-    return total
+    return sum(int(p.value) for p in metric_points(reader, name))
 
 
 def _token_threads() -> list[threading.Thread]:
@@ -469,16 +457,7 @@ def test_eviction_at_the_scope_cap_is_logged_once_and_counted(
         assert ec.history.scopes() == ["conversation-4", "conversation-5", "conversation-6"]
         warnings = [r for r in caplog.records if "max_scopes" in r.getMessage()]
         assert len(warnings) == 1
-        data = reader.get_metrics_data()
-        points = [
-            p.value
-            for rm in (data.resource_metrics if data else ())
-            for sm in rm.scope_metrics
-            for m in sm.metrics
-            if m.name == "errcompact.history.evictions"
-            for p in m.data.data_points  # type: ignore[union-attr]
-        ]
-        assert points == [4]
+        assert [p.value for p in metric_points(reader, "errcompact.history.evictions")] == [4]
     finally:
         ec.shutdown()
 
