@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import multiprocessing
+import subprocess
 import sys
 import threading
 import traceback
@@ -579,3 +580,63 @@ def test_the_benchmarks_hook_timer_sees_each_failed_tool_span_once_and_restores_
     assert otel.store().count() == 14  # the timed hooks did the processor's real work
     failed = otel.spans("execute_tool lookup_order")
     assert len(failed) == 14 and all((s.attributes or {}).get("errcompact.key") for s in failed)
+
+
+_HAND_OFF_ONLY = """
+import json, sys
+from pathlib import Path
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor, BatchSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
+from benchmarks.bench_ceiling import _drop_at_hand_off
+from otel_errcompact import init
+from otel_errcompact.sinks.sqlite import TrajectoryStore
+from tests.deeperrors import deep_app, deep_exception
+
+scratch = Path(sys.argv[1])
+if sys.argv[2] == "cut":
+    _drop_at_hand_off()
+exporter = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(BatchSpanProcessor(exporter))
+ec = init("cut", tracer_provider=provider, sqlite_path=scratch / "t.db")
+tracer = provider.get_tracer("cut")
+app = deep_app(scratch / "app")
+with tracer.start_as_current_span("invoke_agent support",
+                                  attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "c1"}):
+    for order in range(3):
+        exc = deep_exception(app, order)
+        with tracer.start_as_current_span("execute_tool lookup_order", record_exception=False,
+                                          attributes={"gen_ai.operation.name": "execute_tool"}) as span:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR, str(exc)))
+assert ec.flush(30)
+provider.force_flush()
+records = TrajectoryStore(scratch / "t.db").list(limit=100)
+tools = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
+print(json.dumps({
+    "stored": len(records),
+    "digested": sum(1 for r in records if r.key),
+    "keyed_spans": sum(1 for s in tools if "errcompact.key" in (s.attributes or {})),
+    "context": ec.context("c1"),
+}))
+ec.shutdown()
+"""
+
+
+@pytest.mark.parametrize("cut", ["cut", "whole"])
+def test_the_ceiling_benchmarks_hand_off_cut_stores_raw_records_and_makes_no_digest(cut: str, tmp_path: Path) -> None:
+    """``bench_ceiling.py``'s "hand-off only" cuts are floors only if they do what the README says: every
+    failure's raw record is still spooled and stored, and no digest is made, counted or shown. Run in
+    a child, since the cut replaces methods for its whole process; the uncut run is the control."""
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run([sys.executable, "-c", _HAND_OFF_ONLY, str(tmp_path), cut], cwd=root,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    seen = json.loads(out.stdout.strip().splitlines()[-1])
+    assert seen["stored"] == 3
+    if cut == "cut":
+        assert seen["digested"] == 0 and seen["keyed_spans"] == 0 and seen["context"] == ""
+    else:
+        assert seen["digested"] == 3 and seen["keyed_spans"] == 3 and "[RECENT ERRORS]" in seen["context"]
