@@ -65,11 +65,12 @@ CUTS: dict[str, dict[str, bool]] = {
 
 def _drop_at_hand_off() -> None:
     """No digest is made, nothing counted: a failure goes no further than the agent thread's hand-off."""
-    from otel_errcompact import deferred, history
+    from otel_errcompact.deferred import DigestThread, ExportGate
+    from otel_errcompact.history import ErrorHistory
 
-    history.ErrorHistory.defer_failure = lambda self, deferred: None  # type: ignore[method-assign]
-    deferred.ExportGate.wait_for = lambda self, spans: None  # type: ignore[method-assign]
-    deferred.DigestThread.wake = lambda self: None  # type: ignore[method-assign]
+    ErrorHistory.defer_failure = lambda self, deferred: None  # type: ignore[method-assign]
+    ExportGate.wait_for = lambda self, spans: None  # type: ignore[method-assign]
+    DigestThread.wake = lambda self: None  # type: ignore[method-assign]
 
 
 class _GcClock:

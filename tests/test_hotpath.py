@@ -586,7 +586,7 @@ _HAND_OFF_ONLY = """
 import json, sys
 from pathlib import Path
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor, BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 from benchmarks.bench_ceiling import _drop_at_hand_off
