@@ -199,11 +199,15 @@ class _Class:
     digest: Digest
     count: int
     last_seen: int
-    # Short hashes of the data values this class was seen with, bounded by Limits.max_values.
-    values: set[int] = field(default_factory=set)
+    # Short hashes of the data values this class was seen with, bounded by Limits.max_values; None
+    # until the first is signed. Most classes are one cause repeated, and an empty set is a 216-byte
+    # object the garbage collector walks at every full collection, for every class of every live
+    # conversation: the sets are made only when a class needs them.
+    values: set[int] | None = None
     values_capped: bool = False
-    # Causes not yet reduced to a value signature (see ErrorHistory._note_value).
-    unsigned: set[str] = field(default_factory=set)
+    # Causes not yet reduced to a value signature (see ErrorHistory._note_value): none, the one cause
+    # seen so far as it is (a string, which the collector does not track), or a set of them.
+    unsigned: str | set[str] | None = None
 
 
 @dataclass(slots=True)
@@ -504,14 +508,14 @@ class ErrorHistory:
             # is only for a breach whose class is not listed.
             marked = breach is not None and any(c.digest.key == breach.key for c in shown)
             for c in shown:
-                if c.unsigned:
+                if c.unsigned is not None:
                     self._sign_values(c)
             return render_block(
                 [
                     RenderedClass(
                         c.digest.line,
                         c.count,
-                        len(c.values),
+                        len(c.values) if c.values else 0,
                         c.values_capped,
                         breach.brief() if breach is not None and marked and c.digest.key == breach.key else None,
                     )
@@ -568,25 +572,41 @@ class ErrorHistory:
         if entry.values_capped:
             return
         cause = digest.cause
-        if cause in entry.unsigned:
+        waiting = entry.unsigned
+        if waiting is None:
+            entry.unsigned = cause
             return
-        if len(entry.unsigned) >= 4 * self.limits.max_values:
+        if isinstance(waiting, str):  # one cause waiting: a second distinct one makes the set
+            if waiting != cause:
+                entry.unsigned = {waiting, cause}
+            return
+        if cause in waiting:
+            return
+        if len(waiting) >= 4 * self.limits.max_values:
             self._sign_values(entry)
             if entry.values_capped:
                 return
-        entry.unsigned.add(cause)
+            entry.unsigned = cause
+            return
+        waiting.add(cause)
 
     def _sign_values(self, entry: _Class) -> None:
         """Reduce the waiting causes of ``entry`` to value signatures (call with the lock held)."""
-        for cause in entry.unsigned:
+        waiting = entry.unsigned
+        entry.unsigned = None
+        if waiting is None:
+            return
+        values = entry.values
+        if values is None:
+            values = entry.values = set()
+        for cause in (waiting,) if isinstance(waiting, str) else waiting:
             signature = hash(value_signature(cause))
-            if signature in entry.values:
+            if signature in values:
                 continue
-            if len(entry.values) >= self.limits.max_values:
+            if len(values) >= self.limits.max_values:
                 entry.values_capped = True
                 break
-            entry.values.add(signature)
-        entry.unsigned.clear()
+            values.add(signature)
 
     @staticmethod
     def _fold_least_recent(state: _Scope) -> None:

@@ -270,6 +270,21 @@ def test_rendered_line_counts_different_values(tmp_path: Path) -> None:
     assert "(×3)" in same.render("conv") and "different values" not in same.render("conv")
 
 
+
+def test_values_count_right_across_renders_in_between(tmp_path: Path) -> None:
+    """A class's one waiting cause is signed when the block is rendered; values seen before and after
+    a render add up, and a value seen again after it is not counted twice."""
+    digests = {value: compact_text(python_error(tmp_path, _RESUME, args=[value])) for value in ("s-2", "s-17")}
+    history = ErrorHistory(Thresholds(consecutive=10))
+    history.observe("conv", digests["s-2"])
+    history.observe("conv", digests["s-2"])
+    assert "(×2)" in history.render("conv")
+    history.observe("conv", digests["s-17"])
+    assert "(×3, 2 different values)" in history.render("conv"), history.render("conv")
+    history.observe("conv", digests["s-2"])
+    assert "(×4, 2 different values)" in history.render("conv"), history.render("conv")
+
+
 def test_noise_is_not_a_different_value(tmp_path: Path) -> None:
     source = """
         import sys, socket
