@@ -2,7 +2,8 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_ceiling.py [--rounds 8] [--threads 4 1] [--per-round 2000] [--collector off] [--json]
+    python benchmarks/bench_ceiling.py [--rounds 8] [--threads 4 1] [--per-round 2000] [--collector off]
+        [--failures premade|raised] [--json]
 
 ``bench_processor.py`` gives the throughput of ``--threads`` threads ending failed tool spans at once,
 through ``init()`` with its defaults, against the bare SDK. This script asks what is left of that gap
@@ -26,6 +27,13 @@ For each side, the time the cyclic garbage collector ran during its rounds is re
 and given per failed span: the threads' failures are real exceptions with their tracebacks, so full
 collections walk thousands of frames, and what the plugin keeps alive makes them come sooner.
 ``--collector off`` disables the collector in every cut's process, on both sides, to tell its share.
+
+``--failures raised`` has the tool raise inside each span, the SDK's ``start_as_current_span`` recording
+the exception with its defaults, instead of recording one made before the timing (see
+``bench_processor._threaded``): raising is then timed on both sides, and no thread holds its finished
+exceptions and their frames. The collector's time is then less clean a measure: the application's SQLite
+failure leaves a connection in a reference cycle, and the collection that frees it closes the connection
+without the GIL, so other threads' work can fall inside that collection's time.
 """
 
 from __future__ import annotations
@@ -89,7 +97,8 @@ class _GcClock:
             self.ns[self.side] += time.perf_counter_ns() - self._started
 
 
-def run_cut(cut: str, threads: int, rounds: int, per_round: int, *, collector: bool = True) -> dict[str, Any]:
+def run_cut(cut: str, threads: int, rounds: int, per_round: int, *, collector: bool = True,
+            raised: bool = False) -> dict[str, Any]:
     """One cut, in this process: failed spans per second on each side, and the collector's share."""
     parts = CUTS[cut]
     if not collector:
@@ -110,7 +119,7 @@ def run_cut(cut: str, threads: int, rounds: int, per_round: int, *, collector: b
         tracers = {side: provider.get_tracer("bench") for side, provider in providers.items()}
         order = 1_000_000
         for side in ("bare", "plugin"):  # warm-up: imports, caches, the store's first transaction
-            _threaded(tracers[side], errors, order, threads, 100)
+            _threaded(tracers[side], errors, order, threads, 100, raised=raised)
             order += threads * 100
         ec.flush(60)
         clock = _GcClock()
@@ -119,7 +128,7 @@ def run_cut(cut: str, threads: int, rounds: int, per_round: int, *, collector: b
         for rnd in range(rounds):
             for side in ("bare", "plugin") if rnd % 2 == 0 else ("plugin", "bare"):
                 clock.side = side
-                rates[side].append(_threaded(tracers[side], errors, order, threads, per_thread))
+                rates[side].append(_threaded(tracers[side], errors, order, threads, per_thread, raised=raised))
                 clock.side = None
                 if side == "plugin":
                     ec.flush(120)  # outside the timing: one side's backlog never lands in the other's round
@@ -133,6 +142,7 @@ def run_cut(cut: str, threads: int, rounds: int, per_round: int, *, collector: b
         "cut": cut,
         "threads": threads,
         "collector": collector,
+        "failures": "raised" if raised else "premade",
         "per_s": rate,
         "ratio": rate["plugin"] / rate["bare"],
         "gc_us_per_span": {side: ns / spans / 1000 for side, ns in clock.ns.items()},
@@ -146,6 +156,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--per-round", type=int, default=2000, help="failed spans per side per round (default 2000)")
     parser.add_argument("--collector", choices=("on", "off"), default="on",
                         help="the cyclic garbage collector in the cuts' processes (default on)")
+    parser.add_argument("--failures", choices=("premade", "raised"), default="premade",
+                        help="exceptions made before the timing, or raised by the tool inside each span")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     parser.add_argument("--one", nargs=2, metavar=("CUT", "THREADS"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -153,7 +165,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         del os.environ[name]  # the defaults, not whatever the calling shell set
     if args.one:  # a child: one cut, in a process of its own
         print(json.dumps(run_cut(args.one[0], int(args.one[1]), args.rounds, args.per_round,
-                                 collector=args.collector == "on")))
+                                 collector=args.collector == "on", raised=args.failures == "raised")))
         return 0
 
     results = []
@@ -161,7 +173,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for cut in CUTS:
             child = subprocess.run(
                 [sys.executable, __file__, "--one", cut, str(threads), "--rounds", str(args.rounds),
-                 "--per-round", str(args.per_round), "--collector", args.collector],
+                 "--per-round", str(args.per_round), "--collector", args.collector, "--failures", args.failures],
                 capture_output=True, text=True, check=True,
             )
             results.append(json.loads(child.stdout.strip().splitlines()[-1]))
@@ -174,10 +186,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                       flush=True)
     if args.json:
         print(json.dumps({"machine": describe(), "rounds": args.rounds, "per_round": args.per_round,
-                          "collector": args.collector, "results": results}, indent=2))
+                          "collector": args.collector, "failures": args.failures, "results": results}, indent=2))
     else:
         print(f"machine: {describe()}; {args.rounds} rounds × {args.per_round} failed spans per side per cut; "
-              f"collector {args.collector}")
+              f"collector {args.collector}; failures {args.failures}")
     return 0
 
 

@@ -45,7 +45,10 @@ thread, the trajectory writer, the metrics thread) spent on each block, flush in
 own thread clocks and reported per span: they hold the GIL for part of it, which the agent's threads then
 wait for. The token-counting process's CPU is reported beside them (Linux only): it takes no GIL.
 Then ``--threads`` threads emit failed spans at once, bare and plugin alternating,
-and the table gives failed spans per second (the store's drain after each run is reported apart).
+and the table gives failed spans per second (the store's drain after each run is reported apart), twice:
+each span recording an exception made before the timing, and the tool raising inside each span, the
+SDK's ``start_as_current_span`` recording it with its defaults, as an instrumented tool fails (raising
+the 14-frame exception is then in the timing, on both sides, and no thread holds exceptions it is done with).
 ``--profile`` runs cProfile over the plugin's failed tool spans and prints where the time goes.
 ``--hooks`` then times, per failed span, the plugin's own code on the agent's thread: the span processor's
 three hooks (``on_start``, ``_on_ending``, ``on_end``), timed in place, by the same clock, around each call
@@ -140,6 +143,10 @@ class _Errors:
 
     def exceptions(self, first: int, n: int) -> list[BaseException]:
         return [deep_exception(self._app, order) for order in range(first, first + n)]
+
+    def fail(self, order: int) -> object:
+        """The application's call, which raises: for a tool that fails inside its span, in the timing."""
+        return self._app.handle(order)
 
     def one_liners(self, first: int, n: int) -> list[str]:
         out = []
@@ -401,9 +408,17 @@ def _hook_times(ec: ErrCompact, timer: Timer, tracer: Tracer, first: int, blocks
     return _stats(samples)
 
 
-def _threaded(tracer: Tracer, errors: _Errors, first: int, threads: int, per_thread: int) -> float:
-    """Failed spans per second with ``threads`` threads emitting at once."""
-    work = [errors.exceptions(first + t * per_thread, per_thread) for t in range(threads)]
+def _threaded(tracer: Tracer, errors: _Errors, first: int, threads: int, per_thread: int, *,
+              raised: bool = False) -> float:
+    """Failed spans per second with ``threads`` threads emitting at once.
+
+    By default each span records an exception made before the timing, so raising it is left out and
+    the threads hold all of their exceptions, with their frames, while they run. With ``raised`` the
+    tool fails inside its span each time, as an instrumented tool does: the application raises, and the
+    SDK's own ``start_as_current_span`` records the exception and sets the status on its way out (its
+    defaults; no ``error.type``), and the exception is dropped once the call has failed.
+    """
+    work = [[] if raised else errors.exceptions(first + t * per_thread, per_thread) for t in range(threads)]
     barrier = threading.Barrier(threads + 1)
 
     def emit(excs: list[BaseException], base: int) -> None:
@@ -418,7 +433,20 @@ def _threaded(tracer: Tracer, errors: _Errors, first: int, threads: int, per_thr
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 span.set_attribute("error.type", type(exc).__name__)
 
-    pool = [threading.Thread(target=emit, args=(work[t], first + t * per_thread)) for t in range(threads)]
+    def fail(_: list[BaseException], base: int) -> None:
+        barrier.wait()
+        for j in range(per_thread):
+            try:
+                with tracer.start_as_current_span(
+                    "execute_tool lookup_order",
+                    attributes={**_TOOL, "gen_ai.conversation.id": f"conv-{(base + j) // _CONVERSATION_SIZE}"},
+                ):
+                    errors.fail(base + j)
+            except Exception:  # the failure is the point: the span recorded it
+                continue
+
+    pool = [threading.Thread(target=fail if raised else emit, args=(work[t], first + t * per_thread))
+            for t in range(threads)]
     for thread in pool:
         thread.start()
     barrier.wait()
@@ -524,16 +552,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                 background[label] = {name: ns / spans / 1000 for name, ns in used.items()}
 
         throughput: dict[str, list[float]] = {"bare": [], "plugin": []}
+        throughput_raised: dict[str, list[float]] = {"bare": [], "plugin": []}
         drains: list[float] = []
         for rnd in range(max(3, args.rounds // 3)):
             sides = ("bare", "plugin") if rnd % 2 == 0 else ("plugin", "bare")
-            for side in sides:
-                throughput[side].append(_threaded(tracers[side], errors, order, args.threads, args.per_thread))
-                if side == "plugin":
-                    start = time.perf_counter()
-                    ec.flush(120)
-                    drains.append(time.perf_counter() - start)
-            order += args.threads * args.per_thread
+            for rates, raised in ((throughput, False), (throughput_raised, True)):
+                for side in sides:
+                    rates[side].append(
+                        _threaded(tracers[side], errors, order, args.threads, args.per_thread, raised=raised))
+                    if side == "plugin":
+                        start = time.perf_counter()
+                        ec.flush(120)
+                        drains.append(time.perf_counter() - start)
+                order += args.threads * args.per_thread
 
         hooks: dict[str, dict[str, float]] = {}
         if args.hooks:
@@ -562,6 +593,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plugin.shutdown()
 
     tp = {side: statistics.median(v) for side, v in throughput.items()}
+    tp_raised = {side: statistics.median(v) for side, v in throughput_raised.items()}
     summary = {
         "machine": describe(),
         "rounds": args.rounds,
@@ -584,6 +616,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "threads": args.threads,
         "throughput_per_s": tp,
         "throughput_ratio": tp["plugin"] / tp["bare"],
+        "throughput_raised_per_s": tp_raised,
+        "throughput_raised_ratio": tp_raised["plugin"] / tp_raised["bare"],
         "writer_drain_s_median": statistics.median(drains),
         "records_dropped": dropped,
         "hooks_per_failed_span": hooks,
@@ -615,7 +649,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"background threads' CPU per span, {label.split(': ', 1)[1]}: "
                   + ", ".join(f"{name} {us:.1f} µs" for name, us in cpu.items()))
         print(f"{args.threads}-thread failed spans: bare {tp['bare']:.0f}/s, plugin {tp['plugin']:.0f}/s, "
-              f"ratio {tp['plugin'] / tp['bare']:.2f}; store drained each run's backlog in "
+              f"ratio {tp['plugin'] / tp['bare']:.2f}; the tool raising inside each span: bare "
+              f"{tp_raised['bare']:.0f}/s, plugin {tp_raised['plugin']:.0f}/s, ratio "
+              f"{tp_raised['plugin'] / tp_raised['bare']:.2f}; store drained each run's backlog in "
               f"{statistics.median(drains):.2f} s (median); records dropped: {dropped}")
         for label, share in hooks.items():
             added = results[label]["plugin"]["median_us"] - results[label]["bare"]["median_us"]

@@ -42,7 +42,7 @@ def fail(order: int) -> object:
 _FRAMES = {"handlers": 2, "service": 3, "repository": 4}  # pass-through functions per module
 
 
-def _chain_module(name: str, calls: str, depth: int) -> str:
+def _chain_module(name: str, calls: tuple[str, str], depth: int) -> str:
     lines = [f"from {calls[0]} import {calls[1]} as _next", ""]
     for k in range(depth):
         target = f"_{name}_{k + 1}" if k + 1 < depth else "_next"
@@ -59,8 +59,8 @@ def deep_app(folder: Path) -> ModuleType:
     (pkg / "codec.py").write_text(_LEAF, encoding="utf-8")
     for name, calls in (("repository", "deepapp.codec:fail"), ("service", "deepapp.repository:enter"),
                         ("handlers", "deepapp.service:enter")):
-        module, func = calls.split(":")
-        (pkg / f"{name}.py").write_text(_chain_module(name, (module, func), _FRAMES[name]), encoding="utf-8")
+        target, func = calls.split(":")
+        (pkg / f"{name}.py").write_text(_chain_module(name, (target, func), _FRAMES[name]), encoding="utf-8")
     if str(folder) not in sys.path:
         sys.path.insert(0, str(folder))
     spec = importlib.util.spec_from_file_location("deepapp", pkg / "__init__.py")

@@ -582,6 +582,29 @@ def test_the_benchmarks_hook_timer_sees_each_failed_tool_span_once_and_restores_
     assert len(failed) == 14 and all((s.attributes or {}).get("errcompact.key") for s in failed)
 
 
+@pytest.mark.parametrize("raised", [False, True], ids=["premade", "raised"])
+def test_the_throughput_benchmarks_threads_each_end_a_failed_tool_span_the_plugin_digests(
+    make_otel: Callable[..., OTel], app: ModuleType, tmp_path: Path, raised: bool
+) -> None:
+    """``bench_processor.py``'s throughput, both ways: every call is a failed tool span that the plugin
+    stores and digests, whether the span records an exception made before the timing or the tool
+    raises inside the span and the SDK's own context manager records it."""
+    from benchmarks.bench_processor import _Errors, _threaded
+
+    otel = make_otel(batch=True)
+    rate = _threaded(otel.tracer, _Errors(app, tmp_path), 0, 2, 5, raised=raised)
+
+    assert rate > 0
+    assert otel.ec.flush(30)
+    failed = otel.spans("execute_tool lookup_order")
+    assert len(failed) == 10
+    assert all(s.status.status_code is StatusCode.ERROR for s in failed)
+    assert all([e.name for e in s.events] == ["exception"] for s in failed)
+    assert all((s.attributes or {}).get("errcompact.key") for s in failed)
+    assert otel.store().count() == 10
+    assert len({(s.attributes or {})["errcompact.key"] for s in failed}) == 5  # the application's five failure kinds
+
+
 _HAND_OFF_ONLY = """
 import json, sys
 from pathlib import Path
