@@ -82,11 +82,14 @@ def _drop_at_hand_off() -> None:
 
 
 class _GcClock:
-    """Nanoseconds the cyclic collector ran, charged to the side whose round is running."""
+    """Nanoseconds the cyclic collector ran, charged to the side whose round is running, in all and per
+    generation with the number of collections: whether a side collects more often, or walks more each
+    time, tells what it keeps alive and for how long."""
 
     def __init__(self) -> None:
         self.side: str | None = None
         self.ns: dict[str, int] = {"bare": 0, "plugin": 0}
+        self.by_generation: dict[str, list[list[int]]] = {side: [[0, 0] for _ in range(3)] for side in self.ns}
         self._started = 0
         gc.callbacks.append(self._callback)
 
@@ -94,7 +97,11 @@ class _GcClock:
         if phase == "start":
             self._started = time.perf_counter_ns()
         elif self.side is not None:
-            self.ns[self.side] += time.perf_counter_ns() - self._started
+            took = time.perf_counter_ns() - self._started
+            self.ns[self.side] += took
+            generation = self.by_generation[self.side][info["generation"]]
+            generation[0] += 1
+            generation[1] += took
 
 
 def run_cut(cut: str, threads: int, rounds: int, per_round: int, *, collector: bool = True,
@@ -146,6 +153,8 @@ def run_cut(cut: str, threads: int, rounds: int, per_round: int, *, collector: b
         "per_s": rate,
         "ratio": rate["plugin"] / rate["bare"],
         "gc_us_per_span": {side: ns / spans / 1000 for side, ns in clock.ns.items()},
+        "gc_collections": {side: [{"count": n, "ms_each": ns / n / 1e6 if n else 0.0} for n, ns in generations]
+                           for side, generations in clock.by_generation.items()},
     }
 
 
@@ -180,10 +189,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             if not args.json:
                 row = results[-1]
                 gc_us = row["gc_us_per_span"]
+                generations = "; ".join(
+                    f"{side} " + ", ".join(f"{g['count']}×{g['ms_each']:.2f} ms" for g in row["gc_collections"][side])
+                    for side in ("bare", "plugin"))
                 print(f"{threads} thread(s), {cut:<36} bare {row['per_s']['bare']:>6.0f}/s  "
                       f"plugin {row['per_s']['plugin']:>6.0f}/s  ratio {row['ratio']:.2f}  "
-                      f"collector per span: bare {gc_us['bare']:.0f} µs, plugin {gc_us['plugin']:.0f} µs",
-                      flush=True)
+                      f"collector per span: bare {gc_us['bare']:.0f} µs, plugin {gc_us['plugin']:.0f} µs "
+                      f"(collections by generation 0, 1, 2: {generations})", flush=True)
     if args.json:
         print(json.dumps({"machine": describe(), "rounds": args.rounds, "per_round": args.per_round,
                           "collector": args.collector, "failures": args.failures, "results": results}, indent=2))
