@@ -418,35 +418,34 @@ def _threaded(tracer: Tracer, errors: _Errors, first: int, threads: int, per_thr
     SDK's own ``start_as_current_span`` records the exception and sets the status on its way out (its
     defaults; no ``error.type``), and the exception is dropped once the call has failed.
     """
-    work = [[] if raised else errors.exceptions(first + t * per_thread, per_thread) for t in range(threads)]
     barrier = threading.Barrier(threads + 1)
+
+    def attributes(order: int) -> dict[str, str]:
+        return {**_TOOL, "gen_ai.conversation.id": f"conv-{order // _CONVERSATION_SIZE}"}
 
     def emit(excs: list[BaseException], base: int) -> None:
         barrier.wait()
         for j, exc in enumerate(excs):
             with tracer.start_as_current_span(
-                "execute_tool lookup_order",
-                attributes={**_TOOL, "gen_ai.conversation.id": f"conv-{(base + j) // _CONVERSATION_SIZE}"},
+                "execute_tool lookup_order", attributes=attributes(base + j),
                 record_exception=False, set_status_on_exception=False,
             ) as span:
                 span.record_exception(exc)
                 span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                 span.set_attribute("error.type", type(exc).__name__)
 
-    def fail(_: list[BaseException], base: int) -> None:
+    def raise_in_span(base: int) -> None:
         barrier.wait()
         for j in range(per_thread):
             try:
-                with tracer.start_as_current_span(
-                    "execute_tool lookup_order",
-                    attributes={**_TOOL, "gen_ai.conversation.id": f"conv-{(base + j) // _CONVERSATION_SIZE}"},
-                ):
+                with tracer.start_as_current_span("execute_tool lookup_order", attributes=attributes(base + j)):
                     errors.fail(base + j)
             except Exception:  # the failure is the point: the span recorded it
                 continue
 
-    pool = [threading.Thread(target=fail if raised else emit, args=(work[t], first + t * per_thread))
-            for t in range(threads)]
+    bases = [first + t * per_thread for t in range(threads)]
+    pool = ([threading.Thread(target=raise_in_span, args=(base,)) for base in bases] if raised else
+            [threading.Thread(target=emit, args=(errors.exceptions(base, per_thread), base)) for base in bases])
     for thread in pool:
         thread.start()
     barrier.wait()

@@ -508,8 +508,7 @@ class ErrorHistory:
             # is only for a breach whose class is not listed.
             marked = breach is not None and any(c.digest.key == breach.key for c in shown)
             for c in shown:
-                if c.unsigned is not None:
-                    self._sign_values(c)
+                self._sign_values(c)
             return render_block(
                 [
                     RenderedClass(

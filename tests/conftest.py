@@ -73,7 +73,8 @@ class OTel:
         return metric_points(self.metric_reader, name)
 
     def metric_sum(self, name: str) -> int:
-        return int(sum(p.value for p in self.metric_points(name)))
+        self.ec.flush(30.0)
+        return metric_sum(self.metric_reader, name)
 
     def store(self) -> TrajectoryStore:
         """A read-only view of the SQLite trajectory store, after flushing the writer."""
@@ -131,6 +132,11 @@ def metric_points(reader: InMemoryMetricReader, name: str) -> list[Any]:
                 if metric.name == name:
                     points.extend(metric.data.data_points)
     return points
+
+
+def metric_sum(reader: InMemoryMetricReader, name: str) -> int:
+    """The sum of the metric ``name``'s data points that ``reader`` collects now (0 when never recorded)."""
+    return int(sum(p.value for p in metric_points(reader, name)))
 
 
 def run_threads(target: Callable[[int], None], n: int) -> list[BaseException]:

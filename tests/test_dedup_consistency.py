@@ -270,7 +270,6 @@ def test_rendered_line_counts_different_values(tmp_path: Path) -> None:
     assert "(×3)" in same.render("conv") and "different values" not in same.render("conv")
 
 
-
 def test_values_count_right_across_renders_in_between(tmp_path: Path) -> None:
     """A class's one waiting cause is signed when the block is rendered; values seen before and after
     a render add up, and a value seen again after it is not counted twice."""

@@ -37,7 +37,7 @@ from otel_errcompact.structured import parse_exception
 from otel_errcompact.telemetry import ErrorMetrics, metrics_are_read
 from otel_errcompact.tokens import MAX_COUNTED_CHARS, background_counter, count_tokens, exact
 from otel_errcompact.trajectory import TrajectoryRecord, new_record_id
-from tests.conftest import OTel, metric_points
+from tests.conftest import OTel, metric_points, metric_sum
 from tests.deeperrors import deep_app, deep_exception
 from tests.realerrors import python_error
 
@@ -261,24 +261,16 @@ def test_token_metrics_sum_every_failure_of_a_batch(tmp_path: Path) -> None:
     metrics.shutdown(60)
     # One tokenizer pass per batch and attribute set: exact within a token per text at the joins.
     exact_sum = 100 * sum(count_tokens(r) for r in raws)
-    assert abs(_raw_token_sum(reader) - exact_sum) <= 0.01 * exact_sum
+    assert abs(metric_sum(reader, "errcompact.tokens.raw") - exact_sum) <= 0.01 * exact_sum
     # Each digest line counted once per batch, times the failures that repeat it: exact.
     assert len(set(lines)) == 3
-    assert _token_sum(reader, "errcompact.tokens.compact") == sum(count_tokens(line) for line in lines)
+    assert metric_sum(reader, "errcompact.tokens.compact") == sum(count_tokens(line) for line in lines)
     sums: dict[tuple[str, str], int] = {}
     for point in metric_points(reader, "errcompact.tool.calls"):
         attrs = point.attributes or {}
         key = (str(attrs["gen_ai.tool.name"]), str(attrs["errcompact.outcome"]))
         sums[key] = sums.get(key, 0) + int(point.value)
     assert sums == {("tool0", "error"): 150, ("tool1", "error"): 150, ("tool0", "ok"): 300}
-
-
-def _raw_token_sum(reader: InMemoryMetricReader) -> int:
-    return _token_sum(reader, "errcompact.tokens.raw")
-
-
-def _token_sum(reader: InMemoryMetricReader, name: str) -> int:
-    return sum(int(p.value) for p in metric_points(reader, name))
 
 
 def _token_threads() -> list[threading.Thread]:
@@ -311,7 +303,7 @@ def test_token_counting_off_without_a_metric_reader(tmp_path: Path) -> None:
         assert ec._metrics is not None and ec._metrics.counts_tokens
         ec.record_error(python_error(tmp_path, "{}['k']\n"), scope="s")
         assert ec.flush(30)
-        assert _raw_token_sum(reader) > 10
+        assert metric_sum(reader, "errcompact.tokens.raw") > 10
     finally:
         ec.shutdown()
 
@@ -328,7 +320,8 @@ def test_huge_errors_in_token_metrics_are_bounded(tmp_path: Path) -> None:
     pipeline.handle(Failure(scope="s", raw_error="#" * 30_000, tool_name="t"))
     assert metrics.flush(60)
     metrics.shutdown(60)
-    assert _raw_token_sum(reader) > 5 * 10_000_000 // 64  # extrapolated from each head, not dropped
+    # extrapolated from each head, not dropped
+    assert metric_sum(reader, "errcompact.tokens.raw") > 5 * 10_000_000 // 64
 
 
 def test_token_queue_is_bounded_by_size_not_only_count() -> None:
