@@ -24,7 +24,7 @@ import re
 from otel_errcompact.parsers import linter, pytest_report
 from otel_errcompact.parsers._base import Frame, Parsed
 from otel_errcompact.parsers.python import COLUMN_0, HEADER, parse_plain, plain_exception, plain_location
-from otel_errcompact.unwrap import harness, lint_gate
+from otel_errcompact.unwrap import harness, json_escaped, lint_gate
 
 __all__ = ["parse_exception", "parse_first"]
 
@@ -61,9 +61,10 @@ def parse_first(text: str) -> Parsed | None:
     No line but the first and the last starts at column 0, and neither starts with ``File "``, ``Ran ``,
     ``- ``, a digit, a month, a log level or a quote. So, in the default order:
 
-    - unwrapping changes nothing: ``log_prefix`` needs a timestamp or level first, ``json_escaped`` a
-      quote or bracket first or a backslash, ``reindent`` a line starting with ``File "``; ``harness`` and
-      ``lint_gate`` are asked (:func:`harness.declines`, :func:`lint_gate.declines`);
+    - unwrapping changes nothing: ``log_prefix`` needs a timestamp or level first, ``reindent`` a line
+      starting with ``File "``; ``json_escaped``, ``harness`` and ``lint_gate`` are asked
+      (:func:`json_escaped.declines`: a quote or bracket first, or escaped line breaks; a Windows path's
+      backslashes are not enough);
     - the parsers ahead of python return ``None``: ``unittest`` needs a line starting with ``Ran ``,
       ``ipython`` a ``Type   Traceback (most recent call last)`` line, the linter a ``- `` line or a
       ``:line`` position (asked); pytest is asked (:func:`pytest_report.declines`).
@@ -74,7 +75,12 @@ def parse_first(text: str) -> Parsed | None:
     same for every failure of one code path, only the last line (the message) differs. What depends on
     the body alone is read once per body (:func:`_body_location`); the last line is read every time.
     """
-    if not text.startswith(_HEADER_LINE) or "\\" in text or not harness.declines(text) or not lint_gate.declines(text):
+    if (
+        not text.startswith(_HEADER_LINE)
+        or not json_escaped.declines(text)
+        or not harness.declines(text)
+        or not lint_gate.declines(text)
+    ):
         return None
     body_end = len(text.rstrip("\n"))
     last_at = text.rfind("\n", 0, body_end) + 1

@@ -9,6 +9,7 @@ Every error here is produced by running real code or real tools; speed is measur
 from __future__ import annotations
 
 import json
+import linecache
 import logging
 import multiprocessing
 import subprocess
@@ -494,6 +495,9 @@ _HOSTILE_LINES = (
     "x = 'C:\\\\Users\\\\me\\\\app.py'; raise FileNotFoundError(x)",
     "x = '[Current working directory: /repo]'; raise KeyError(x)",
     "raise TimeoutError('upstream host:5432 error')",
+    "raise KeyError('2 failed, 1 error in 3.5s')",
+    "x = 'Traceback (most recent call last):\\\\n  File \"w.py\", line 1, in f\\\\n    g()\\\\nKeyError: 1\\\\n' * 6; "
+    "raise RuntimeError(x)",
 )
 
 
@@ -523,6 +527,46 @@ def test_plain_traceback_skips_only_what_declines_it(app: ModuleType, tmp_path: 
             stack, exception_type=etype, exception_message=message
         ), stack
     assert taken < len(plain) + len(hostile)  # some hostile texts were really sent the whole way
+
+
+def _raised_under(name: str, source: str) -> BaseException:
+    """What ``main()`` in ``source`` raised, compiled under the file name ``name`` (a Windows path, as a
+    traceback shows it there), its lines served from linecache as for a real file."""
+    linecache.cache[name] = (len(source), None, source.splitlines(True), name)
+    namespace: dict[str, Any] = {"__name__": "app"}
+    exec(compile(source, name, "exec"), namespace)
+    try:
+        namespace["main"]()
+    except BaseException as exc:
+        return exc
+    finally:
+        linecache.cache.pop(name, None)
+    raise AssertionError(f"{name}: main() did not raise")
+
+
+def test_code_that_says_error_and_windows_paths_still_take_the_shortcut(tmp_path: Path) -> None:
+    """Source lines that say `` error`` or `` failed`` (``except OSError as error:``, ``errors.fail()``)
+    and a Windows path's backslashes are in plain tracebacks all the time; neither makes pytest or the
+    JSON unwrapper take the text, so neither may send it the whole way. The digest stays the walk's."""
+    from otel_errcompact.structured import parse_first
+
+    sources = {
+        "says_error": "def main():\n    error = KeyError('sku-7')\n    raise error\n",
+        "says_failed": "def check(order, failed):\n    return {}[order]\n\ndef main():\n"
+        "    return check('order-3', failed=None)\n",
+        "handled_error": "def main():\n    try:\n        open('/nonexistent/conf.toml')\n    except OSError as error:\n"
+        "        raise LookupError('no config: ' + error.strerror) from None\n",
+    }
+    plain = [_raised(source, tmp_path, name) for name, source in sources.items()]
+    plain += [_raised_under(rf"C:\Users\dev\shop\{name}.py", source) for name, source in sources.items()]
+    default = Compactor(digest_cache_size=0)
+    tried_all = Compactor(_every_parser(), digest_cache_size=0)
+    for exc in plain:
+        stack = _fields(exc)[2]
+        assert " error" in stack or " failed" in stack or "\\" in stack
+        assert parse_first(stack) is not None, stack
+        assert default.compact(stack) == tried_all.compact(stack), stack
+    assert sum("C:\\Users" in _fields(exc)[2] for exc in plain) == len(sources)
 
 
 def test_a_plain_traceback_uncovered_by_unwrapping_gets_the_walks_answer(app: ModuleType, tmp_path: Path) -> None:

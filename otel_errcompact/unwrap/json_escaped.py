@@ -17,7 +17,7 @@ import re
 
 from otel_errcompact.parsers._base import Hints
 
-__all__ = ["unwrap"]
+__all__ = ["declines", "unwrap"]
 
 _MAX_CHARS = 262_144
 _MAX_NODES = 2_000
@@ -44,17 +44,30 @@ def unwrap(text: str, hints: Hints) -> tuple[str, Hints] | None:
             found = _best_text(value)
             if found is not None:
                 return found, hints
-    if "\\" not in text:
-        return None  # no backslash, no escape: one memchr instead of counting a two-character needle
-    escaped = text.count("\\n")
-    if escaped < 2 or text.count("\n") * 2 > escaped:
-        return None  # real lines outnumber the escaped ones: a Windows path, not a serialised error
+    if _few_escapes(text):
+        return None
     decoded = _ESCAPE.sub(_decode_one, text)
     # Only a serialised trace is unwrapped in place: a one-line message quoting a string with ``\n`` in it
     # (``KeyError: 'a\nb\nc'``) is the error itself and stays one line.
     if decoded.count("\n") < 2 or not any(mark in decoded for mark in _FRAME_MARKS):
         return None
     return decoded, hints
+
+
+def declines(text: str) -> bool:
+    """True when :func:`unwrap` returns ``None`` for ``text`` by its cheap tests alone: too long, or not
+    JSON at its start and with too few escaped line breaks. A traceback whose paths are Windows paths has
+    backslashes in every frame and is declined here, which a test for any backslash would not tell."""
+    return len(text) > _MAX_CHARS or (_JSON_START.match(text) is None and _few_escapes(text))
+
+
+def _few_escapes(text: str) -> bool:
+    """True when ``text`` has fewer than two escaped line breaks, or fewer than twice its real ones."""
+    if "\\" not in text:
+        return True  # no backslash, no escape: one memchr instead of counting a two-character needle
+    escaped = text.count("\\n")
+    # Real lines outnumbering the escaped ones: a Windows path, not a serialised error.
+    return escaped < 2 or text.count("\n") * 2 > escaped
 
 
 def _decode_one(match: re.Match[str]) -> str:
