@@ -120,18 +120,21 @@ class GateSink:
         pass
 
 
-def metric_points(reader: InMemoryMetricReader, name: str) -> list[Any]:
-    """The data points ``reader`` collects now for the metric ``name``, empty when it was never recorded."""
+def metrics_by_name(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
+    """Every metric ``reader`` collects now, by name, with its data points (a collection runs the
+    reader's callbacks: call it once per look)."""
     data = reader.get_metrics_data()
-    points: list[Any] = []
-    if data is None:
-        return points
-    for rm in data.resource_metrics:
+    metrics: dict[str, list[Any]] = {}
+    for rm in data.resource_metrics if data is not None else []:
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
-                if metric.name == name:
-                    points.extend(metric.data.data_points)
-    return points
+                metrics.setdefault(metric.name, []).extend(metric.data.data_points)
+    return metrics
+
+
+def metric_points(reader: InMemoryMetricReader, name: str) -> list[Any]:
+    """The data points ``reader`` collects now for the metric ``name``, empty when it was never recorded."""
+    return metrics_by_name(reader).get(name, [])
 
 
 def metric_sum(reader: InMemoryMetricReader, name: str) -> int:

@@ -28,7 +28,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otel_errcompact.sinks import JSONLSink, SQLiteSink, TrajectoryStore, TrajectoryWriter, read_jsonl
 from otel_errcompact.sinks.spool import SUFFIX
 from otel_errcompact.trajectory import TrajectoryRecord
-from tests.conftest import GateSink
+from tests.conftest import GateSink, metric_points
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_TRIALS = 25
@@ -268,11 +268,7 @@ def test_a_full_queue_applies_backpressure_then_drops_counts_and_tells(tmp_path:
     assert not writer2.force_flush(10)  # truthful: one record did not make it
     assert gate2.seen == [first.record_id, queued[0].record_id, queued[1].record_id]
     writer2.shutdown()
-    data = reader.get_metrics_data()
-    assert data is not None
-    dropped = [getattr(p, "value", None) for rm in data.resource_metrics for sm in rm.scope_metrics
-               for m in sm.metrics if m.name == "errcompact.trajectory.dropped" for p in m.data.data_points]
-    assert dropped == [1]
+    assert [p.value for p in metric_points(reader, "errcompact.trajectory.dropped")] == [1]
 
 
 def test_flush_is_true_only_when_everything_submitted_is_stored(tmp_path: Path) -> None:

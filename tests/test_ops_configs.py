@@ -22,6 +22,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otel_errcompact.history import ErrorHistory, Thresholds
 from otel_errcompact.pipeline import ErrorPipeline, Failure
 from otel_errcompact.telemetry import ErrorMetrics
+from tests.conftest import metrics_by_name
 from tests.realerrors import python_error
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,13 +54,10 @@ def emitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[set[str], set[str
     assert metrics.flush(30)
     names: set[str] = set()
     labels: set[str] = {"service_name"}  # resource attribute, promoted by the collector config
-    data = reader.get_metrics_data()
-    for resource_metrics in data.resource_metrics:
-        for scope_metrics in resource_metrics.scope_metrics:
-            for metric in scope_metrics.metrics:
-                names.add(_prometheus_name(metric.name))
-                for point in metric.data.data_points:
-                    labels.update(key.replace(".", "_") for key in point.attributes)
+    for name, points in metrics_by_name(reader).items():
+        names.add(_prometheus_name(name))
+        for point in points:
+            labels.update(key.replace(".", "_") for key in point.attributes)
     provider.shutdown()
     metrics.shutdown()
     return names, labels

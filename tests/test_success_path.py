@@ -26,28 +26,16 @@ from otel_errcompact.pipeline import ErrorPipeline
 from otel_errcompact.processor import ErrorCompactionProcessor
 from otel_errcompact.recovery.observe import MODEL_SPAN_SIGNALS, RecoveryTelemetry
 from otel_errcompact.telemetry import ErrorMetrics
-from tests.conftest import OTel, run_threads
+from tests.conftest import OTel, metric_points, metric_sum, metrics_by_name, run_threads
 from tests.test_processor import GENAI_TOOL, agent, failing_tool_span, ok_tool_span, only_record
 
 
 def _ok_calls(otel: OTel, *, flush: bool) -> int:
     """Successful calls in ``errcompact.tool.calls``, read as a metric reader collects them."""
-    if flush:
-        return sum(
-            int(p.value) for p in otel.metric_points("errcompact.tool.calls")
-            if (p.attributes or {}).get("errcompact.outcome") == "ok"
-        )
-    data = otel.metric_reader.get_metrics_data()  # no flush: the collection itself must count them
-    total = 0
-    for rm in data.resource_metrics if data is not None else []:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                if metric.name == "errcompact.tool.calls":
-                    total += sum(
-                        int(p.value) for p in metric.data.data_points
-                        if (p.attributes or {}).get("errcompact.outcome") == "ok"
-                    )
-    return total
+    # Without a flush, the collection itself must count them.
+    name = "errcompact.tool.calls"
+    points = otel.metric_points(name) if flush else metric_points(otel.metric_reader, name)
+    return sum(int(p.value) for p in points if (p.attributes or {}).get("errcompact.outcome") == "ok")
 
 
 def test_successful_calls_are_counted_when_the_reader_collects_without_a_flush(otel: OTel) -> None:
@@ -55,12 +43,8 @@ def test_successful_calls_are_counted_when_the_reader_collects_without_a_flush(o
         for _ in range(7):
             ok_tool_span(otel.tracer)
     assert _ok_calls(otel, flush=False) == 7
-    names: set[str] = set()
-    data = otel.metric_reader.get_metrics_data()
-    for rm in data.resource_metrics if data is not None else []:
-        for sm in rm.scope_metrics:
-            names.update(m.name for m in sm.metrics)
-    assert "errcompact.tool.calls.queued" not in names  # the collection hook reports nothing itself
+    # The collection hook reports nothing itself.
+    assert "errcompact.tool.calls.queued" not in metrics_by_name(otel.metric_reader)
 
 
 def test_a_success_resets_the_counter_after_its_agent_span_has_ended(otel: OTel) -> None:
@@ -292,13 +276,4 @@ def test_successes_are_counted_at_collection_without_a_metrics_thread() -> None:
     assert not metrics.counts_tokens
     for _ in range(5):
         metrics.on_success("lookup")
-    data = reader.get_metrics_data()
-    points = [
-        p
-        for rm in (data.resource_metrics if data is not None else [])
-        for sm in rm.scope_metrics
-        for m in sm.metrics
-        if m.name == "errcompact.tool.calls"
-        for p in m.data.data_points
-    ]
-    assert sum(int(getattr(p, "value", 0)) for p in points) == 5
+    assert metric_sum(reader, "errcompact.tool.calls") == 5

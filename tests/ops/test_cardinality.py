@@ -10,6 +10,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otel_errcompact.history import ErrorHistory, Limits, Thresholds
 from otel_errcompact.pipeline import ErrorPipeline, Failure
 from otel_errcompact.telemetry import MAX_ERROR_TYPES, ErrorMetrics
+from tests.conftest import metrics_by_name
 
 
 def _raw(index: int) -> str:
@@ -38,13 +39,8 @@ def test_unique_errors_keep_series_bounded_and_count_each_new_class_once() -> No
     for index in range(200):
         pipeline.handle(Failure(scope="late", raw_error=_raw(index), tool_name="ingest"))
     assert metrics.flush(60)
-    points: dict[str, list[tuple[dict[str, object], float]]] = {}
-    data = reader.get_metrics_data()
-    assert data is not None
-    for rm in data.resource_metrics:
-        for sm in rm.scope_metrics:
-            for metric in sm.metrics:
-                points[metric.name] = [(dict(p.attributes or {}), p.value) for p in metric.data.data_points]
+    points = {name: [(dict(p.attributes or {}), p.value) for p in metric]
+              for name, metric in metrics_by_name(reader).items()}
     provider.shutdown()
     metrics.shutdown()
 
