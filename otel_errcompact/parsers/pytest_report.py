@@ -60,7 +60,7 @@ def declines(text: str) -> bool:
             return False
     if " failed" not in text and " error" not in text:
         return True
-    return not any(" in " in line and _RESULT.match(line) is not None for line in text.splitlines())
+    return not any(_is_result_line(line) for line in text.splitlines())
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:
@@ -226,10 +226,15 @@ def _matching_summary(name: str, summary: list[re.Match[str]]) -> re.Match[str] 
     return None
 
 
+def _is_result_line(line: str) -> bool:
+    """True for a line of the shape of pytest's closing result line (the substring test first: cheap)."""
+    return " in " in line and _RESULT.match(line) is not None
+
+
 def _result_total(lines: list[str]) -> int:
     """failed + errors from pytest's closing result line (``3 failed, 1 passed, 1 error in 0.5s``)."""
     for line in reversed(lines[-50:]):
-        if " in " in line and _RESULT.match(line) is not None:
+        if _is_result_line(line):
             return sum(int(m["count"]) for m in _RESULT_COUNT.finditer(line))
     return 0
 
@@ -237,7 +242,7 @@ def _result_total(lines: list[str]) -> int:
 def _result_text(lines: list[str]) -> str:
     """``3 failed, 1 passed`` from the closing result line, for a run that printed nothing else."""
     for line in reversed(lines[-50:]):
-        if " in " in line and _RESULT.match(line) is not None:
+        if _is_result_line(line):
             return line.strip("= ").rsplit(" in ", 1)[0]
     return ""
 
