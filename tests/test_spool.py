@@ -115,3 +115,45 @@ def test_rotation_takes_the_segment_made_ready_ahead(tmp_path: Path) -> None:
     assert _read_ids(first) == [rec.record_id] and _read_ids(second) == ["a" * 32]
     spool.close(delete=True)
     assert not (tmp_path / "spool").exists()
+
+
+def test_a_line_past_the_mapping_goes_to_the_segment_made_ready_ahead_without_a_write(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Under a steady stream the mapping fills before the writer's next round rotates it: the agent's
+    thread then rotates to the segment made ready ahead and copies there, with no ``write()`` (which
+    would release the GIL), and recovery reads the segments back in order."""
+    folder = tmp_path / "t.db-spool"
+    spool = Spool(folder, segment_bytes=8192)
+    spool.prefault()
+    ready = spool._next
+    assert ready is not None and ready.map is not None
+    fds = {spool._open.fd, ready.fd}
+    writes: list[int] = []  # write() calls into the two segments
+    real_write = spool_module.os.write
+    monkeypatch.setattr(spool_module.os, "write",
+                        lambda fd, data: (fd in fds and writes.append(fd)) or real_write(fd, data))
+    recs = [_real_record(tmp_path, i) for i in range(60)]
+    lines = [_line(rec) for rec in recs]
+    mapping = 2 * 8192
+    assert sum(map(len, lines)) > mapping and all(len(line) < mapping // 4 for line in lines)
+    seqs = [spool.copy_in(line) for line in lines[:30]]
+    assert seqs[0] == 0 and seqs[-1] == 1, "the line that did not fit opened segment 1"
+    assert spool._open is ready and spool._next is None and writes == []
+    # Nothing ready: the line is not copied, and the caller appends it with write() as before.
+    rest = lines[30:]
+    while (seq := spool.copy_in(rest[0])) is not None:
+        rest.pop(0)
+    assert seq is None and spool.seq == 1
+    for line in rest:
+        spool.append(line)
+    assert writes, "past the mapping, with no segment ready: write()"
+    first, second = _segments(folder)
+    assert first.stat().st_size == mapping, "segment 0 was never written past its mapping"
+    assert _read_ids(first) + _read_ids(second) == [rec.record_id for rec in recs]
+    monkeypatch.undo()
+    # The process dies: recovery stores every line of both segments.
+    for segment in [*spool._closed, spool._open]:
+        segment.close()
+    writer = TrajectoryWriter([SQLiteSink(tmp_path / "t.db")], spool_dir=folder)
+    writer.shutdown(timeout_s=30)
+    assert writer.recovered == len(recs) and writer.lost == 0

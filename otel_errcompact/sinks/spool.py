@@ -13,8 +13,10 @@ the mapping. The copy puts the bytes straight into the page cache, like ``write(
 system call: ``os.write`` releases the GIL, and taking it back from a busy background thread made the
 agent's thread wait. Because the blocks exist before any copy, a full disk shows as an error when the
 segment is opened (the segment then falls back to ``write()``), never as a ``SIGBUS`` in the agent's
-process. A record that does not fit in what is left of the mapping is appended past its end with one
-``write()`` on the ``O_APPEND`` descriptor, and the segment is rotated soon after. A mapped segment is
+process. A record that does not fit in what is left of the mapping goes to the next segment, which the
+writer thread opened and mapped ahead, the spool rotating to it on the spot; only when none is ready, or
+the record is bigger than a whole mapping, is it appended past the mapping's end with one ``write()`` on
+the ``O_APPEND`` descriptor, and the segment rotated soon after. A mapped segment is
 as long as its mapping, so its unused tail, and the range of a record whose copy a ``kill -9``
 interrupted, are zero bytes: :func:`read_segment` skips them (a JSON line never holds a NUL byte).
 The one thing a mapped segment does not survive is being shortened behind the writer's back: a live
@@ -180,7 +182,7 @@ class Spool:
     """An append-only, segmented record log in ``directory`` (created if missing).
 
     Not thread-safe on its own: the :class:`~otel_errcompact.sinks.writer.TrajectoryWriter` calls
-    :meth:`pin`, :meth:`unpin`, :meth:`rotate` and :meth:`release_before` under its queue lock
+    :meth:`copy_in`, :meth:`pin`, :meth:`unpin`, :meth:`rotate` and :meth:`release_before` under its queue lock
     (:meth:`discard` after it, outside), and :meth:`write` from several agent threads at once, under
     the lock for a copy into the mapping and outside it for a ``write()`` (see :meth:`write`);
     :meth:`prefault` runs on the writer thread only, outside the lock. Lines of concurrent writers may
@@ -206,7 +208,7 @@ class Spool:
         self._pins: dict[int, int] = {}  # segment → writes in flight (see pin)
         self._pid = os.getpid()
         self._open = self._new_segment(0)
-        self._next: _Segment | None = None  # opened ahead by prefault(), taken by rotate()
+        self._next: _Segment | None = None  # opened ahead by prefault(), taken by rotate() or copy_in()
         self._opened = time.monotonic()
 
     @property
@@ -236,9 +238,12 @@ class Spool:
         thread waits for those system calls.
         """
         self._open.populate()
-        if self._next is None:
-            self._next = self._new_segment(self._seq + 1)
-        self._next.populate()
+        ready = self._next
+        if ready is None:
+            # Only this thread sets _next; an agent thread takes it only once it is set (see copy_in),
+            # so no rotation can happen between reading _seq here and setting _next.
+            ready = self._next = self._new_segment(self._seq + 1)
+        ready.populate()  # the local: an agent thread may take the segment meanwhile, and copy into it
 
     def append(self, data: bytes) -> int:
         """Write ``data`` (whole lines) to the open segment; returns its sequence number.
@@ -262,13 +267,23 @@ class Spool:
         fits: with the lock held throughout, no other writer can rotate the segment meanwhile, so
         there is nothing to pin. The writer calls this for every failure on the agent's thread, where
         four calls instead of one cost about 2 µs. The reservation is taken only after the copy, so a
-        copy that raises reserves nothing."""
+        copy that raises reserves nothing.
+
+        When the line does not fit what is left of the mapping and the next segment is ready
+        (:meth:`prefault`), the spool rotates to it here, which only swaps segments, and copies the line
+        there: under a steady stream of failures the mapping fills before the writer's next round
+        rotates it, and a ``write()`` per record from then on would release the GIL on the agent's
+        thread and make it wait to take it back."""
         offset = self._bytes
         end = offset + len(data)
         segment = self._open
         mapping = segment.map
         if end > segment.capacity or mapping is None:
-            return None
+            ready = self._next
+            if ready is None or ready.map is None or len(data) > ready.capacity or self._bytes == 0:
+                return None
+            self._swap_in(ready)
+            offset, end, mapping = 0, len(data), ready.map
         mapping[offset:end] = data
         self._bytes = end
         return self._seq
@@ -348,10 +363,16 @@ class Spool:
         if self._bytes == 0:
             self._opened = time.monotonic()
             return
+        ready = self._next
+        self._swap_in(ready if ready is not None and ready.seq == self._seq + 1 else self._new_segment(self._seq + 1))
+
+    def _swap_in(self, segment: _Segment) -> None:
+        """Make ``segment`` (numbered ``seq + 1``) the open one, the open one a rotated one; under the lock."""
         self._closed.append(self._open)
-        self._seq += 1
-        ready, self._next = self._next, None
-        self._open = ready if ready is not None and ready.seq == self._seq else self._new_segment(self._seq)
+        self._seq = segment.seq
+        if self._next is segment:
+            self._next = None
+        self._open = segment
         self._bytes = 0
         self._opened = time.monotonic()
 
