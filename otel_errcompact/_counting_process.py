@@ -62,6 +62,8 @@ class CountingProcess:
     def count(self, payload: Sequence[bytes]) -> list[int]:
         """The token count of each UTF-8 text, in order; :class:`CountingProcessError` if the child cannot
         answer (it is then stopped, and the next call starts another) or :func:`close` has run."""
+        if self._process is None and (refusal := self._refusal()):
+            raise CountingProcessError(refusal)  # before the request is built for nothing; for good, so lock-free
         request = struct.pack(f"<I{len(payload)}I", len(payload), *map(len, payload)) + b"".join(payload)
         with self._lock:
             process = self._running()
@@ -80,13 +82,20 @@ class CountingProcess:
         if self._process is not None and self._process.poll() is None:
             return self._process
         self._stop()
-        if self._closed:  # at exit: what is still counted is counted in place
-            raise CountingProcessError("the token-counting process was closed")
-        if self.starts >= MAX_STARTS:
-            raise CountingProcessError(f"{MAX_STARTS} token-counting processes failed; counting in place")
+        refusal = self._refusal()
+        if refusal:
+            raise CountingProcessError(refusal)
         self.starts += 1
         self._process = self._start()
         return self._process
+
+    def _refusal(self) -> str | None:
+        """Why no child may be started any more, for good; None while one may."""
+        if self._closed:  # at exit: what is still counted is counted in place
+            return "the token-counting process was closed"
+        if self.starts >= MAX_STARTS:
+            return f"{MAX_STARTS} token-counting processes failed; counting in place"
+        return None
 
     def _start(self) -> subprocess.Popen[bytes]:
         if not _runs_python(self._argv[0]):
