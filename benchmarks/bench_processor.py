@@ -350,12 +350,9 @@ def _counting_cpu_ns() -> int | None:
 
     ticks = 0
     found = False
-    for process in list(_counting_process._processes.values()):
-        running = process._process
-        if running is None:
-            continue
+    for pid in _counting_process.running_pids():
         try:
-            fields = Path(f"/proc/{running.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
             continue
         ticks += int(fields[11]) + int(fields[12])  # utime, stime

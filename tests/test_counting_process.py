@@ -78,7 +78,7 @@ def started(tmp_path: Path) -> Iterator[Started]:
 
 
 _AGENT = """
-import json, sys
+import json, os, sys
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
@@ -96,8 +96,11 @@ for i in range(30):
 assert ec.flush(60)
 loaded = sorted(name for name in ("bpe_openai._bindings", "bpe_openai", "tiktoken") if name in sys.modules)
 total = sum(int(p.value) for p in metric_points(reader, "errcompact.tokens.raw"))
+from otel_errcompact._counting_process import running_pids
 from otel_errcompact.tokens import count_tokens
-print(json.dumps({"loaded": loaded, "raw": total, "exact": 10 * sum(count_tokens(r) for r in raws)}))
+parents = [int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]) for pid in running_pids()]
+print(json.dumps({"loaded": loaded, "raw": total, "exact": 10 * sum(count_tokens(r) for r in raws),
+                  "parents": parents, "me": os.getpid()}))
 ec.shutdown()
 """
 
@@ -112,6 +115,7 @@ def test_an_agent_with_metrics_loads_no_tokenizer_and_gets_exact_counts(tmp_path
     result = json.loads(out.stdout.splitlines()[-1])
     assert result["loaded"] == []
     assert abs(result["raw"] - result["exact"]) <= 0.01 * result["exact"]
+    assert result["parents"] == [result["me"]], "running_pids names the agent's one counting process"
 
 
 @pytest.mark.timeout(60)
