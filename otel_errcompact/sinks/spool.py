@@ -363,8 +363,7 @@ class Spool:
         if self._bytes == 0:
             self._opened = time.monotonic()
             return
-        ready = self._next
-        self._swap_in(ready if ready is not None and ready.seq == self._seq + 1 else self._new_segment(self._seq + 1))
+        self._swap_in(self._next or self._new_segment(self._seq + 1))  # _next is always numbered seq + 1
 
     def _swap_in(self, segment: _Segment) -> None:
         """Make ``segment`` (numbered ``seq + 1``) the open one, the open one a rotated one; under the lock."""
