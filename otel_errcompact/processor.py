@@ -1061,28 +1061,47 @@ class ErrorCompactionProcessor(SpanProcessor):
         trace_id = int(failure.trace_id, 16)
         self._halted.note(trace_id, escalation)
         self._slow = True  # after the note: see _ending_slow
-        anchor = self._live_anchor(trace_id)
-        ended = None
-        if anchor is None or not anchor.is_recording():
-            if not self._ended_anchors:
-                return
-            with self._lock:
-                ended = self._ended_anchors.get(trace_id)
-            if ended is None:
-                return
         attributes: dict[str, str | int] = dict(escalation.to_attributes())
         if failure.tool_name:
             attributes[semconv.GEN_AI_TOOL_NAME] = tool_label(failure.tool_name)
-        if ended is None:
-            anchor.add_event("errcompact.escalation", attributes)  # type: ignore[union-attr]
+        event = Event("errcompact.escalation", attributes)
+        anchor = self._live_anchor(trace_id)
+        if anchor is not None and _add_unless_ended(anchor, event):
             return
-        # Counted after the agent span ended (its digest made after the span did): the SDK refuses a
-        # new event on an ended span, but it is not exported yet (see ExportGate), and its events are
-        # the list the exported copy reads.
+        # Counted after the agent span ended (its digest made after the span did, or the agent's thread
+        # ended it meanwhile): the SDK refuses a new event on an ended span, but it is not exported yet
+        # (see ExportGate), and its events are the list the exported copy reads.
+        if not self._ended_anchors:
+            return
+        with self._lock:
+            ended = self._ended_anchors.get(trace_id)
+        if ended is None:
+            return
         try:
-            ended._events.append(Event("errcompact.escalation", attributes))  # type: ignore[attr-defined]
+            ended._events.append(event)  # type: ignore[attr-defined]
         except Exception:
             _log.debug("otel-errcompact: could not add the escalation event", exc_info=True)
+
+
+def _add_unless_ended(span: Span, event: Event) -> bool:
+    """Add ``event`` to ``span`` unless it has ended; True when added.
+
+    The test and the append are one step under the span's own lock, as the SDK's ``add_event`` takes
+    them, because the agent's thread may end the span while another thread (the digest thread) adds an
+    escalation: tested first and added after, the event would meet an ended span, be dropped, and the
+    SDK would log a warning into the host's logs."""
+    try:
+        lock, events = span._lock, span._events  # its BoundedList, which the SDK appends to
+    except AttributeError:  # not the SDK's span: its public API, with the race it has
+        if not span.is_recording():
+            return False
+        span.add_event(event.name, event.attributes)
+        return True
+    with lock:
+        if span._end_time is not None:
+            return False
+        events.append(event)  # type: ignore[attr-defined]
+    return True
 
 
 _NOT_FAILURES = frozenset({"ErrorBudgetExceeded", "CancelledError", "KeyboardInterrupt", "GeneratorExit"})

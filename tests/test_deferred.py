@@ -11,8 +11,10 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
@@ -174,6 +176,53 @@ def test_an_escalation_counted_after_its_agent_span_ended_is_still_on_it(
         for _ in range(3):
             failing_tool_span(otel.tracer)
     assert _pending(otel) == 3  # the agent span ended first
+    events = [e for e in exported(otel, agent_span).events if e.name == "errcompact.escalation"]
+    assert len(events) == 1
+    assert (events[0].attributes or {})["errcompact.reason"] == "consecutive"
+
+
+@pytest.mark.parametrize("moment", ["found live", "tested live"])
+def test_an_agent_span_that_ends_while_its_escalation_is_added_still_carries_it(
+    make_otel: Callable[..., OTel], held: None, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+    moment: str,
+) -> None:
+    """The digest thread adds the escalation while the agent's thread may end the agent span: here the
+    span ends at the worst moments, right after the processor found it among the live anchors, or right
+    after it asked the span whether it is still recording. The event must not be dropped, and the SDK
+    must not log its ended-span warning into the host's logs."""
+    otel = make_otel(batch=True, thresholds=Thresholds(consecutive=3, budget=None, action="human"))
+    processor = otel.ec.processor
+    assert processor is not None
+    agent_span = otel.tracer.start_span(
+        "invoke_agent support",
+        attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "c-race"},
+    )
+    with trace.use_span(agent_span):
+        for _ in range(3):
+            failing_tool_span(otel.tracer)
+    if moment == "found live":
+        look_up = processor._live_anchor
+
+        def found_then_ended(trace_id: int) -> Any:
+            found = look_up(trace_id)
+            agent_span.end()
+            return found
+
+        monkeypatch.setattr(processor, "_live_anchor", found_then_ended)
+    else:
+        recording = agent_span.is_recording
+
+        def tested_then_ended() -> bool:
+            live = recording()
+            agent_span.end()
+            return live
+
+        monkeypatch.setattr(agent_span, "is_recording", tested_then_ended)
+    with caplog.at_level(logging.WARNING):
+        processor.settle()  # the failures are counted here, the escalation with them
+        if agent_span.end_time is None:  # not ended by the moment above
+            agent_span.end()
+    assert [r.getMessage() for r in caplog.records if "ended span" in r.getMessage()] == []
     events = [e for e in exported(otel, agent_span).events if e.name == "errcompact.escalation"]
     assert len(events) == 1
     assert (events[0].attributes or {})["errcompact.reason"] == "consecutive"
