@@ -159,6 +159,8 @@ def exception_from_events(events: Iterable[Any]) -> tuple[str | None, str | None
         events = dq
     try:
         count = len(events)  # type: ignore[arg-type]
+        if not count:  # a span that failed without recording an exception, as a one-line error does
+            return None
         events[0]  # type: ignore[index]  # a sequence: indexed without a copy
     except (TypeError, IndexError, KeyError):
         events = tuple(events)
