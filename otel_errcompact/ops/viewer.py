@@ -19,13 +19,17 @@ Jaeger ``http://localhost:16686/trace/{trace_id}`` (the default), Grafana Tempo
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
+import threading
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 __all__ = ["DATABASE", "DEFAULT_TRACE_URL", "command", "metadata", "serve"]
@@ -33,6 +37,8 @@ __all__ = ["DATABASE", "DEFAULT_TRACE_URL", "command", "metadata", "serve"]
 DEFAULT_TRACE_URL = "http://localhost:16686/trace/{trace_id}"
 DATABASE = "trajectories"
 """The name the store is served under (``/trajectories``)."""
+_STOP_TIMEOUT_S = 10.0
+"""How long Datasette is given to shut down once told to, before it is killed."""
 
 
 def _sql_string(text: str) -> str:
@@ -155,7 +161,49 @@ def serve(
         meta = Path(tmp) / "metadata.json"
         meta.write_text(json.dumps(metadata(f"http://{host}:{port}", template), indent=2), encoding="utf-8")
         print(f"otel-errcompact viewer: http://{host}:{port}/{DATABASE} (read-only; Ctrl+C to stop)", flush=True)
+        return _run_until_stopped(command(link, host=host, port=port, metadata_path=meta))
+
+
+def _run_until_stopped(args: list[str]) -> int:
+    """Run Datasette as a child that stops with the viewer; its exit code: 0 when the viewer was told
+    to stop (Ctrl+C, SIGTERM, SIGHUP), 128 + the signal's number when something else killed Datasette
+    by a signal, as a shell reports it.
+
+    Ctrl+C reaches both processes (the terminal signals the whole process group), but a process manager,
+    ``kill`` or a closed terminal signals the viewer alone: with the default handlers the viewer would
+    die at once and leave Datasette serving the store on its port, orphaned, and its temporary folder
+    behind. So SIGTERM and SIGHUP are passed on to Datasette, which shuts down on them, and the viewer
+    waits for it; whatever ends the wait otherwise stops the child too. The handlers are installed only
+    on the main thread (elsewhere Python refuses them) and restored afterwards."""
+    child = subprocess.Popen(args)
+    told: list[int] = []
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        told.append(signum)
+        with contextlib.suppress(ProcessLookupError):
+            child.send_signal(signum)
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for name in ("SIGTERM", "SIGHUP"):  # no SIGHUP on Windows
+            number = getattr(signal, name, None)
+            if number is not None:
+                previous[number] = signal.signal(number, forward)
+    try:
         try:
-            return subprocess.call(command(link, host=host, port=port, metadata_path=meta))
-        except KeyboardInterrupt:
+            code = child.wait()
+            return 0 if told else code if code >= 0 else 128 - code
+        except KeyboardInterrupt:  # Datasette had it too: it is given time to stop, then stopped below
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=_STOP_TIMEOUT_S)
             return 0
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+        if child.poll() is None:
+            child.terminate()
+            try:
+                child.wait(timeout=_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                child.wait()

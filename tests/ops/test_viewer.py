@@ -7,10 +7,12 @@ conversations → failures with digest, count, escalation and a trace link, then
 
 from __future__ import annotations
 
+import contextlib
 import html
 import os
 import re
 import shutil
+import signal
 import socket
 import sqlite3
 import subprocess
@@ -61,34 +63,48 @@ def _text(dom: str) -> str:
     return html.unescape(re.sub(r"\s+", " ", re.sub(r"<[^>]+>", " ", dom)))
 
 
+def _env(db: Path) -> dict[str, str]:
+    env = {**os.environ, "OTEL_ERRCOMPACT_SQLITE_PATH": str(db)}
+    for name in [n for n in env if n.startswith("OTEL_EXPORTER_OTLP")]:
+        env.pop(name)
+    return env
+
+
+def _answers(base: str) -> bool:
+    try:
+        urllib.request.urlopen(f"{base}/-/versions.json", timeout=2).close()
+    except OSError:
+        return False
+    return True
+
+
+def _start_viewer(db: Path, port: int) -> subprocess.Popen[str]:
+    """``otel-errcompact viewer`` on ``port``, once it answers."""
+    server = subprocess.Popen(
+        [_cli(), "viewer", "--db", str(db), "--port", str(port), "--trace-url", TRACE_URL],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(db),
+    )
+    deadline = time.monotonic() + 60
+    while not _answers(f"http://127.0.0.1:{port}"):
+        if time.monotonic() > deadline or server.poll() is not None:
+            server.kill()
+            output = server.stdout.read() if server.stdout else ""
+            raise AssertionError(f"viewer did not start: {output}")
+        time.sleep(0.3)
+    return server
+
+
 @pytest.fixture(scope="module")
 def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     tmp = tmp_path_factory.mktemp("viewer")
     db = tmp / "store.sqlite3"
-    env = {**os.environ, "OTEL_ERRCOMPACT_SQLITE_PATH": str(db)}
-    for name in [n for n in env if n.startswith("OTEL_EXPORTER_OTLP")]:
-        env.pop(name)
-    demo = subprocess.run([_cli(), "demo", "--db", str(db)], capture_output=True, text=True, env=env, timeout=300)
+    demo = subprocess.run([_cli(), "demo", "--db", str(db)], capture_output=True, text=True, env=_env(db),
+                          timeout=300)
     assert demo.returncode == 0, demo.stdout + demo.stderr
     port = _free_port()
-    server = subprocess.Popen(
-        [_cli(), "viewer", "--db", str(db), "--port", str(port), "--trace-url", TRACE_URL],
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-    )
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 60
-    while True:
-        try:
-            urllib.request.urlopen(f"{base}/-/versions.json", timeout=2).close()
-            break
-        except OSError:
-            if time.monotonic() > deadline or server.poll() is not None:
-                server.kill()
-                output = server.stdout.read() if server.stdout else ""
-                raise AssertionError(f"viewer did not start: {output}") from None
-            time.sleep(0.3)
+    server = _start_viewer(db, port)
     try:
-        yield base, db
+        yield f"http://127.0.0.1:{port}", db
     finally:
         server.terminate()
         server.wait(timeout=30)
@@ -143,3 +159,28 @@ def test_the_viewer_is_read_only(viewer: tuple[str, Path]) -> None:
         body = exc.read().decode()
     assert "delete" not in body.lower() or "error" in body.lower()
     assert sqlite3.connect(db).execute("select count(*) from trajectory").fetchone()[0] == before
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads a process's children from /proc (Linux)")
+def test_a_viewer_stopped_with_sigterm_takes_its_server_and_folder_with_it(viewer: tuple[str, Path]) -> None:
+    """A process manager, ``kill`` or a closed terminal signals the viewer alone, not its process group
+    as Ctrl+C does: Datasette must stop with it, so that nothing goes on serving the store on the port,
+    and the viewer's temporary folder must be removed."""
+    _base, db = viewer
+    port = _free_port()
+    server = _start_viewer(db, port)
+    children = [int(pid) for pid in Path(f"/proc/{server.pid}/task/{server.pid}/children").read_text().split()]
+    try:
+        assert len(children) == 1  # Datasette
+        arguments = Path(f"/proc/{children[0]}/cmdline").read_bytes().split(b"\0")
+        folder = Path(os.fsdecode(arguments[arguments.index(b"--metadata") + 1])).parent
+        assert folder.is_dir()
+        server.send_signal(signal.SIGTERM)
+        assert server.wait(timeout=30) == 0
+        assert not Path(f"/proc/{children[0]}").exists()  # stopped and reaped, not orphaned
+        assert not _answers(f"http://127.0.0.1:{port}")
+        assert not folder.exists()
+    finally:
+        for pid in children:  # an orphan left by a failure above must not outlive the test
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
