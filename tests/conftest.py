@@ -73,8 +73,8 @@ class OTel:
         return metric_points(self.metric_reader, name)
 
     def metric_sum(self, name: str) -> int:
-        self.ec.flush(30.0)
-        return metric_sum(self.metric_reader, name)
+        """The sum of the metric ``name``'s data points (0 when it was never recorded)."""
+        return int(sum(p.value for p in self.metric_points(name)))
 
     def store(self) -> TrajectoryStore:
         """A read-only view of the SQLite trajectory store, after flushing the writer."""

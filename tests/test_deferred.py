@@ -1,9 +1,9 @@
 """Failed spans whose digest is made after the span ended (``otel_errcompact.deferred``).
 
 Behind the SDK's ``BatchSpanProcessor``, a failed tool span's digest is made by the digest thread, or
-by whoever needs it first. These tests hold that thread back (its ``wake`` does nothing) so that the
-other ways are the only ones: a read of the history, the export of a batch, a flush, shutdown. Every
-failure is a real exception from real code, through the real SDK.
+by whoever needs it first. The tests of those other ways hold that thread back (the ``held`` fixture:
+its ``wake`` does nothing), so that they are the only ones: a read of the history, the export of a batch,
+a flush, shutdown. Every failure is a real exception from real code, through the real SDK.
 """
 
 from __future__ import annotations
