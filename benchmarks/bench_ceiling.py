@@ -17,11 +17,16 @@ spans and real, distinct 43-45-line tracebacks of ``bench_processor.py``:
 - ``no metrics, hand-off only``: the store on, but each failure is dropped where the agent's thread
   hands it to the history: its raw record is read off the span, spooled and stored, and no digest is
   ever made, nothing is counted and no escalation decided;
+- ``no metrics, spooled only, hand-off only``: what a design that made the digests and stored the rows
+  in another process, fed from the spool, would leave in the agent's: the raw record read off the span
+  and copied into the spool, the writer thread taking each batch and releasing the spool's segments,
+  and no row written (``TrajectoryWriter._write`` stores nothing), no digest made;
 - ``no metrics, no store, hand-off only``: the record read off the span, and nothing else.
 
-The two "hand-off only" cuts are made by this script (it replaces ``ErrorHistory.defer_failure``, the
-export gate's wait and the digest thread's wake-up with no-ops in its own process): no configuration
-runs them, and they do less than the issue asks of the plugin. They are floors, not the plugin's cost.
+The "hand-off only" cuts are made by this script (it replaces ``ErrorHistory.defer_failure``, the
+export gate's wait and the digest thread's wake-up with no-ops in its own process, and for "spooled
+only" the writer's ``_write``): no configuration runs them, and they do less than the issue asks of the
+plugin. They are floors, not the plugin's cost.
 
 For each side, the time the cyclic garbage collector ran during its rounds is read off ``gc.callbacks``
 and given per failed span: the threads' failures are real exceptions with their tracebacks, so full
@@ -67,6 +72,7 @@ CUTS: dict[str, dict[str, bool]] = {
     "no metrics": {"metrics": False, "store": True, "digests": True},
     "no metrics, no store": {"metrics": False, "store": False, "digests": True},
     "no metrics, hand-off only": {"metrics": False, "store": True, "digests": False},
+    "no metrics, spooled only, hand-off only": {"metrics": False, "store": True, "digests": False, "rows": False},
     "no metrics, no store, hand-off only": {"metrics": False, "store": False, "digests": False},
 }
 
@@ -79,6 +85,14 @@ def _drop_at_hand_off() -> None:
     ErrorHistory.defer_failure = lambda self, deferred: None  # type: ignore[method-assign]
     ExportGate.wait_for = lambda self, spans: None  # type: ignore[method-assign]
     DigestThread.wake = lambda self: None  # type: ignore[method-assign]
+
+
+def _store_no_rows() -> None:
+    """The writer thread takes its batches and releases the spool's segments, but stores no row: the
+    rows would be another process's work, read from the spool."""
+    from otel_errcompact.sinks.writer import TrajectoryWriter
+
+    TrajectoryWriter._write = lambda self, items: True  # type: ignore[method-assign]
 
 
 class _GcClock:
@@ -112,6 +126,8 @@ def run_cut(cut: str, threads: int, rounds: int, per_round: int, *, collector: b
         gc.disable()
     if not parts["digests"]:
         _drop_at_hand_off()
+    if not parts.get("rows", True):
+        _store_no_rows()
     from otel_errcompact import init
 
     with tempfile.TemporaryDirectory() as tmp:
