@@ -213,11 +213,16 @@ def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines:
         sqlite_path = Path(tempfile.mkdtemp(prefix="otel-errcompact-demo-")) / "trajectories.sqlite3"
     if sqlite_path is not None:
         settings["sqlite_path"] = sqlite_path
-    ec = init(
-        service_name=os.environ.get("OTEL_SERVICE_NAME") or "errcompact-demo",
-        breaker=BreakerPolicy(threshold=3, cooldown_s=_BREAKER_COOLDOWN_S),  # short, so the demo can wait it out
-        **settings,
-    )
+    try:
+        ec = init(
+            service_name=os.environ.get("OTEL_SERVICE_NAME") or "errcompact-demo",
+            breaker=BreakerPolicy(threshold=3, cooldown_s=_BREAKER_COOLDOWN_S),  # short, so the demo can wait it out
+            **settings,
+        )
+    except BaseException:  # a bad setting, say: the temporary store's folder would be left behind, empty
+        if temporary and sqlite_path is not None:
+            shutil.rmtree(sqlite_path.parent, ignore_errors=True)
+        raise
     conversation_id = f"demo-{uuid.uuid4().hex[:8]}"
     raw_errors: list[str] = []
 

@@ -69,8 +69,11 @@ def test_the_store_named_by_the_variable_is_named_too(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("command", [["trajectories", "list"], ["demo"]])
 def test_a_bad_variable_is_one_line_naming_it(tmp_path: Path, command: list[str]) -> None:
-    line = _one_line_error(_cli(command, _env(tmp_path, OTEL_ERRCOMPACT_CONSECUTIVE="banana")))
+    scratch = tmp_path / "tmp"  # the temporary folder the command sees
+    scratch.mkdir()
+    line = _one_line_error(_cli(command, _env(tmp_path, OTEL_ERRCOMPACT_CONSECUTIVE="banana", TMPDIR=str(scratch))))
     assert line.endswith("OTEL_ERRCOMPACT_CONSECUTIVE='banana': expected an integer ≥ 1")
+    assert list(scratch.iterdir()) == []  # the demo's temporary store is not left behind, empty
 
 
 def test_compact_does_not_need_the_settings(tmp_path: Path) -> None:
