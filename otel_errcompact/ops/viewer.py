@@ -190,13 +190,12 @@ def _run_until_stopped(args: list[str]) -> int:
             if number is not None:
                 previous[number] = signal.signal(number, forward)
     try:
-        try:
-            code = child.wait()
-            return 0 if told else code if code >= 0 else 128 - code
-        except KeyboardInterrupt:  # Datasette had it too: it is given time to stop, then stopped below
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                child.wait(timeout=_STOP_TIMEOUT_S)
-            return 0
+        code = child.wait()
+        return 0 if told else code if code >= 0 else 128 - code
+    except KeyboardInterrupt:  # Datasette had it too: it is given time to stop, then stopped below
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            child.wait(timeout=_STOP_TIMEOUT_S)
+        return 0
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
