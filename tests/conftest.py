@@ -74,7 +74,8 @@ class OTel:
 
     def metric_sum(self, name: str) -> int:
         """The sum of the metric ``name``'s data points (0 when it was never recorded)."""
-        return int(sum(p.value for p in self.metric_points(name)))
+        self.ec.flush(30.0)  # as metric_points does
+        return metric_sum(self.metric_reader, name)
 
     def store(self) -> TrajectoryStore:
         """A read-only view of the SQLite trajectory store, after flushing the writer."""
