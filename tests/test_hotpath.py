@@ -649,14 +649,23 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
-from benchmarks.bench_ceiling import _drop_at_hand_off
+from benchmarks.bench_ceiling import _drop_at_hand_off, _store_no_rows
 from otel_errcompact import init
 from otel_errcompact.sinks.sqlite import TrajectoryStore
+from otel_errcompact.sinks.writer import TrajectoryWriter
 from tests.deeperrors import deep_app, deep_exception
 
 scratch = Path(sys.argv[1])
-if sys.argv[2] == "cut":
+if sys.argv[2] in ("cut", "spooled"):
     _drop_at_hand_off()
+if sys.argv[2] == "spooled":
+    _store_no_rows()
+spooled = []
+enqueue = TrajectoryWriter._enqueue
+def counted(self, record, line, **kwargs):
+    spooled.append(line is not None)
+    return enqueue(self, record, line, **kwargs)
+TrajectoryWriter._enqueue = counted
 exporter = InMemorySpanExporter()
 provider = TracerProvider()
 provider.add_span_processor(BatchSpanProcessor(exporter))
@@ -676,6 +685,8 @@ provider.force_flush()
 records = TrajectoryStore(scratch / "t.db").list(limit=100)
 tools = [s for s in exporter.get_finished_spans() if s.name.startswith("execute_tool")]
 print(json.dumps({
+    "spooled": sum(spooled),
+    "dropped": ec.pipeline.writer.dropped,
     "stored": len(records),
     "digested": sum(1 for r in records if r.key),
     "keyed_spans": sum(1 for s in tools if "errcompact.key" in (s.attributes or {})),
@@ -685,18 +696,22 @@ ec.shutdown()
 """
 
 
-@pytest.mark.parametrize("cut", ["cut", "whole"])
+@pytest.mark.parametrize("cut", ["cut", "spooled", "whole"])
 def test_the_ceiling_benchmarks_hand_off_cut_stores_raw_records_and_makes_no_digest(cut: str, tmp_path: Path) -> None:
     """``bench_ceiling.py``'s "hand-off only" cuts are floors only if they do what the README says: every
-    failure's raw record is still spooled and stored, and no digest is made, counted or shown. Run in
-    a child, since the cut replaces methods for its whole process; the uncut run is the control."""
+    failure's raw record is still spooled and stored, and no digest is made, counted or shown; in the
+    "spooled only" cut every raw record is spooled and taken by the writer, none dropped, and no row is
+    written. Run in a child, since the cut replaces methods for its whole process; the uncut run is the
+    control."""
     root = Path(__file__).resolve().parent.parent
     out = subprocess.run([sys.executable, "-c", _HAND_OFF_ONLY, str(tmp_path), cut], cwd=root,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     seen = json.loads(out.stdout.strip().splitlines()[-1])
-    assert seen["stored"] == 3
-    if cut == "cut":
+    assert seen["dropped"] == 0
+    assert seen["stored"] == (0 if cut == "spooled" else 3)
+    assert seen["spooled"] == (6 if cut == "whole" else 3)  # uncut, each digested version is spooled too
+    if cut in ("cut", "spooled"):
         assert seen["digested"] == 0 and seen["keyed_spans"] == 0 and seen["context"] == ""
     else:
         assert seen["digested"] == 3 and seen["keyed_spans"] == 3 and "[RECENT ERRORS]" in seen["context"]
