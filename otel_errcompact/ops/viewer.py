@@ -175,31 +175,45 @@ def _run_until_stopped(args: list[str]) -> int:
     behind. So SIGTERM and SIGHUP are passed on to Datasette, which shuts down on them, and the viewer
     waits for it; whatever ends the wait otherwise stops the child too. The handlers are installed only
     on the main thread (elsewhere Python refuses them) and restored afterwards."""
-    child = subprocess.Popen(args)
     told: list[int] = []
+    started: list[subprocess.Popen[bytes]] = []  # the child, once there is one
+    passed_on: list[int] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         told.append(signum)
-        with contextlib.suppress(ProcessLookupError):
-            child.send_signal(signum)
+        for running in started:
+            with contextlib.suppress(ProcessLookupError):
+                running.send_signal(signum)
+                passed_on.append(signum)
 
+    # Installed before the child starts: a signal that arrives while it starts is passed on to it as
+    # soon as it exists, instead of killing the viewer with the child half started and left behind.
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for name in ("SIGTERM", "SIGHUP"):  # no SIGHUP on Windows
             number = getattr(signal, name, None)
             if number is not None:
                 previous[number] = signal.signal(number, forward)
+    child: subprocess.Popen[bytes] | None = None
     try:
+        if told:  # told to stop before anything started
+            return 0
+        child = subprocess.Popen(args)
+        started.append(child)
+        if told and not passed_on:  # told to stop while it started, before it could be told itself
+            with contextlib.suppress(ProcessLookupError):
+                child.send_signal(told[0])
         code = child.wait()
         return 0 if told else code if code >= 0 else 128 - code
     except KeyboardInterrupt:  # Datasette had it too: it is given time to stop, then stopped below
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            child.wait(timeout=_STOP_TIMEOUT_S)
+        if child is not None:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                child.wait(timeout=_STOP_TIMEOUT_S)
         return 0
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
-        if child.poll() is None:
+        if child is not None and child.poll() is None:
             child.terminate()
             try:
                 child.wait(timeout=_STOP_TIMEOUT_S)
