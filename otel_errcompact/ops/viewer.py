@@ -177,14 +177,12 @@ def _run_until_stopped(args: list[str]) -> int:
     on the main thread (elsewhere Python refuses them) and restored afterwards."""
     told: list[int] = []
     started: list[subprocess.Popen[bytes]] = []  # the child, once there is one
-    passed_on: list[int] = []
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         told.append(signum)
         for running in started:
             with contextlib.suppress(ProcessLookupError):
                 running.send_signal(signum)
-                passed_on.append(signum)
 
     # Installed before the child starts: a signal that arrives while it starts is passed on to it as
     # soon as it exists, instead of killing the viewer with the child half started and left behind.
@@ -200,7 +198,7 @@ def _run_until_stopped(args: list[str]) -> int:
             return 0
         child = subprocess.Popen(args)
         started.append(child)
-        if told and not passed_on:  # told to stop while it started, before it could be told itself
+        if told:  # told to stop while it started, before it could be told itself (twice at worst: harmless)
             with contextlib.suppress(ProcessLookupError):
                 child.send_signal(told[0])
         code = child.wait()
