@@ -176,13 +176,13 @@ def _run_until_stopped(args: list[str]) -> int:
     waits for it; whatever ends the wait otherwise stops the child too. The handlers are installed only
     on the main thread (elsewhere Python refuses them) and restored afterwards."""
     told: list[int] = []
-    started: list[subprocess.Popen[bytes]] = []  # the child, once there is one
+    child: subprocess.Popen[bytes] | None = None  # until it is started
 
     def forward(signum: int, _frame: FrameType | None) -> None:
         told.append(signum)
-        for running in started:
+        if child is not None:
             with contextlib.suppress(ProcessLookupError):
-                running.send_signal(signum)
+                child.send_signal(signum)
 
     # Installed before the child starts: a signal that arrives while it starts is passed on to it as
     # soon as it exists, instead of killing the viewer with the child half started and left behind.
@@ -192,12 +192,10 @@ def _run_until_stopped(args: list[str]) -> int:
             number = getattr(signal, name, None)
             if number is not None:
                 previous[number] = signal.signal(number, forward)
-    child: subprocess.Popen[bytes] | None = None
     try:
         if told:  # told to stop before anything started
             return 0
         child = subprocess.Popen(args)
-        started.append(child)
         if told:  # told to stop while it started, before it could be told itself (twice at worst: harmless)
             with contextlib.suppress(ProcessLookupError):
                 child.send_signal(told[0])
