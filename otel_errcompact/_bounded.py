@@ -10,16 +10,25 @@ So the library runs such calls on a daemon helper thread and waits at most the t
 deadline passes, the caller goes on; the helper finishes (or keeps retrying) in the background, and,
 being a daemon thread, never holds up interpreter exit. :class:`BoundedCall` keeps at most one helper per
 target in flight: a later call waits on the same helper instead of piling up threads behind a hung one.
+
+From Python 3.12 on, no thread can be started once the interpreter is shutting down, ``atexit`` callbacks
+included ("can't create new thread at interpreter shutdown"), and the shutdown at exit is where these
+calls matter most: without them a script's last spans, logs and metrics never reach the collector. So
+:func:`reserve` starts idle daemon helpers ahead of need (``init()`` reserves one per call its shutdown
+makes), and a call that cannot start a thread hands its work to one of them.
 """
 
 from __future__ import annotations
 
+import functools
 import logging
+import os
+import queue
 import threading
 import time
 from collections.abc import Callable
 
-__all__ = ["BoundedCall", "Deadline", "call_within"]
+__all__ = ["BoundedCall", "Deadline", "call_within", "reserve"]
 
 _log = logging.getLogger("otel_errcompact")
 
@@ -55,7 +64,9 @@ class BoundedCall:
             done = self._running
             if done is None:
                 done = self._running = threading.Event()
-                threading.Thread(target=self._run, args=(done,), name=self._name, daemon=True).start()
+                if not _start(functools.partial(self._run, done), self._name):
+                    self._running = None
+                    return False
         if not done.wait(max(0.0, timeout_s)):
             return False
         return self._ok
@@ -79,3 +90,72 @@ class BoundedCall:
 def call_within(fn: Callable[[], object], timeout_s: float, name: str) -> bool:
     """Run ``fn`` once on a daemon thread; True when it finished successfully within ``timeout_s``."""
     return BoundedCall(fn, name)(timeout_s)
+
+
+def reserve(helpers: int) -> None:
+    """Have at least ``helpers`` idle helper threads started ahead, for bounded calls made when no thread
+    can be started any more (see the module docstring). Each waits on its own queue and costs no CPU."""
+    _STANDBY.reserve(helpers)
+
+
+def _start(job: Callable[[], None], name: str) -> bool:
+    """Run ``job`` on a new daemon thread, else on a reserved helper; False (logged) when neither can."""
+    try:
+        threading.Thread(target=job, name=name, daemon=True).start()
+        return True
+    except RuntimeError as exc:  # interpreter shutdown on Python 3.12+, or the system's thread limit
+        if _STANDBY.run(job):
+            return True
+        _log.warning("otel-errcompact: %s was not run: no thread could be started for it (%s)", name, exc)
+        return False
+
+
+class _Standby:
+    """Idle daemon helpers started ahead of need, each taking one job at a time from its own queue."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[tuple[threading.Thread, queue.SimpleQueue[Callable[[], None]]]] = []
+        self._started = 0
+
+    def reserve(self, helpers: int) -> None:
+        with self._lock:
+            missing = helpers - len(self._idle)
+            for _ in range(max(0, missing)):
+                jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+                self._started += 1
+                thread = threading.Thread(target=self._serve, args=(jobs,), daemon=True,
+                                          name=f"otel_errcompact.standby-{self._started}")
+                thread.start()
+                self._idle.append((thread, jobs))
+
+    def run(self, job: Callable[[], None]) -> bool:
+        """Hand ``job`` to an idle helper; False when none is left."""
+        with self._lock:
+            while self._idle:
+                thread, jobs = self._idle.pop()
+                if thread.is_alive():  # not a helper of the parent process, after a fork
+                    jobs.put(job)
+                    return True
+        return False
+
+    def _serve(self, jobs: queue.SimpleQueue[Callable[[], None]]) -> None:
+        me = threading.current_thread()
+        while True:
+            job = jobs.get()
+            try:
+                job()
+            except Exception:  # pragma: no cover - the jobs are BoundedCall._run, which catches everything
+                _log.exception("otel-errcompact: a helper thread's job failed")
+            with self._lock:
+                self._idle.append((me, jobs))
+
+    def _forget(self) -> None:
+        """In a forked child: the parent's helpers do not exist there."""
+        self._lock = threading.Lock()
+        self._idle = []
+
+
+_STANDBY = _Standby()
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_STANDBY._forget)

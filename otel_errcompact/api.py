@@ -37,7 +37,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-from otel_errcompact._bounded import Deadline, call_within
+from otel_errcompact._bounded import Deadline, call_within, reserve
 from otel_errcompact._sigterm import install_sigterm_flush, uninstall_sigterm_flush
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.boundary import OnError, ToolBoundary, conversation
@@ -543,6 +543,7 @@ def _build(
 
     history = ErrorHistory(thresholds or config.thresholds(), limits or config.limits())
     sinks: list[TrajectorySink] = []
+    bounded_at_exit = len(owned)  # the bounded calls ErrCompact.shutdown makes at exit: one per provider
     if config.redact_patterns:
         add_patterns(config.redact_patterns)
     if config.enabled:
@@ -553,6 +554,7 @@ def _build(
         sinks.extend(at_rest(sink) for sink in file_sinks)
         if config.otlp_logs and lp is not None:
             sinks.append(RedactingSink(OTLPLogSink(lp, flush_timeout_s=min(1.0, config.shutdown_timeout_s / 4))))
+            bounded_at_exit += 1  # the sink's flush when the writer closes
         sinks.extend(extra_sinks)
     writer = (
         TrajectoryWriter(
@@ -639,6 +641,8 @@ def _build(
                 signals=MODEL_SPAN_SIGNALS,
                 waiting=telemetry.waiting,
             )
+    # No thread can be started at exit on Python 3.12+: those calls get their helpers now (see _bounded).
+    reserve(bounded_at_exit)
     handle = ErrCompact(
         config,
         history=history,

@@ -5,6 +5,11 @@ Run as a user would: a fresh interpreter with ``OTEL_EXPORTER_OTLP_ENDPOINT`` po
 ``OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S=2``. Before the fix this took 22 s (closed port) and 57 s (silent
 port). The bounds below are that timeout plus generous margins for a loaded machine; they measure a
 bound on behaviour, not speed.
+
+Python 3.12 and later start no thread once the interpreter shuts down, ``atexit`` callbacks included. Each
+exit is run both ways: as this interpreter allows it, and with thread starts refused from the moment the
+library's exit shutdown begins, as Python 3.12+ refuses them (an ``atexit`` callback registered after
+``init()``, so run before its shutdown, makes ``threading`` raise the error those versions raise).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from pathlib import Path
 import pytest
 
 from otel_errcompact.sinks import TrajectoryStore
+from tests.atexit_threads import REFUSE_THREADS_AT_EXIT
 
 SHUTDOWN_TIMEOUT_S = 2.0
 FLUSH_TIMEOUT_S = 1.0
@@ -35,6 +41,8 @@ AGENT = textwrap.dedent(
     from otel_errcompact.sinks import TrajectoryStore
 
     ec = otel_errcompact.init(service_name="dead-endpoint")
+    if sys.argv[2] == "refused":
+        refuse_threads_at_exit()
 
     @ec.tool
     def lookup(key):
@@ -86,8 +94,9 @@ def _silent_port() -> Iterator[int]:
         yield int(s.getsockname()[1])
 
 
+@pytest.mark.parametrize("threads_at_exit", ["allowed", "refused"])
 @pytest.mark.parametrize("endpoint", [_closed_port, _silent_port], ids=["closed-port", "silent-port"])
-def test_flush_shutdown_and_exit_hold_the_timeout(tmp_path: Path, endpoint: object) -> None:
+def test_flush_shutdown_and_exit_hold_the_timeout(tmp_path: Path, endpoint: object, threads_at_exit: str) -> None:
     db = tmp_path / "trajectories.sqlite3"
     with endpoint() as port:  # type: ignore[operator]
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
@@ -97,7 +106,7 @@ def test_flush_shutdown_and_exit_hold_the_timeout(tmp_path: Path, endpoint: obje
             OTEL_ERRCOMPACT_SQLITE_PATH=str(db),
         )
         proc = subprocess.run(
-            [sys.executable, "-c", AGENT, str(FLUSH_TIMEOUT_S)],
+            [sys.executable, "-c", REFUSE_THREADS_AT_EXIT + AGENT, str(FLUSH_TIMEOUT_S), threads_at_exit],
             env=env, capture_output=True, text=True, timeout=120, check=False,
         )
         ended = time.time()

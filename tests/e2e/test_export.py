@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import textwrap
 import uuid
 from pathlib import Path
 
@@ -23,6 +24,7 @@ from opentelemetry.trace import Status, StatusCode
 
 import otel_errcompact
 from otel_errcompact.sinks import TrajectoryStore
+from tests.atexit_threads import REFUSE_THREADS_AT_EXIT
 from tests.e2e.conftest import PhoenixServer
 from tests.realerrors import write
 
@@ -133,3 +135,51 @@ def test_app_owned_provider_exports_annotated_tool_spans(phoenix: PhoenixServer,
     assert "inventory_backend_v2" in digest
     (agent,) = _by_name(spans, "invoke_agent ")
     assert [e["name"] for e in agent["events"]].count("errcompact.escalation") == 1
+
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import otel_errcompact
+
+    ec = otel_errcompact.init(service_name="short-script")
+    if sys.argv[1] == "refused":
+        refuse_threads_at_exit()
+
+    @ec.tool
+    def lookup(key):
+        return {"sku-1": 3}[key]
+
+    with ec.conversation("conv-exit"):
+        for sku in ("sku-7", "sku-8"):
+            print(lookup(sku))
+    # no flush, no shutdown: the process ends, as a short agent script does
+    """
+)
+
+
+@pytest.mark.parametrize("threads_at_exit", ["allowed", "refused"])
+def test_a_script_that_just_exits_exports_its_spans(
+    phoenix: PhoenixServer, tmp_path: Path, threads_at_exit: str
+) -> None:
+    """The shutdown at exit exports what the providers ``init()`` made still hold, also where no thread can
+    be started at exit any more (Python 3.12+; see ``tests/atexit_threads.py``)."""
+    project = f"exit-{uuid.uuid4().hex[:8]}"
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("OTEL_") or k.startswith("PHOENIX_"))}
+    env.update(
+        OTEL_EXPORTER_OTLP_TRACES_ENDPOINT=f"{phoenix.otlp_http_endpoint}/v1/traces",
+        OTEL_RESOURCE_ATTRIBUTES=f"openinference.project.name={project}",
+        OTEL_ERRCOMPACT_SQLITE_PATH=str(tmp_path / "exit.sqlite3"),
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", REFUSE_THREADS_AT_EXIT + SCRIPT, threads_at_exit],
+        env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "Traceback" not in run.stderr and "Exception ignored" not in run.stderr, run.stderr
+    assert run.stdout.count("[KeyError]") == 2, run.stdout
+
+    tools = _by_name(phoenix.spans(project, min_count=2, timeout_s=60), "execute_tool ")
+    assert len(tools) == 2
+    assert sorted(s["attributes"]["errcompact.count"] for s in tools) == [1, 2]
+    assert all("'sku-" in s["attributes"]["errcompact.digest"] for s in tools)
