@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -191,7 +192,11 @@ def test_wrapper_raised_by_a_library_points_at_the_users_call(tmp_path: Path) ->
     """)
     assert "json/decoder.py" in raw
     assert d.type == "JSONDecodeError"
-    assert d.cause.startswith("Expecting property name enclosed in double quotes")
+    try:  # the message this interpreter gives (3.13 words it differently)
+        json.loads('{"port": 80,}')
+    except json.JSONDecodeError as exc:
+        expected = exc.msg
+    assert d.cause.startswith(expected)
     assert d.location is not None
     assert (d.location.file.endswith("app.py"), d.location.func, d.location.line) == (True, "read_config", 4)
     parsed = python.parse(raw, Hints())
@@ -378,6 +383,7 @@ def test_recursion_error(tmp_path: Path) -> None:
 def test_five_thousand_frames_parse_to_a_bounded_digest(tmp_path: Path) -> None:
     raw = python_error(tmp_path, """
         import sys
+        import traceback
         sys.setrecursionlimit(20000)
         sys.tracebacklimit = 20000
 
@@ -389,7 +395,11 @@ def test_five_thousand_frames_parse_to_a_bounded_digest(tmp_path: Path) -> None:
                 return {}["bottom"]
             return ping(n)
 
-        ping(5000)
+        try:
+            ping(5000)
+        except KeyError:
+            traceback.print_exc()  # every frame: Python 3.13's own hook prints only the last thousand
+            sys.exit(1)
     """)
     assert raw.count('  File "') > 5000
     parsed = python.parse(raw, Hints())
@@ -401,7 +411,7 @@ def test_five_thousand_frames_parse_to_a_bounded_digest(tmp_path: Path) -> None:
     doubled = raw * 2  # the second copy is an unrelated later traceback: the last one wins
     assert python.parse(doubled, Hints()) is not None
     d = compact_text(raw)  # the compactor keeps the head and tail of text this large
-    assert d.line == "[KeyError] at app.py:10 in pong: 'bottom'"
+    assert d.line == "[KeyError] at app.py:11 in pong: 'bottom'"
 
 
 def test_huge_one_line_message_keeps_its_head(tmp_path: Path) -> None:
