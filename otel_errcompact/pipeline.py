@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from otel_errcompact._frozen import fast_constructor
@@ -403,7 +403,7 @@ def _values(
     attributes = dict(attributes) if type(attributes) is JsonableAttributes else jsonable(attributes)
     f = failure
     values = record_values(
-        new_record_id(), f.source, _now(_UTC), f.scope, f.trace_id, f.span_id, f.parent_span_id, f.conversation_id,
+        new_record_id(), f.source, _now(UTC), f.scope, f.trace_id, f.span_id, f.parent_span_id, f.conversation_id,
         f.agent_name, f.tool_name, f.tool_call_id, f.tool_arguments, f.span_name, f.status_description,
         f.error_type, f.exception_type, f.exception_message, f.exception_stacktrace, f.raw_error, f.started_at,
         f.ended_at, attributes, _jsonable_resource(f.resource),
@@ -494,7 +494,6 @@ def _amended(values: Mapping[str, Any], digest: Digest | None, observation: Obse
 
 
 _now = datetime.now  # bound once: _values runs for every failure
-_UTC = timezone.utc
 
 
 _resource_memo: tuple[Mapping[str, Any], dict[str, Any]] | None = None

@@ -25,7 +25,7 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sized
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from opentelemetry.context import Context
@@ -101,7 +101,6 @@ _IDENTITY_ATTRIBUTES = frozenset(
 )
 """Every attribute :meth:`ErrorCompactionProcessor._record_values` reads a conversation, agent, call id or
 arguments from: a tool span that records none of them (most do not) is answered with one set test."""
-_UTC = timezone.utc
 _STATUS_ERROR = StatusCode.ERROR  # an enum member read through its class costs 50 ns on Python 3.11
 _from_timestamp = datetime.fromtimestamp
 _now = datetime.now
@@ -177,11 +176,11 @@ def _utc_from_ns(ns: int) -> datetime:
     are an exact float, dividing by 10**6 is correctly rounded (an error far below half a
     microsecond), and ``fromtimestamp`` rounds to the nearest microsecond. Half the cost of adding a
     ``timedelta`` to the epoch (``trajectory.utc_from_ns``), and a failed span converts two."""
-    return _from_timestamp(ns // 1000 / 1e6, _UTC)
+    return _from_timestamp(ns // 1000 / 1e6, UTC)
 
 
 def _now_utc() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def raw_error_of(
@@ -697,7 +696,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         return record_values(
             new_record_id(),
             "span",
-            _now(_UTC),
+            _now(UTC),
             scope,
             trace_hex,
             f"{span_id:016x}" if span_id else None,
@@ -715,8 +714,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             exception[2] if exception else None,
             raw_error_of(attrs, exception, description),
             # _utc_from_ns, inlined: two calls fewer per failure
-            _from_timestamp(start // 1000 / 1e6, _UTC) if start is not None else None,
-            _from_timestamp(end // 1000 / 1e6, _UTC) if end is not None else _now_utc(),
+            _from_timestamp(start // 1000 / 1e6, UTC) if start is not None else None,
+            _from_timestamp(end // 1000 / 1e6, UTC) if end is not None else _now_utc(),
             attributes,
             self._resource_of(resource),
         )

@@ -36,7 +36,7 @@ import os
 import re
 import time
 from collections.abc import Mapping
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -157,15 +157,15 @@ def _utc(value: Any) -> Any:
         # timedelta from the epoch: a failed span converts two timestamps on the agent's thread.
         return _EPOCH + timedelta(microseconds=value // 1000)
     if isinstance(value, datetime) and value.tzinfo is None:
-        return value.replace(tzinfo=timezone.utc)
+        return value.replace(tzinfo=UTC)
     return value
 
 
-_EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 _MASK_48 = (1 << 48) - 1

@@ -25,7 +25,7 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
@@ -123,7 +123,7 @@ class ModelWireServer:
                 "x-ratelimit-remaining-requests": str(remaining),
                 "x-ratelimit-reset-requests": _duration(reset),
             }
-        full_at = datetime.fromtimestamp(time.time() + reset, tz=timezone.utc)
+        full_at = datetime.fromtimestamp(time.time() + reset, tz=UTC)
         return {
             "anthropic-ratelimit-requests-limit": str(limit),
             "anthropic-ratelimit-requests-remaining": str(remaining),

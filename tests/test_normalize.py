@@ -52,9 +52,9 @@ def _same_after_masking(first: str, second: str, placeholder: str) -> str:
 
 
 def test_timestamps() -> None:
-    iso = [f"deadline passed at {datetime.datetime.now(datetime.timezone.utc).isoformat()}"]
+    iso = [f"deadline passed at {datetime.datetime.now(datetime.UTC).isoformat()}"]
     time.sleep(0.002)
-    iso.append(f"deadline passed at {datetime.datetime.now(datetime.timezone.utc).isoformat()}")
+    iso.append(f"deadline passed at {datetime.datetime.now(datetime.UTC).isoformat()}")
     _same_after_masking(*iso, "<ts>")
     ctime = f"cert expired on {time.ctime(1_700_000_000)}", f"cert expired on {time.ctime(1_800_000_123)}"
     assert _same_after_masking(*ctime, "<ts>") == "cert expired on <ts>"

@@ -14,6 +14,7 @@ import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
+from datetime import UTC
 from typing import Any
 
 import pytest
@@ -604,9 +605,9 @@ def test_escalation_goes_to_the_innermost_live_agent_span(otel: OTel) -> None:
 
 
 def test_record_times_are_the_span_times_to_the_microsecond(otel: OTel) -> None:
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
-    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
     with agent(otel.tracer, "conv-times"):
         span, _ = failing_tool_span(otel.tracer)
     out = exported(otel, span)
@@ -663,11 +664,11 @@ def test_annotations_respect_the_providers_span_limits() -> None:
 
 def test_nanosecond_times_convert_exactly_to_the_microsecond() -> None:
     import random
-    from datetime import datetime, timedelta, timezone
+    from datetime import datetime, timedelta
 
     from otel_errcompact.processor import _utc_from_ns
 
-    epoch = datetime(1970, 1, 1, tzinfo=timezone.utc)
+    epoch = datetime(1970, 1, 1, tzinfo=UTC)
     rng = random.Random(9)
     samples = [rng.randrange(0, 4_102_444_800 * 10**9) for _ in range(20_000)]  # up to the year 2100
     samples += [1_763_840_000_999_999_999, 1_763_840_000_000_000_500, 10**9 - 1, 0]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -112,7 +112,7 @@ def test_ids_and_times_from_a_real_sdk_span_are_normalised(keyerror_tb: str) -> 
     assert rec.span_id == format_span_id(ctx.span_id) and len(rec.span_id) == 16
     assert rec.parent_span_id == format_span_id(span.parent.span_id)
     assert rec.started_at is not None and rec.ended_at is not None
-    assert rec.started_at.tzinfo == timezone.utc
+    assert rec.started_at.tzinfo == UTC
     assert span.start_time is not None and span.end_time is not None
     assert abs(rec.started_at.timestamp() - span.start_time / 1e9) < 1e-5
     assert rec.started_at <= rec.ended_at
@@ -166,7 +166,7 @@ def test_model_copy_with_odd_values_still_serialises(keyerror_tb: str) -> None:
     """model_copy skips validation; to_json must still not raise in the writer thread."""
     raw = TrajectoryRecord(source="tool", raw_error=keyerror_tb)
     odd = raw.model_copy(update={"digest": DigestInfo.from_digest(compact_text(keyerror_tb)),
-                                 "escalation": {"when": datetime.now(timezone.utc), "path": Path("/x")}})
+                                 "escalation": {"when": datetime.now(UTC), "path": Path("/x")}})
     data = json.loads(odd.to_json())
     assert data["escalation"]["path"] == "/x" and data["digest"]["type"] == "KeyError"
     assert odd.to_dict()["escalation"]["path"] == "/x"
@@ -222,8 +222,8 @@ def test_the_fast_record_of_a_span_failure_equals_the_validated_one(keyerror_tb:
         span_id="cd" * 8, parent_span_id="ef" * 8, span_name="execute_tool lookup",
         status_description="KeyError: 'id'", error_type="KeyError", exception_type="KeyError",
         exception_message="'id'", exception_stacktrace=keyerror_tb,
-        started_at=datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc),
-        ended_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=timezone.utc),
+        started_at=datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC),
+        ended_at=datetime(2026, 1, 2, 3, 4, 6, tzinfo=UTC),
         attributes={"gen_ai.tool.name": "lookup", "n": 3, "list": [1, 2], "blob": b"\xff"},
         resource={"service.name": "svc"},
     )
@@ -277,7 +277,7 @@ def test_a_span_failure_stored_from_its_values_is_the_row_its_record_makes(tmp_p
         scope="conv-1", raw_error=keyerror_tb, source="span", tool_name="lookup", conversation_id="conv-1",
         trace_id="ab" * 16, span_id="cd" * 8, span_name="execute_tool lookup", exception_type="KeyError",
         exception_message="'id'", exception_stacktrace=keyerror_tb, status_description="KeyError: 'id'",
-        started_at=datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=timezone.utc), attributes={"n": 3},
+        started_at=datetime(2026, 1, 2, 3, 4, 5, 6, tzinfo=UTC), attributes={"n": 3},
     )
     digest = compact_text(keyerror_tb)
     observation = ErrorHistory(Thresholds(consecutive=1)).observe("conv-1", digest)
