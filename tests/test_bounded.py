@@ -20,7 +20,7 @@ CHILD = textwrap.dedent(
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     _bounded.reserve(1)
-    _refuse_from_now_on()
+    refuse_threads_now()
     ran, release = [], threading.Event()
 
     def hangs():
