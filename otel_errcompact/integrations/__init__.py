@@ -7,3 +7,28 @@ exception the framework does not swallow, the history scope follows the framewor
 conversation, and the ``[RECENT ERRORS]`` block is rebuilt for each model call instead of piling up.
 The framework packages are imported only by the bridge modules, never by the core.
 """
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+
+
+def framework_missing(bridge: str, extra: str, error: Exception) -> ImportError:
+    """The error a bridge raises when its framework is missing or older than it supports. The bare
+    ImportError (a name that cannot be imported from deep inside the framework) says neither which
+    versions the bridge needs nor how to get them: this one names the requirements of the package's
+    extra ``extra``, read from its installed metadata (pyproject.toml's optional dependencies), and
+    keeps the original error at the end and as the cause."""
+    needs = ", ".join(_requirements_of(extra)) or "its framework"
+    return ImportError(f"{bridge} needs {needs}: pip install 'otel-errcompact[{extra}]' ({error})")
+
+
+def _requirements_of(extra: str) -> list[str]:
+    """The requirements of one extra of the installed otel-errcompact, without their markers."""
+    try:
+        requires = importlib.metadata.requires("otel-errcompact") or []
+    except importlib.metadata.PackageNotFoundError:  # imported from a source tree, not installed
+        return []
+    marker = re.compile(r";.*\bextra\s*==\s*['\"]" + re.escape(extra) + r"['\"]")
+    return [requirement.split(";", 1)[0].strip() for requirement in requires if marker.search(requirement)]

@@ -33,19 +33,24 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from langchain_core.messages import AnyMessage, SystemMessage, ToolMessage
-from langchain_core.runnables import RunnableConfig
-from langgraph.config import get_config
-from langgraph.prebuilt import ToolNode
-from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE, ToolCallRequest
-from langgraph.types import Command
 from opentelemetry import trace
 
 from otel_errcompact.api import ErrCompact
 from otel_errcompact.boundary import ToolErrorText
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import Escalation
+from otel_errcompact.integrations import framework_missing
 from otel_errcompact.integrations._calls import BridgedCall, run_async, run_sync
+
+try:
+    from langchain_core.messages import AnyMessage, SystemMessage, ToolMessage
+    from langchain_core.runnables import RunnableConfig
+    from langgraph.config import get_config
+    from langgraph.prebuilt import ToolNode
+    from langgraph.prebuilt.tool_node import TOOL_CALL_ERROR_TEMPLATE, ToolCallRequest
+    from langgraph.types import Command
+except ImportError as error:  # not installed, or older than ToolNode(wrap_tool_call=...)
+    raise framework_missing("otel_errcompact.langgraph", "langgraph", error) from error
 
 __all__ = ["BLOCK_NAME", "LangGraphBridge", "thread_scope", "with_block"]
 
@@ -139,8 +144,10 @@ class LangGraphBridge:
     def middleware(self) -> Any:
         """The same bridge as middleware for langchain's ``create_agent`` (langchain 1.x):
         ``create_agent(model, tools, middleware=[bridge.middleware()])``."""
-        from otel_errcompact.integrations._langchain_middleware import ErrCompactMiddleware
-
+        try:
+            from otel_errcompact.integrations._langchain_middleware import ErrCompactMiddleware
+        except (ImportError, TypeError) as error:  # TypeError: AgentMiddleware before its third type parameter
+            raise framework_missing("LangGraphBridge.middleware()", "langgraph", error) from error
         return ErrCompactMiddleware(self)
 
     def current_scope(self) -> str:

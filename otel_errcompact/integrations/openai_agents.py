@@ -39,12 +39,6 @@ import traceback
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, function_tool
-from agents.exceptions import AgentsException
-from agents.run_context import RunContextWrapper
-from agents.tool import default_tool_error_function
-from agents.tool_context import ToolContext
-from agents.tracing import get_current_trace
 from opentelemetry import trace
 from opentelemetry.sdk.trace import Span as SdkSpan
 
@@ -53,6 +47,17 @@ from otel_errcompact.api import ErrCompact
 from otel_errcompact.boundary import conversation, current_conversation
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import Escalation
+from otel_errcompact.integrations import framework_missing
+
+try:
+    from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, function_tool
+    from agents.exceptions import AgentsException
+    from agents.run_context import RunContextWrapper
+    from agents.tool import default_tool_error_function
+    from agents.tool_context import ToolContext
+    from agents.tracing import get_current_trace
+except ImportError as error:
+    raise framework_missing("otel_errcompact.openai_agents", "openai-agents", error) from error
 
 __all__ = ["AgentsBridge", "RunHalted", "run_scope"]
 
