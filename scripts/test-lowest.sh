@@ -15,11 +15,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if [ -n "${VIRTUAL_ENV:-}" ] && [ -x "$VIRTUAL_ENV/bin/python" ]; then
-  PY="$VIRTUAL_ENV/bin/python"
-else
-  PY="$(command -v "${PYTHON:-python3}")"
-fi
+# PY: the interpreter scripts/test.sh uses (the active venv's, else $PYTHON or python3), from its own lines.
+# shellcheck source=/dev/null
+source <(sed -n '/^# --- interpreter ---/,/^# --- end interpreter ---/p' scripts/test.sh)
 
 # lower_bounds GROUP... : NAME==LOWER for each requirement of the groups ("dependencies" or an extra's name).
 lower_bounds() {
