@@ -31,6 +31,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from otel_errcompact._forked import new_locks_in_child
+
 __all__ = ["MAX_STARTS", "CountingProcess", "CountingProcessError", "close", "shared"]
 
 MAX_STARTS = 3
@@ -55,6 +57,7 @@ class CountingProcess:
     def __init__(self, extension: str, encoding: str) -> None:
         self._argv = [sys.executable, "-I", "-S", _CHILD, extension, encoding]
         self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
         self._process: subprocess.Popen[bytes] | None = None
         self._closed = False
         self.starts = 0

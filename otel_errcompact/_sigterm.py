@@ -23,6 +23,7 @@ ignoring it.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -55,8 +56,12 @@ def install_sigterm_flush(
             signal.signal(signum, signal.SIG_DFL)
             if hold is not None:
                 _quietly(hold)
-            threading.Thread(target=_finish, args=(shutdown, timeout_s, signum),
-                             name="otel_errcompact.sigterm", daemon=True).start()
+            # Python 3.12+ starts no thread once the interpreter is exiting (RuntimeError): the exit runs
+            # the shutdown (atexit, or a multiprocessing worker's finalizer), maybe in the very call this
+            # signal interrupted. It finishes, bounded, and the process ends.
+            with contextlib.suppress(RuntimeError):
+                threading.Thread(target=_finish, args=(shutdown, timeout_s, signum),
+                                 name="otel_errcompact.sigterm", daemon=True).start()
 
         signal.signal(signal.SIGTERM, on_sigterm)
     except (ValueError, OSError):  # pragma: no cover - e.g. an embedded interpreter without signals

@@ -15,6 +15,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from otel_errcompact._forked import rebuild_in_child
+
 __all__ = ["BackgroundQueue"]
 
 _log = logging.getLogger("otel_errcompact")
@@ -60,8 +62,23 @@ class BackgroundQueue(Generic[T]):
         self._busy = False
         self._closed = False
         self.dropped = 0
+        self._name = name
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
+        rebuild_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        """In a process forked from this one (see :mod:`otel_errcompact._forked`): what was queued is the
+        parent's to handle; a new condition (a thread of the parent may have held its lock), and the
+        thread again unless the queue was shut down."""
+        self._items.clear()
+        self._queued_cost = 0
+        self._flush_wanted = 0
+        self._busy = False
+        self._cond = threading.Condition()
+        if not self._closed:
+            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            self._thread.start()
 
     def submit(self, item: T, *, wake: bool = False) -> bool:
         """Queue ``item``; False (and counted in ``dropped``) when full or closed. Never blocks.

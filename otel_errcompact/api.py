@@ -19,6 +19,7 @@ import atexit
 import functools
 import logging
 import os
+import sys
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -38,6 +39,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_errcompact._bounded import Deadline, call_within, reserve
+from otel_errcompact._forked import new_locks_in_child, rebuild_in_child
 from otel_errcompact._sigterm import install_sigterm_flush, uninstall_sigterm_flush
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.boundary import OnError, ToolBoundary, conversation
@@ -157,8 +159,35 @@ class ErrCompact:
         self._review_queue = review_queue
         self._shutdown_lock = threading.Lock()
         self._is_shutdown = False
+        self._shutdown_done = threading.Event()
+        self._shutdown_thread: threading.Thread | None = None
+        self._exit_in_workers = False
         self._init_arguments: dict[str, Any] = {}
         self._store_path = settings.sqlite_path if settings.enabled else None
+        new_locks_in_child(self, "_shutdown_lock")
+        rebuild_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        """In a process forked from this one (see :mod:`otel_errcompact._forked`)."""
+        self._shutdown_done = threading.Event()
+        if self._is_shutdown:
+            self._shutdown_done.set()
+        else:
+            self._shut_down_at_worker_exit()
+
+    def _shut_down_at_worker_exit(self) -> None:
+        """Make :meth:`shutdown` run when a multiprocessing worker this process is, or forks, ends.
+
+        Such a worker ends with ``os._exit()`` (with the fork and forkserver start methods), which runs
+        no ``atexit`` handler, only multiprocessing's own finalizers: without one, the worker's last
+        records would wait in its spool for the next start, and its segments would stay on disk. A
+        worker clears its finalizers when it starts, after ``init()`` ran in it (at the import of the
+        main module) or was inherited from its parent, then runs multiprocessing's after-fork hooks:
+        the finalizer is registered from one of those. Once per process (the hooks are inherited)."""
+        util = sys.modules.get("multiprocessing.util")
+        if util is not None and not self._exit_in_workers:
+            self._exit_in_workers = True
+            util.register_after_fork(self, _shut_down_at_multiprocessing_exit)
 
     # -- what an agent loop calls ------------------------------------------------------------------
 
@@ -276,12 +305,27 @@ class ErrCompact:
         return ok
 
     def shutdown(self) -> None:
-        """Flush and stop everything this handle started. Idempotent; also runs at interpreter exit."""
-        global _INSTANCE
+        """Flush and stop everything this handle started. Idempotent; also runs at interpreter exit.
+
+        A call made while another thread shuts the handle down waits for it to finish (at most
+        ``OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S``): the SIGTERM handler's call, arriving while a
+        multiprocessing worker's exit shuts it down, must not let the process die halfway."""
         with self._shutdown_lock:
-            if self._is_shutdown:
-                return
+            first = not self._is_shutdown
             self._is_shutdown = True
+            if first:
+                self._shutdown_thread = threading.current_thread()
+        if not first:
+            if self._shutdown_thread is not threading.current_thread():
+                self._shutdown_done.wait(self.settings.shutdown_timeout_s)
+            return
+        try:
+            self._shut_down()
+        finally:
+            self._shutdown_done.set()
+
+    def _shut_down(self) -> None:
+        global _INSTANCE
         # One deadline for everything this handle started: the SDK's provider shutdowns take no timeout
         # and wait out their exporters' retries, so they run on helper threads (see _bounded).
         deadline = Deadline(self.settings.shutdown_timeout_s)
@@ -305,6 +349,12 @@ class ErrCompact:
         with _INSTANCE_LOCK:
             if _INSTANCE is self:
                 _INSTANCE = None
+
+
+def _shut_down_at_multiprocessing_exit(handle: ErrCompact) -> None:
+    from multiprocessing import util
+
+    util.Finalize(handle, handle.shutdown, exitpriority=1)
 
 
 def instance() -> ErrCompact | None:
@@ -395,6 +445,7 @@ def init(
         handle._init_arguments = arguments
         _INSTANCE = handle
     atexit.register(handle.shutdown)
+    handle._shut_down_at_worker_exit()
     if handle.writer is not None:
         install_sigterm_flush(handle.shutdown, config.shutdown_timeout_s, hold=handle.writer.hold)
     return handle

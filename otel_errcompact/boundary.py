@@ -41,6 +41,7 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_errcompact import semconv
+from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.digest import Digest
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import ErrorHistory
@@ -199,6 +200,7 @@ class ToolBoundary:
         self.breakers = breakers
         self._digests: dict[str, Digest] = {}  # dedup key -> latest digest, for refused calls' history
         self._digests_lock = threading.Lock()
+        new_locks_in_child(self, "_digests_lock")
         self.aborts = aborts or AbortRegistry()
         self.retry = retry or RetryPolicy()
 

@@ -43,6 +43,7 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
+from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact._sanitize import prompt_text, sanitize, strip_invisible
 from otel_errcompact.classify import is_retryable
 from otel_errcompact.digest import DedupKey, Digest, Location, short_file
@@ -133,6 +134,7 @@ class Compactor:
         self._cache: OrderedDict[str, Parsed | None] = OrderedDict()
         self._cache_size = summary_cache_size
         self._cache_lock = threading.Lock()
+        new_locks_in_child(self, "_cache_lock")
         # Agents repeat the very same failure; an exact repeat of a recent raw error skips the parsers.
         self._digests: OrderedDict[tuple[object, int | None, str | None, str | None], Digest] = OrderedDict()
         self._digest_cache_size = digest_cache_size

@@ -34,6 +34,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from otel_errcompact._forked import rebuild_in_child
 from otel_errcompact.pipeline import DeferredFailure, ErrorPipeline
 
 __all__ = ["DigestThread", "DigestingExporter", "ExportGate"]
@@ -172,13 +173,24 @@ class DigestThread:
         # (a plain lock may be released by any thread). An Event's set() runs
         # its Condition's Python code as well, which an agent that waited for its model runs cold: a
         # median of 28-39 µs against 13-20 µs per wake-up, 20 ms apart (``benchmarks/bench_wake.py``).
+        self._stopping = False
+        self._start()
+        rebuild_in_child(self._after_fork_in_child)
+
+    def _start(self) -> None:
         self._signal = threading.Lock()
         self._signal.acquire()
         self._awake = False  # True from a wake-up until the thread takes the queue: wake() is one read
-        self._stopping = False
         self._stop = threading.Event()  # ends a gather at once
         self._thread = threading.Thread(target=self._run, name="otel-errcompact-digests", daemon=True)
         self._thread.start()
+
+    def _after_fork_in_child(self) -> None:
+        """In a process forked from this one (see :mod:`otel_errcompact._forked`): the thread again, with
+        a new wake-up lock; the failures queued before the fork are the parent's (the history drops
+        them)."""
+        if not self._stopping:
+            self._start()
 
     def wake(self) -> None:
         """There is a failure to finish (called on the agent's thread: one flag read when awake)."""

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace import ReadableSpan, Span
 from opentelemetry.trace import Status, StatusCode
 
+from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.history import Escalation
 
 __all__ = ["HaltedTraces"]
@@ -36,6 +37,7 @@ class HaltedTraces:
         """Halted trace ids whose root has not ended, with the breach's description. Read without the
         lock by the span processor as a cheap "anything to do?" test on every ending span."""
         self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
 
     def note(self, trace_id: int, escalation: Escalation) -> None:
         """Remember that ``trace_id`` was halted by ``escalation``."""

@@ -34,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from otel_errcompact._forked import rebuild_in_child
 from otel_errcompact._frozen import fast_constructor
 from otel_errcompact.digest import Digest
 from otel_errcompact.exceptions import ConfigurationError, ErrorBudgetExceeded
@@ -254,6 +255,16 @@ class ErrorHistory:
         self._seq = 0
         self._evicted_at_cap = 0
         self._cap_warned = False
+        rebuild_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        """In a process forked from this one (see :mod:`otel_errcompact._forked`): the counts so far are
+        kept; the successes and failures still queued are the parent's to count (their records are in
+        its writer), and the lock is new (a thread of the parent may have held it). The queues are
+        emptied in place: the span processor and the digest thread hold them."""
+        self._lock = threading.Lock()
+        self._successes.clear()
+        self._observed.clear()
 
     def observe(self, scope: str, digest: Digest) -> Observation:
         """Record one failure in ``scope``: append a new class or count a repeat; decide on escalation."""

@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor, Tr
 from opentelemetry.trace import StatusCode
 
 from otel_errcompact import semconv
+from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.claims import current_claim
 from otel_errcompact.deferred import DigestThread, ExportGate
 from otel_errcompact.halted import HaltedTraces
@@ -223,6 +224,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._predicate = predicate
         self._capture_arguments = capture_arguments
         self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
         # Trace id -> its live agent/root spans. Written without the lock (single dict and list operations
         # are atomic under the GIL); the lock serialises sweeps (see _register_anchor, _evict_anchors).
         self._anchors: dict[int, dict[Span, None]] = {}  # trace id -> its anchor spans, oldest first

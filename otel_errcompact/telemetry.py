@@ -66,6 +66,7 @@ from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.metrics import CallbackOptions, Meter
 from opentelemetry.metrics import Observation as MetricObservation
 
+from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact._sanitize import prompt_text
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.history import ErrorHistory, Escalation
@@ -105,6 +106,7 @@ class _CappedValues:
         self._what = what
         self._seen: set[str] = set()
         self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
         self.overflowed = 0
 
     def __call__(self, value: str) -> str:
@@ -202,6 +204,7 @@ class ErrorMetrics:
         )
         self._seen_keys: OrderedDict[str, None] = OrderedDict()
         self._seen_lock = threading.Lock()
+        new_locks_in_child(self, "_seen_lock")
         self._escalations = meter.create_counter(
             "errcompact.escalations", unit="{escalation}", description="Error-threshold breaches"
         )

@@ -28,6 +28,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otel_errcompact.sinks import JSONLSink, SQLiteSink, TrajectoryStore, TrajectoryWriter, read_jsonl
 from otel_errcompact.sinks.spool import SUFFIX
 from otel_errcompact.trajectory import TrajectoryRecord
+from tests.atexit_threads import REFUSE_THREADS_AT_EXIT
 from tests.conftest import GateSink, metric_points
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -439,3 +440,60 @@ def test_a_spool_that_cannot_be_created_leaves_the_store_working(tmp_path: Path,
     writer.shutdown()
     with TrajectoryStore(tmp_path / "t.db") as store:
         assert store.count() == 1
+
+
+SIGTERM_DURING_EXIT = """
+import atexit, os, signal, sys, threading, time
+import otel_errcompact
+
+exiting = threading.Event()
+
+
+class SignallingSink:
+    '''A second sink that sends its process SIGTERM at its first write during the exit, as a pool's
+    terminate() does to a worker that is already ending.'''
+    sent = False
+
+    def write(self, records):
+        if exiting.is_set() and not SignallingSink.sent:
+            SignallingSink.sent = True
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.2)  # the main thread, waiting for the drain, takes the signal meanwhile
+
+    def close(self):
+        print("drained, sigterm sent:", SignallingSink.sent, flush=True)
+
+
+ec = otel_errcompact.init(service_name="exit", sqlite_path=sys.argv[1], sinks=[SignallingSink()])
+if sys.argv[2] == "refused":
+    refuse_threads_at_exit()
+atexit.register(exiting.set)  # runs before the library's shutdown (last registered, first run)
+
+
+@ec.tool
+def lookup(key: str) -> str:
+    return {}[key]
+
+
+with ec.conversation("exit"):
+    lookup("user_id")
+"""
+
+
+@pytest.mark.parametrize("threads_at_exit", ["allowed", "refused"])
+def test_sigterm_during_the_exit_shutdown_lets_it_finish(tmp_path: Path, threads_at_exit: str) -> None:
+    """SIGTERM arriving while the exit's shutdown drains the queue: the drain finishes and the record is
+    stored. From Python 3.12 the SIGTERM handler cannot start its thread then (recreated by refusing
+    thread starts at exit, ``tests/atexit_threads.py``): it must not raise into the shutdown it interrupted."""
+    db = tmp_path / "store.sqlite3"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.run(
+        [sys.executable, "-c", REFUSE_THREADS_AT_EXIT + SIGTERM_DURING_EXIT, str(db), threads_at_exit],
+        capture_output=True, text=True, timeout=60, env=env, check=False,
+    )
+    assert "drained, sigterm sent: True" in proc.stdout, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "Exception ignored" not in proc.stderr, proc.stderr
+    assert proc.returncode in (0, -signal.SIGTERM), proc.returncode
+    assert TrajectoryStore(db).count() == 1
+    spool = db.with_name(db.name + "-spool")
+    assert not spool.exists() or not list(spool.iterdir())

@@ -34,7 +34,9 @@ class TrajectorySink(Protocol):
     from its field values (as :func:`~otel_errcompact.trajectory.record_from_values` takes them) and
     its storage line may define ``write_values(items: Sequence[tuple[dict[str, Any], str]])``: when
     every record of a batch was queued that way (a failed span's), the writer calls it instead, and
-    builds no :class:`TrajectoryRecord` for that sink. It must only read the values.
+    builds no :class:`TrajectoryRecord` for that sink. It must only read the values. A sink holding what
+    a process forked from its own must not share (a database connection, a lock) may define
+    ``after_fork_in_child() -> None``: the writer calls it in the child before its worker starts there.
     """
 
     def write(self, records: Sequence[TrajectoryRecord]) -> None:

@@ -44,6 +44,12 @@ class JSONLSink:
         self.quarantined = 0
         """Records left out because they could not be serialised even after repair."""
 
+    def after_fork_in_child(self) -> None:
+        """In a process forked from this sink's: a new lock (a thread of the parent may have held it). The
+        file stays shared: it is opened for appending and each batch is flushed whole, so both processes'
+        lines land intact."""
+        self._lock = threading.Lock()
+
     def write(self, records: Sequence[TrajectoryRecord]) -> None:
         """Append one line per record and hand them to the OS (no fsync: see :meth:`flush`)."""
         self.write_encoded([(rec, None) for rec in records])

@@ -425,6 +425,23 @@ class Spool:
                 os.close(fd)
         return found
 
+    def after_fork_in_child(self) -> None:
+        """In a process forked from this spool's (see :mod:`otel_errcompact._forked`): the parent's
+        segments stay the parent's. This process closes its mappings of them and its copies of their
+        descriptors (the files, and the parent's locks on them, stay), and opens a segment of its own,
+        named with its own process id. Raises ``OSError`` when it cannot."""
+        for segment in [*self._closed, self._open, *([self._next] if self._next is not None else [])]:
+            segment.close()
+        self._closed = []
+        self._pins = {}
+        self._next = None
+        self._prefix = f"{time.time_ns():020d}-{os.getpid()}-"
+        self._pid = os.getpid()
+        self._seq = 0
+        self._bytes = 0
+        self._open = self._new_segment(0)
+        self._opened = time.monotonic()
+
     def close(self, *, delete: bool) -> None:
         """Close every segment; ``delete`` removes them too (everything they hold is stored)."""
         if os.getpid() != self._pid:

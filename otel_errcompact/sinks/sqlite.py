@@ -50,6 +50,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from otel_errcompact._forked import hold_across_fork
 from otel_errcompact.exceptions import AmbiguousRecordId
 from otel_errcompact.trajectory import TrajectoryRecord, record_of
 
@@ -109,6 +110,10 @@ _ON_CONFLICT = (
     + " WHERE excluded.key IS NOT NULL OR trajectory.key IS NULL"
 )
 _UPSERT = f"INSERT INTO trajectory ({', '.join(_COLUMNS)}) VALUES {_ROW_PLACEHOLDERS}{_ON_CONFLICT}"
+_INHERITED: list[sqlite3.Connection] = []
+"""A forked process's copies of its parent's connections: never used, and never closed (see
+:meth:`SQLiteSink.after_fork_in_child`)."""
+
 _MAX_ROWS_PER_STATEMENT = 256
 
 
@@ -228,31 +233,18 @@ class SQLiteSink:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.quarantined = 0
         """Records left out because even their repaired form could not be stored."""
+        self._busy_timeout_ms = int(busy_timeout_ms)
+        self._cache_mib = int(cache_mib)
         # Built in the caller's thread, used on the writer's: the lock makes that hand-over safe.
-        self._conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        self._conn = conn = self._connect()
         self._lock = threading.Lock()
+        hold_across_fork(self, "_lock")  # a fork never copies the connection inside a transaction
         self._closed = False
-        conn = self._conn
         # Rows per statement within SQLite's limit on bound parameters (999 before SQLite 3.32).
         variable_number = getattr(sqlite3, "SQLITE_LIMIT_VARIABLE_NUMBER", None)
         getlimit = getattr(conn, "getlimit", None)  # Python 3.11+
         limit = int(getlimit(variable_number)) if getlimit is not None and variable_number is not None else 999
         self._rows_per_statement = max(1, min(_MAX_ROWS_PER_STATEMENT, limit // len(_COLUMNS)))
-        conn.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        # Only takes effect on a new file: a typical record (a few KB) fits on one 16 KiB page.
-        conn.execute("PRAGMA page_size = 16384")
-        # Also new files only: lets close() give the pages of replaced versions back to the file system
-        # (the amended version of a 10 MB error would otherwise leave 10 MB of free pages behind).
-        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-        conn.execute("PRAGMA journal_mode = WAL")
-        conn.execute("PRAGMA synchronous = NORMAL")
-        # The unique record_id index takes random inserts; a cache that holds it keeps a store of
-        # millions of rows writing at the speed of a fresh one.
-        conn.execute(f"PRAGMA cache_size = {-1024 * int(cache_mib)}")
-        # Checkpoint every 64 MiB of WAL rather than SQLite's 16 MiB: an index page that several batches
-        # touched is copied into the file once, and the checkpoint's fsyncs come four times less often.
-        conn.execute("PRAGMA wal_autocheckpoint = 4096")
-        conn.execute(f"PRAGMA journal_size_limit = {64 * 1024 * 1024}")
         conn.execute(
             "CREATE TABLE IF NOT EXISTS errcompact_schema (component TEXT PRIMARY KEY, version INTEGER NOT NULL)"
         )
@@ -266,6 +258,37 @@ class SQLiteSink:
                 "INSERT OR IGNORE INTO errcompact_schema (component, version) VALUES ('trajectory', ?)",
                 (TABLE_VERSION,),
             )
+
+    def _connect(self) -> sqlite3.Connection:
+        """A connection to the store with this sink's settings (the file's own are set once, on a new file)."""
+        conn = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None)
+        conn.execute(f"PRAGMA busy_timeout = {self._busy_timeout_ms}")
+        # Only takes effect on a new file: a typical record (a few KB) fits on one 16 KiB page.
+        conn.execute("PRAGMA page_size = 16384")
+        # Also new files only: lets close() give the pages of replaced versions back to the file system
+        # (the amended version of a 10 MB error would otherwise leave 10 MB of free pages behind).
+        conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
+        conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute("PRAGMA synchronous = NORMAL")
+        # The unique record_id index takes random inserts; a cache that holds it keeps a store of
+        # millions of rows writing at the speed of a fresh one.
+        conn.execute(f"PRAGMA cache_size = {-1024 * self._cache_mib}")
+        # Checkpoint every 64 MiB of WAL rather than SQLite's 16 MiB: an index page that several batches
+        # touched is copied into the file once, and the checkpoint's fsyncs come four times less often.
+        conn.execute("PRAGMA wal_autocheckpoint = 4096")
+        conn.execute(f"PRAGMA journal_size_limit = {64 * 1024 * 1024}")
+        return conn
+
+    def after_fork_in_child(self) -> None:
+        """In a process forked from this sink's (the writer calls it: see :mod:`otel_errcompact._forked`).
+        SQLite forbids using a connection across ``fork()``, and closing it here could touch the parent's
+        locks and WAL: the inherited connection (idle: the fork waited for its transaction to end) is kept,
+        unused and unclosed, and this process opens its own."""
+        self._lock = threading.Lock()
+        if self._closed:
+            return
+        _INHERITED.append(self._conn)
+        self._conn = self._connect()
 
     def write(self, records: Sequence[TrajectoryRecord]) -> None:
         """Upsert ``records`` in one transaction; a batch that fails is retried row by row."""

@@ -55,6 +55,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
+from otel_errcompact._forked import rebuild_in_child
 from otel_errcompact.sinks._base import TrajectorySink
 from otel_errcompact.sinks.spool import Leftover, Spool, read_segment
 from otel_errcompact.trajectory import TrajectoryRecord, record_from_values, record_of, storage_line
@@ -154,7 +155,13 @@ class TrajectoryWriter:
                 _log.warning("trajectory writer: no spool at %s (%s); records queued in memory only survive "
                              "until the process dies", spool_dir, exc)
         self._leftovers: list[Leftover] = self._spool.claim_leftovers() if self._spool else []
+        self._stopping = False
+        self._fresh_state()
+        self._worker = self._start_worker()
+        rebuild_in_child(self._after_fork_in_child)
 
+    def _fresh_state(self) -> None:
+        """The locks, the queue and the counters of a writer that has stored nothing yet."""
         self._lock = threading.Lock()
         # The condition's own lock: _enqueue takes it directly (a Condition's __enter__ and __exit__
         # are Python calls; the lock's are not), every waiter through the condition.
@@ -168,7 +175,6 @@ class TrajectoryWriter:
         self._dropped_reported = 0
         self._flush_requested = 0
         self._flush_done = 0
-        self._stopping = False
         self._held = False
         self._stopped = threading.Event()
         self._keep_from: int | None = None  # first spool segment holding a record a sink failed on
@@ -180,9 +186,36 @@ class TrajectoryWriter:
         self._sink_failures = 0
         self._last_report: dict[str, float] = {}
 
-        self._worker = threading.Thread(target=self._run, name="otel_errcompact.TrajectoryWriter",
-                                        daemon=True)
-        self._worker.start()
+    def _start_worker(self) -> threading.Thread:
+        worker = threading.Thread(target=self._run, name="otel_errcompact.TrajectoryWriter", daemon=True)
+        worker.start()
+        return worker
+
+    def _after_fork_in_child(self) -> None:
+        """This process was forked from the one that made the writer (see :mod:`otel_errcompact._forked`):
+        the records queued there are the parent's to store, and so are its spool segments and the
+        leftovers it claimed. This process gets new locks, an empty queue, segments of its own, its own
+        connections to the sinks, and a worker thread, unless the writer was shut down."""
+        leftovers, self._leftovers = self._leftovers, []
+        for leftover in leftovers:
+            leftover.release()  # this process's copy of the descriptor: the parent keeps its lock
+        stopping = self._stopping
+        self._fresh_state()
+        if stopping:
+            self._stopped.set()
+            return
+        if self._spool is not None:
+            try:
+                self._spool.after_fork_in_child()
+            except OSError as exc:
+                self._spool = None
+                _log.warning("trajectory writer: no spool of its own in the forked process %d (%s); records "
+                             "queued in memory only survive until it dies", os.getpid(), exc)
+        for sink in self._sinks:
+            rebuild = getattr(sink, "after_fork_in_child", None)
+            if rebuild is not None:
+                rebuild()
+        self._worker = self._start_worker()
 
     # -- the caller's side -------------------------------------------------------------------------
 
