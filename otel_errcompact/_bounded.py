@@ -22,11 +22,12 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import queue
 import threading
 import time
 from collections.abc import Callable
+
+from otel_errcompact._forked import rebuild_in_child
 
 __all__ = ["BoundedCall", "Deadline", "call_within", "reserve"]
 
@@ -157,5 +158,4 @@ class _Standby:
 
 
 _STANDBY = _Standby()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_STANDBY._forget)
+rebuild_in_child(_STANDBY._forget)

@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_errcompact._bounded import Deadline, call_within, reserve
-from otel_errcompact._forked import new_locks_in_child, rebuild_in_child
+from otel_errcompact._forked import rebuild_in_child
 from otel_errcompact._sigterm import install_sigterm_flush, uninstall_sigterm_flush
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.boundary import OnError, ToolBoundary, conversation
@@ -164,11 +164,11 @@ class ErrCompact:
         self._exit_in_workers = False
         self._init_arguments: dict[str, Any] = {}
         self._store_path = settings.sqlite_path if settings.enabled else None
-        new_locks_in_child(self, "_shutdown_lock")
         rebuild_in_child(self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
         """In a process forked from this one (see :mod:`otel_errcompact._forked`)."""
+        self._shutdown_lock = threading.Lock()
         self._shutdown_done = threading.Event()
         if self._is_shutdown:
             self._shutdown_done.set()

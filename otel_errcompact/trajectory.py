@@ -42,6 +42,7 @@ from typing import Any, Final, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticSerializationError, to_json
 
+from otel_errcompact._forked import rebuild_in_child
 from otel_errcompact.digest import Digest
 
 __all__ = [
@@ -184,8 +185,7 @@ class _RecordIds:
 
     def __init__(self) -> None:
         self._reseed()
-        if hasattr(os, "register_at_fork"):  # POSIX only
-            os.register_at_fork(after_in_child=self._reseed)
+        rebuild_in_child(self._reseed)
 
     def _reseed(self) -> None:
         self._prefix = os.urandom(4).hex()
