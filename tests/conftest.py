@@ -11,6 +11,7 @@ and settings of a test's own (one handle per test at a time).
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -163,6 +164,12 @@ def run_threads(target: Callable[[int], None], n: int) -> list[BaseException]:
         t.join(120)
     assert not any(t.is_alive() for t in threads)
     return errors
+
+
+def env_without_otel() -> dict[str, str]:
+    """This process's environment without its ``OTEL_*`` variables, for a child process that must see only
+    what its test sets: a developer's exporter endpoint or sampler would change what the child does."""
+    return {k: v for k, v in os.environ.items() if not k.upper().startswith("OTEL_")}
 
 
 @pytest.fixture

@@ -3,7 +3,6 @@ demo keeps out of the user's real trajectory store."""
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import sqlite3
@@ -14,12 +13,13 @@ from pathlib import Path
 import pytest
 
 from otel_errcompact.sinks import SQLiteSink, TrajectoryStore
+from tests.conftest import env_without_otel
 
 ENTRY = Path(sys.executable).with_name("otel-errcompact")
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("OTEL_")}
+    env = env_without_otel()
     env["XDG_DATA_HOME"] = str(tmp_path / "xdg")
     env.update(extra)
     return env

@@ -8,7 +8,6 @@ sees: the exception, the warning on stderr, the files left behind.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -18,10 +17,11 @@ import pytest
 
 from otel_errcompact.config import ENV_PREFIX, Settings
 from otel_errcompact.sinks import TrajectoryStore
+from tests.conftest import env_without_otel
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("OTEL_")}
+    env = env_without_otel()
     env["XDG_DATA_HOME"] = str(tmp_path / "xdg")  # the default store, if anything writes it
     env.update(extra)
     return env

@@ -15,7 +15,6 @@ library's exit shutdown begins, as Python 3.12+ refuses them (an ``atexit`` call
 from __future__ import annotations
 
 import json
-import os
 import socket
 import subprocess
 import sys
@@ -29,6 +28,7 @@ import pytest
 
 from otel_errcompact.sinks import TrajectoryStore
 from tests.atexit_threads import REFUSE_THREADS_AT_EXIT
+from tests.conftest import env_without_otel
 
 SHUTDOWN_TIMEOUT_S = 2.0
 FLUSH_TIMEOUT_S = 1.0
@@ -99,7 +99,7 @@ def _silent_port() -> Iterator[int]:
 def test_flush_shutdown_and_exit_hold_the_timeout(tmp_path: Path, endpoint: object, threads_at_exit: str) -> None:
     db = tmp_path / "trajectories.sqlite3"
     with endpoint() as port:  # type: ignore[operator]
-        env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        env = env_without_otel()
         env.update(
             OTEL_EXPORTER_OTLP_ENDPOINT=f"http://127.0.0.1:{port}",
             OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S=str(SHUTDOWN_TIMEOUT_S),

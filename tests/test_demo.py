@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import tempfile
@@ -14,11 +13,11 @@ import pytest
 from otel_errcompact import BreakerPolicy
 from otel_errcompact.demo_recovery import run_recovery_demo
 from otel_errcompact.sinks import TrajectoryStore
-from tests.conftest import OTel
+from tests.conftest import OTel, env_without_otel
 
 
 def test_demo_runs_escalates_and_keeps_every_raw_error(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = env_without_otel()
     db = tmp_path / "demo.sqlite3"
     run = subprocess.run(
         [sys.executable, "-m", "otel_errcompact.cli", "demo", "--db", str(db)],

@@ -29,7 +29,7 @@ from otel_errcompact.sinks import JSONLSink, SQLiteSink, TrajectoryStore, Trajec
 from otel_errcompact.sinks.spool import SUFFIX
 from otel_errcompact.trajectory import TrajectoryRecord
 from tests.atexit_threads import REFUSE_THREADS_AT_EXIT
-from tests.conftest import GateSink, metric_points
+from tests.conftest import GateSink, env_without_otel, metric_points
 
 ROOT = Path(__file__).resolve().parent.parent
 KILL_TRIALS = 25
@@ -486,7 +486,7 @@ def test_sigterm_during_the_exit_shutdown_lets_it_finish(tmp_path: Path, threads
     stored. From Python 3.12 the SIGTERM handler cannot start its thread then (recreated by refusing
     thread starts at exit, ``tests/atexit_threads.py``): it must not raise into the shutdown it interrupted."""
     db = tmp_path / "store.sqlite3"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = env_without_otel()
     proc = subprocess.run(
         [sys.executable, "-c", REFUSE_THREADS_AT_EXIT + SIGTERM_DURING_EXIT, str(db), threads_at_exit],
         capture_output=True, text=True, timeout=60, env=env, check=False,

@@ -4,7 +4,6 @@ its digest a second time: an agent run in a fresh interpreter, as a user runs on
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -13,6 +12,7 @@ from pathlib import Path
 from otel_errcompact import compact_text, count_tokens
 from otel_errcompact.history import ErrorHistory, Limits, Thresholds
 from otel_errcompact.render import BLOCK_CLOSE, BLOCK_OPEN
+from tests.conftest import env_without_otel
 
 AGENT = textwrap.dedent(
     """
@@ -43,7 +43,7 @@ AGENT = textwrap.dedent(
 
 
 def _block(tmp_path: Path, budget: str, action: str = "halt", consecutive: int = 3) -> str:
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("OTEL_")}
+    env = env_without_otel()
     proc = subprocess.run(
         [sys.executable, "-c", AGENT, str(tmp_path / "t.sqlite3"), budget, action, str(consecutive)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=False,

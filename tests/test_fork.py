@@ -9,7 +9,6 @@ the spool (each process removes its own segments), and nothing may be logged as 
 
 from __future__ import annotations
 
-import os
 import sqlite3
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from otel_errcompact.sinks.spool import read_segment
+from tests.conftest import env_without_otel
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -68,7 +68,7 @@ def _run(tmp_path: Path, start_method: str, ending: str = "exit") -> tuple[subpr
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     db = tmp_path / "trajectories.sqlite3"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = env_without_otel()
     proc = subprocess.run([sys.executable, str(script), start_method, str(db), ending], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     return proc, db
@@ -114,7 +114,7 @@ def test_a_killed_workers_records_are_recovered_at_the_next_start(tmp_path: Path
     reopen = subprocess.run(
         [sys.executable, "-c", "import sys, otel_errcompact; otel_errcompact.init(sqlite_path=sys.argv[1]).shutdown()",
          str(db)],
-        cwd=tmp_path, env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        cwd=tmp_path, env=env_without_otel(),
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert reopen.returncode == 0, reopen.stderr
@@ -168,7 +168,7 @@ def test_a_fork_while_a_thread_holds_the_historys_lock(tmp_path: Path) -> None:
     script = tmp_path / "agent.py"
     script.write_text(FORK_WHILE_LOCKED)
     db = tmp_path / "trajectories.sqlite3"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = env_without_otel()
     proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script), str(db)], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=30, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr

@@ -17,7 +17,7 @@ from opentelemetry.trace import Status, StatusCode
 import otel_errcompact
 from otel_errcompact import ConfigurationError, ToolErrorText
 from otel_errcompact.sinks.sqlite import TrajectoryStore
-from tests.conftest import OTel
+from tests.conftest import OTel, env_without_otel
 
 
 def _processors(otel: OTel) -> int:
@@ -60,7 +60,7 @@ print(json.dumps({
 def test_attaches_to_the_global_sdk_provider_the_app_set(tmp_path: Path) -> None:
     """The global provider can be set once per process, so this runs in a fresh interpreter."""
     db = tmp_path / "global.sqlite3"
-    env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTEL_")}
+    env = env_without_otel()
     proc = subprocess.run(
         [sys.executable, "-c", textwrap.dedent(GLOBAL_PROVIDER_SCRIPT), str(db)],
         capture_output=True, text=True, timeout=120, env=env, check=False,

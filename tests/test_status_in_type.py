@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import textwrap
@@ -12,6 +11,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
+from tests.conftest import env_without_otel
 from tests.realerrors import loopback_server, send_body
 
 AGENT = textwrap.dedent(
@@ -70,7 +70,7 @@ class _Status(BaseHTTPRequestHandler):
 
 
 def test_codes_are_part_of_the_type_and_the_key(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("OTEL_")}
+    env = env_without_otel()
     with loopback_server(_Status) as base:
         proc = subprocess.run(
             [sys.executable, "-c", AGENT, str(tmp_path / "t.sqlite3"), base],
@@ -95,7 +95,7 @@ def test_codes_are_part_of_the_type_and_the_key(tmp_path: Path) -> None:
 def test_the_trajectory_record_keeps_the_code_and_the_raw_error(tmp_path: Path) -> None:
     from otel_errcompact.sinks import TrajectoryStore
 
-    env = {k: v for k, v in os.environ.items() if not k.upper().startswith("OTEL_")}
+    env = env_without_otel()
     db = tmp_path / "t.sqlite3"
     with loopback_server(_Status) as base:
         proc = subprocess.run([sys.executable, "-c", AGENT, str(db), base], env=env, capture_output=True,

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
+from tests.conftest import env_without_otel
+
 
 def test_demo_shows_each_recovery_and_its_span_events(tmp_path: Path) -> None:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env = env_without_otel()
     run = subprocess.run(
         [sys.executable, "-m", "otel_errcompact.cli", "demo", "--db", str(tmp_path / "demo.sqlite3")],
         env=env, capture_output=True, text=True, timeout=300,
