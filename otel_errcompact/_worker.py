@@ -77,8 +77,9 @@ class BackgroundQueue(Generic[T]):
         self._busy = False
         self._cond = threading.Condition()
         if not self._closed:
-            self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
-            self._thread.start()
+            thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            thread.start()
+            self._thread = thread  # set once started: a shutdown meanwhile never joins an unstarted thread
 
     def submit(self, item: T, *, wake: bool = False) -> bool:
         """Queue ``item``; False (and counted in ``dropped``) when full or closed. Never blocks.

@@ -182,8 +182,11 @@ class DigestThread:
         self._signal.acquire()
         self._awake = False  # True from a wake-up until the thread takes the queue: wake() is one read
         self._stop = threading.Event()  # ends a gather at once
-        self._thread = threading.Thread(target=self._run, name="otel-errcompact-digests", daemon=True)
-        self._thread.start()
+        thread = threading.Thread(target=self._run, name="otel-errcompact-digests", daemon=True)
+        thread.start()
+        # Set once started: a SIGTERM shutdown that runs while a forked child rebuilds this (its handler
+        # runs between two statements here) joins the previous thread, never one not started yet.
+        self._thread = thread
 
     def _after_fork_in_child(self) -> None:
         """In a process forked from this one (see :mod:`otel_errcompact._forked`): the thread again, with
