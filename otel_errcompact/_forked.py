@@ -71,14 +71,18 @@ _HOLD_S = 5.0
 def hold_across_fork(owner: object, name: str) -> None:
     """Take ``owner``'s lock ``name`` before this process forks, and let it go after (in the parent; the
     child gets a new one from its rebuild): what the lock guards (a SQLite transaction) is then never
-    half done in the copy the child inherits. Waits at most a few seconds for it."""
+    half done in the copy the child inherits. Waits at most a few seconds for it.
+
+    The locks are taken in the reverse order they registered in, so one registered at import (a lock
+    taken inside others, such as the serialisation lock of :mod:`otel_errcompact.trajectory`) is taken
+    after the locks of the objects made later, which may hold theirs while they wait for it."""
     with _lock:
         _held[:] = [entry for entry in _held if entry[0]() is not None]
         _held.append((weakref.ref(owner), name))
 
 
 def _before_fork() -> None:
-    for ref, name in list(_held):
+    for ref, name in reversed(list(_held)):
         owner = ref()
         lock = getattr(owner, name, None) if owner is not None else None
         if lock is not None and lock.acquire(timeout=_HOLD_S):

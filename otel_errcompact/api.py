@@ -39,7 +39,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_errcompact._bounded import Deadline, call_within, reserve
-from otel_errcompact._forked import rebuild_in_child
+from otel_errcompact._forked import new_locks_in_child, rebuild_in_child
 from otel_errcompact._sigterm import install_sigterm_flush, uninstall_sigterm_flush
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.boundary import OnError, ToolBoundary, conversation
@@ -74,6 +74,7 @@ HumanReviewHook = Callable[[Escalation], None]
 
 _INSTANCE: ErrCompact | None = None
 _INSTANCE_LOCK = threading.Lock()
+new_locks_in_child(sys.modules[__name__], "_INSTANCE_LOCK")
 _SCOPE_NAME = "otel_errcompact"
 
 

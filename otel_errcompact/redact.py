@@ -32,10 +32,13 @@ error text trips none or one or two.
 from __future__ import annotations
 
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
+
+from otel_errcompact._forked import new_locks_in_child
 
 __all__ = [
     "REDACTED", "add_pattern", "add_patterns", "clear_patterns", "neutralize_delimiters", "patterns", "redact",
@@ -333,6 +336,7 @@ def _apply(rule: _Rule, text: str, starts: list[int]) -> str:
 
 
 _user_lock = threading.Lock()
+new_locks_in_child(sys.modules[__name__], "_user_lock")
 _user_rules: tuple[re.Pattern[str], ...] = ()
 
 

@@ -34,6 +34,8 @@ import json
 import math
 import os
 import re
+import sys
+import threading
 import time
 from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
@@ -42,7 +44,7 @@ from typing import Any, Final, Literal, TypeVar
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticSerializationError, to_json
 
-from otel_errcompact._forked import rebuild_in_child
+from otel_errcompact._forked import hold_across_fork, new_locks_in_child, rebuild_in_child
 from otel_errcompact.digest import Digest
 
 __all__ = [
@@ -204,6 +206,19 @@ class _RecordIds:
 
 
 _IDS = _RecordIds()
+
+_serializing = threading.Lock()
+"""Held around each JSON serialisation by pydantic-core, and across a ``fork()``.
+
+pydantic-core's ``to_json`` is not safe to fork inside. A process forked while another of its threads
+was in ``to_json`` (here: the writer or the digest thread, or another agent thread, storing a record)
+could hang in its own first ``to_json`` for good, waiting for a lock inside the extension that no thread
+of the child holds: measured, one fork in 200 to 800 with two threads serialising records
+continuously. ``fork()`` waits (a few seconds at most) until no thread of the library is inside one,
+and the child gets a new lock. A thread of the host's own serialising with pydantic at the fork is not
+covered."""
+new_locks_in_child(sys.modules[__name__], "_serializing")
+hold_across_fork(sys.modules[__name__], "_serializing")
 
 
 def new_record_id() -> str:
@@ -389,9 +404,12 @@ class TrajectoryRecord(BaseModel):
         (see :meth:`repaired`) rather than failing the record.
         """
         try:
-            return self.model_dump_json(fallback=_fallback, warnings=False)
+            with _serializing:
+                return self.model_dump_json(fallback=_fallback, warnings=False)
         except PydanticSerializationError:
-            return self.repaired().model_dump_json(fallback=_fallback, warnings=False)
+            repaired = self.repaired()
+        with _serializing:
+            return repaired.model_dump_json(fallback=_fallback, warnings=False)
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping (datetimes as ISO strings), e.g. for an OTel log body."""
@@ -434,7 +452,9 @@ class TrajectoryRecord(BaseModel):
         line = storage_line(repaired.__dict__)
         if line is not None:
             return line
-        return (repaired.model_dump_json(fallback=_fallback, warnings=False) + "\n").encode()
+        with _serializing:
+            text = repaired.model_dump_json(fallback=_fallback, warnings=False)
+        return (text + "\n").encode()
 
     @classmethod
     def from_storage_json(cls, text: str | bytes) -> TrajectoryRecord:
@@ -491,7 +511,8 @@ def storage_line(values: Mapping[str, Any]) -> bytes | None:
     if type(digest) is DigestInfo:
         out["digest"] = digest.__dict__  # a plain dict: no dispatch to the nested model's serialiser
     try:
-        body = to_json(out, inf_nan_mode="strings", fallback=_fallback)
+        with _serializing:
+            body = to_json(out, inf_nan_mode="strings", fallback=_fallback)
     except PydanticSerializationError:
         return None
     return body + b"\n"
@@ -520,8 +541,9 @@ def amended_line(line: bytes, values: Mapping[str, Any]) -> bytes | None:
     if type(digest) is DigestInfo:
         digest = digest.__dict__
     try:
-        fields = to_json({"digest": digest, "count": values["count"], "escalation": values["escalation"]},
-                         inf_nan_mode="strings", fallback=_fallback)
+        with _serializing:
+            fields = to_json({"digest": digest, "count": values["count"], "escalation": values["escalation"]},
+                             inf_nan_mode="strings", fallback=_fallback)
     except PydanticSerializationError:
         return None
     return b"".join((line[:at], b",", fields[1:-1], line[end:]))

@@ -9,6 +9,7 @@ the spool (each process removes its own segments), and nothing may be logged as 
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import subprocess
 import sys
@@ -18,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from otel_errcompact.sinks.spool import read_segment
+from otel_errcompact.trajectory import TrajectoryRecord
 from tests.conftest import env_without_otel
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -176,3 +178,182 @@ def test_a_fork_while_a_thread_holds_the_historys_lock(tmp_path: Path) -> None:
     assert "child-exit 0" in proc.stdout, proc.stdout
     [(_, digest)] = _stored(db)["child"]
     assert digest == "[KeyError] at agent.py:9 in lookup: 'user_id'"
+
+
+FORK_WHILE_HELD = textwrap.dedent(
+    """
+    import os, sys, threading
+    import otel_errcompact
+
+    ec = otel_errcompact.init(service_name="fork-test", sqlite_path=sys.argv[1])
+
+    @ec.tool
+    def lookup(key: str) -> str:
+        return {}[key]
+
+    with ec.conversation("parent"):
+        lookup("warm-up")  # the tool boundary and its recovery state are in use before the fork
+    # A thread of the parent inside the lock at the moment of the fork.
+    lock = eval(sys.argv[2])
+    inside, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with lock:
+            inside.set()
+            release.wait()
+
+    threading.Thread(target=hold, daemon=True).start()
+    inside.wait(10)
+
+    pid = os.fork()
+    if pid == 0:
+        with ec.conversation("child"):
+            line = str(lookup("user_id"))
+        ok = ec.flush(timeout_s=10)
+        print("child", line, ok, flush=True)
+        ec.shutdown()
+        os._exit(0 if ok else 3)
+    release.set()
+    _, status = os.waitpid(pid, 0)
+    print("child-exit", os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    "lock",
+    [
+        "ec.boundary.breakers.store._lock",  # the circuit breakers' state, asked before every tool call
+        "ec.boundary.aborts._lock",  # the abort registry, which tracks every running tool call
+    ],
+)
+def test_a_fork_while_a_thread_holds_a_lock_of_the_tool_boundary(tmp_path: Path, lock: str) -> None:
+    """Each lock a tool call takes is new in the child: one that a thread of the parent held at the fork
+    would otherwise make the child's first tool call wait for ever."""
+    script = tmp_path / "agent.py"
+    script.write_text(FORK_WHILE_HELD)
+    db = tmp_path / "trajectories.sqlite3"
+    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script), str(db), lock],
+                          cwd=tmp_path, env=env_without_otel(), capture_output=True, text=True, timeout=30,
+                          check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "child Error: [KeyError] at agent.py:9 in lookup: 'user_id' True" in proc.stdout, proc.stdout
+    assert "child-exit 0" in proc.stdout, proc.stdout
+    [(_, digest)] = _stored(db)["child"]
+    assert digest == "[KeyError] at agent.py:9 in lookup: 'user_id'"
+
+
+JSONL_APPENDED_ACROSS_FORKS = textwrap.dedent(
+    """
+    import json, os, sys, threading, time, traceback
+    from otel_errcompact.sinks import JSONLSink
+    from otel_errcompact.trajectory import TrajectoryRecord
+
+    def record(conversation: str, key: str) -> TrajectoryRecord:
+        try:
+            {}[key]
+        except KeyError as exc:
+            stack, message = traceback.format_exc(), str(exc)
+        return TrajectoryRecord.model_validate(dict(
+            source="span", tool_name="lookup", conversation_id=conversation, exception_type="KeyError",
+            exception_message=message, exception_stacktrace=stack, raw_error=stack))
+
+    sink = JSONLSink(sys.argv[1])
+    batch = [record("parent", f"user-{n}") for n in range(8)]
+    stop = threading.Event()
+
+    def append() -> None:  # as the parent's writer thread does, batch after batch
+        while not stop.is_set():
+            sink.write(batch)
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    children = []
+    for n in range(int(sys.argv[2])):
+        pid = os.fork()
+        if pid == 0:
+            sink.after_fork_in_child()  # what the writer's rebuild does with each of its sinks
+            sink.write([record(f"child-{n}", f"order-{n}")])
+            os._exit(0)
+        children.append(pid)
+    deadline, hung = time.monotonic() + 10, 0
+    for pid in children:
+        while not os.waitpid(pid, os.WNOHANG)[0]:
+            if time.monotonic() > deadline:
+                hung += 1
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.005)
+    stop.set()
+    thread.join()
+    sink.close()
+    print(json.dumps({"hung": hung}))
+    """
+)
+
+
+def test_a_jsonl_file_shared_across_forks_takes_every_process_lines_whole(tmp_path: Path) -> None:
+    """Parent and children append to one JSONL file: a child forked while the parent's thread was in the
+    middle of a write appends its own line, and no line is torn, copied twice or lost."""
+    script = tmp_path / "agent.py"
+    script.write_text(JSONL_APPENDED_ACROSS_FORKS)
+    path = tmp_path / "trajectories.jsonl"
+    children = 20
+    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script), str(path),
+                           str(children)], cwd=tmp_path, env=env_without_otel(), capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == {"hung": 0}
+    conversations: dict[str, int] = {}
+    for line in path.read_bytes().splitlines():
+        record = TrajectoryRecord.from_storage_json(line)  # raises on a torn line
+        conversations[record.conversation_id or ""] = conversations.get(record.conversation_id or "", 0) + 1
+    assert {c: n for c, n in conversations.items() if c != "parent"} == {f"child-{n}": 1 for n in range(children)}
+    assert conversations["parent"] % 8 == 0  # whole batches only
+
+
+FORK_WHILE_SERIALISING = textwrap.dedent(
+    """
+    import os, sys, threading, time, traceback
+    from otel_errcompact import trajectory
+
+    try:
+        {}["user_id"]
+    except KeyError as exc:
+        stack, message = traceback.format_exc(), str(exc)
+    record = trajectory.TrajectoryRecord.model_validate(dict(
+        source="span", tool_name="lookup", exception_type="KeyError", exception_message=message,
+        exception_stacktrace=stack, raw_error=stack))
+    # A thread of the library inside a serialisation at the moment of the fork (the writer storing a record).
+    inside, released = threading.Event(), threading.Event()
+
+    def serialise() -> None:
+        with trajectory._serializing:
+            inside.set()
+            time.sleep(0.3)
+            released.set()
+
+    threading.Thread(target=serialise).start()
+    inside.wait(10)
+    pid = os.fork()
+    if pid == 0:
+        line = record.to_storage_line()  # the child's first serialisation
+        os._exit(0 if b"KeyError: 'user_id'" in line else 3)
+    print("waited", released.is_set())
+    _, status = os.waitpid(pid, 0)
+    print("child-exit", os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_a_fork_waits_for_a_serialisation_in_progress(tmp_path: Path) -> None:
+    """pydantic-core's ``to_json`` is not safe to fork inside (a child forked while another thread was in
+    it could hang in its own first one): ``fork()`` waits until no thread of the library is serialising,
+    and the child serialises at once."""
+    script = tmp_path / "agent.py"
+    script.write_text(FORK_WHILE_SERIALISING)
+    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script)], cwd=tmp_path,
+                          env=env_without_otel(), capture_output=True, text=True, timeout=30, check=False)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.split() == ["waited", "True", "child-exit", "0"], proc.stdout + proc.stderr

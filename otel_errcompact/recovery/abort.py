@@ -22,6 +22,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from otel_errcompact._forked import new_locks_in_child
+
 __all__ = ["AbortRegistry", "TaskKind"]
 
 TaskKind = Literal["model", "tool"]
@@ -42,6 +44,7 @@ class AbortRegistry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
         self._tasks: dict[str, list[_Tracked]] = {}
         self._aborted: dict[str, str] = {}
         self._events: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Event]]] = {}

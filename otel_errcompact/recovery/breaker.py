@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.exceptions import ConfigurationError
 from otel_errcompact.recovery.state import (
     Admission,
@@ -103,6 +104,7 @@ class CircuitBreakers:
         self._listeners: list[BreakerListener] = []
         self._refusal_listeners: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
 
     def add_listener(self, listener: BreakerListener) -> None:
         """Call ``listener(change)`` on every state change."""

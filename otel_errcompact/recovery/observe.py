@@ -31,6 +31,7 @@ from opentelemetry.metrics import Meter
 from opentelemetry.sdk.trace import ReadableSpan, Span
 
 from otel_errcompact import semconv
+from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.recovery.classify import classify_span
 from otel_errcompact.recovery.loop import Transition, TransitionEvent
 from otel_errcompact.recovery.state import BreakerChange
@@ -73,6 +74,7 @@ class RecoveryTelemetry:
         )
         self._pending: OrderedDict[int, int] = OrderedDict()  # trace id -> recoverable model failures
         self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
 
     def on_transition(self, event: TransitionEvent, source: str = "loop") -> None:
         """Count one transition (the loop adds its span event itself)."""

@@ -54,6 +54,7 @@ import contextlib
 import inspect
 import logging
 import re
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -61,6 +62,7 @@ from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
 
+from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.recovery.classify import retry_after_from_headers
 from otel_errcompact.recovery.state import InMemoryStateStore, RateBudget, RecoveryStateStore, Refill
 
@@ -220,6 +222,7 @@ class Pacer:
         self._dimensions: dict[str, frozenset[str]] = {}
         self._windows: dict[str, float] = {}
         self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
         self.delays = 0
         self.delayed_s = 0.0
 
@@ -291,6 +294,7 @@ class Pacer:
 
 _default: Pacer | None = None
 _default_lock = threading.Lock()
+new_locks_in_child(sys.modules[__name__], "_default_lock")
 
 
 def default_pacer() -> Pacer:

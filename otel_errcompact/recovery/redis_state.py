@@ -31,6 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.recovery.state import (
     Admission,
     BreakerChange,
@@ -424,6 +425,7 @@ class FailoverStateStore:
         self._on_degraded = on_degraded
         self._clock = clock
         self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
         self._down_until = 0.0
         self.degraded = False
         """True while calls are answered from the local store."""

@@ -49,6 +49,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Literal, Protocol, runtime_checkable
 
+from otel_errcompact._forked import new_locks_in_child
+
 __all__ = [
     "Admission",
     "BreakerChange",
@@ -287,6 +289,7 @@ class InMemoryStateStore:
         self._max = max(1, max_entries)
         self._ttl = reservation_ttl_s
         self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
         self._breakers: OrderedDict[tuple[str, str], _Breaker] = OrderedDict()
         self._paces: OrderedDict[str, _Pace] = OrderedDict()
 

@@ -10,13 +10,21 @@ so the amended version of a record is appended as a new line with the same ``rec
 :func:`read_jsonl` applies that rule. A reader that ignores it sees the raw version and then the
 amended one, which is still correct, only redundant.
 
-Lines are written through a buffered file and pushed to the OS after every batch; ``flush()`` and
-``close()`` also ``fsync``, so a record survives a power loss once ``force_flush`` has returned. A
-process killed mid-line leaves a truncated last line; :func:`read_jsonl` skips it with a warning.
+Each batch of lines reaches the OS in one ``write()`` to a file opened for appending, without a Python
+buffer; ``flush()`` and ``close()`` also ``fsync``, so a record survives a power loss once
+``force_flush`` has returned. A process killed mid-line leaves a truncated last line; :func:`read_jsonl`
+skips it with a warning.
+
+Unbuffered because of ``fork``: a buffered file's lock and pending bytes are copied into a child process.
+A child forked while the parent's writer thread was inside a buffered write waited for that lock for
+ever, and bytes pending in the parent's buffer would have been written twice. Without a buffer, parent
+and child share only the descriptor, opened with ``O_APPEND``, so each batch lands whole after the
+other's.
 """
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import threading
@@ -38,7 +46,7 @@ class JSONLSink:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(self.path, "ab")  # noqa: SIM115 - lives as long as the sink
+        self._file = open(self.path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the sink
         self._lock = threading.Lock()
         self._closed = False
         self.quarantined = 0
@@ -46,8 +54,8 @@ class JSONLSink:
 
     def after_fork_in_child(self) -> None:
         """In a process forked from this sink's: a new lock (a thread of the parent may have held it). The
-        file stays shared: it is opened for appending and each batch is flushed whole, so both processes'
-        lines land intact."""
+        file stays shared: it is opened for appending, without a buffer, and each batch is one ``write()``,
+        so both processes' lines land intact."""
         self._lock = threading.Lock()
 
     def write(self, records: Sequence[TrajectoryRecord]) -> None:
@@ -70,14 +78,12 @@ class JSONLSink:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"JSONLSink({self.path}) is closed")
-            self._file.write(data)
-            self._file.flush()
+            _write_all(self._file, data)
 
     def flush(self) -> None:
         """fsync the file, so what was written survives a crash of the machine."""
         with self._lock:
             if not self._closed:
-                self._file.flush()
                 os.fsync(self._file.fileno())
 
     def close(self) -> None:
@@ -87,13 +93,23 @@ class JSONLSink:
                 return
             self._closed = True
             try:
-                self._file.flush()
                 os.fsync(self._file.fileno())
             finally:
                 self._file.close()
 
     def __repr__(self) -> str:
         return f"JSONLSink({str(self.path)!r})"
+
+
+def _write_all(file: io.RawIOBase, data: bytes) -> None:
+    """Write all of ``data``: a raw file's ``write()`` may take less than it is given (a full disk, a
+    signal), and returns how much it took."""
+    view = memoryview(data)
+    while view:
+        written = file.write(view)
+        if written is None:  # a non-blocking descriptor that would block: not a regular file's case
+            raise BlockingIOError(f"could not append to {getattr(file, 'name', '?')}")
+        view = view[written:]
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:
