@@ -167,14 +167,23 @@ FORK_WHILE_LOCKED = textwrap.dedent(
 def test_a_fork_while_a_thread_holds_the_historys_lock(tmp_path: Path) -> None:
     """The child gets new locks: a lock a thread of the parent held at the fork would otherwise be held in
     the child for good, and its first failed tool call would wait for ever."""
-    script = tmp_path / "agent.py"
-    script.write_text(FORK_WHILE_LOCKED)
     db = tmp_path / "trajectories.sqlite3"
-    env = env_without_otel()
-    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script), str(db)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=30, check=False)
+    proc = _run_forking(tmp_path, FORK_WHILE_LOCKED, str(db))
+    _assert_the_child_failed_and_stored(proc, db, "| 1 True")
+
+
+def _run_forking(tmp_path: Path, source: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``source`` as a script that forks (Python 3.12+ warns about forking a threaded process)."""
+    script = tmp_path / "agent.py"
+    script.write_text(source)
+    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script), *args], cwd=tmp_path,
+                          env=env_without_otel(), capture_output=True, text=True, timeout=60, check=False)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "child Error: [KeyError] at agent.py:9 in lookup: 'user_id' | 1 True" in proc.stdout, proc.stdout
+    return proc
+
+
+def _assert_the_child_failed_and_stored(proc: subprocess.CompletedProcess[str], db: Path, then: str) -> None:
+    assert f"child Error: [KeyError] at agent.py:9 in lookup: 'user_id' {then}" in proc.stdout, proc.stdout
     assert "child-exit 0" in proc.stdout, proc.stdout
     [(_, digest)] = _stored(db)["child"]
     assert digest == "[KeyError] at agent.py:9 in lookup: 'user_id'"
@@ -230,17 +239,9 @@ FORK_WHILE_HELD = textwrap.dedent(
 def test_a_fork_while_a_thread_holds_a_lock_of_the_tool_boundary(tmp_path: Path, lock: str) -> None:
     """Each lock a tool call takes is new in the child: one that a thread of the parent held at the fork
     would otherwise make the child's first tool call wait for ever."""
-    script = tmp_path / "agent.py"
-    script.write_text(FORK_WHILE_HELD)
     db = tmp_path / "trajectories.sqlite3"
-    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script), str(db), lock],
-                          cwd=tmp_path, env=env_without_otel(), capture_output=True, text=True, timeout=30,
-                          check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "child Error: [KeyError] at agent.py:9 in lookup: 'user_id' True" in proc.stdout, proc.stdout
-    assert "child-exit 0" in proc.stdout, proc.stdout
-    [(_, digest)] = _stored(db)["child"]
-    assert digest == "[KeyError] at agent.py:9 in lookup: 'user_id'"
+    proc = _run_forking(tmp_path, FORK_WHILE_HELD, str(db), lock)
+    _assert_the_child_failed_and_stored(proc, db, "True")
 
 
 JSONL_APPENDED_ACROSS_FORKS = textwrap.dedent(
@@ -296,14 +297,9 @@ JSONL_APPENDED_ACROSS_FORKS = textwrap.dedent(
 def test_a_jsonl_file_shared_across_forks_takes_every_process_lines_whole(tmp_path: Path) -> None:
     """Parent and children append to one JSONL file: a child forked while the parent's thread was in the
     middle of a write appends its own line, and no line is torn, copied twice or lost."""
-    script = tmp_path / "agent.py"
-    script.write_text(JSONL_APPENDED_ACROSS_FORKS)
     path = tmp_path / "trajectories.jsonl"
     children = 20
-    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script), str(path),
-                           str(children)], cwd=tmp_path, env=env_without_otel(), capture_output=True, text=True,
-                          timeout=60, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = _run_forking(tmp_path, JSONL_APPENDED_ACROSS_FORKS, str(path), str(children))
     assert json.loads(proc.stdout.splitlines()[-1]) == {"hung": 0}
     conversations: dict[str, int] = {}
     for line in path.read_bytes().splitlines():
@@ -351,9 +347,5 @@ def test_a_fork_waits_for_a_serialisation_in_progress(tmp_path: Path) -> None:
     """pydantic-core's ``to_json`` is not safe to fork inside (a child forked while another thread was in
     it could hang in its own first one): ``fork()`` waits until no thread of the library is serialising,
     and the child serialises at once."""
-    script = tmp_path / "agent.py"
-    script.write_text(FORK_WHILE_SERIALISING)
-    proc = subprocess.run([sys.executable, "-W", "ignore::DeprecationWarning", str(script)], cwd=tmp_path,
-                          env=env_without_otel(), capture_output=True, text=True, timeout=30, check=False)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
+    proc = _run_forking(tmp_path, FORK_WHILE_SERIALISING)
     assert proc.stdout.split() == ["waited", "True", "child-exit", "0"], proc.stdout + proc.stderr
