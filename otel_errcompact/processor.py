@@ -1133,9 +1133,9 @@ def _annotations(outcome: Outcome) -> dict[str, str | int]:
 
 
 def _record_attributes(attrs: Mapping[str, Any], *, without_arguments: bool = False) -> dict[str, Any]:
-    """A span's attributes as a record keeps them: :func:`_jsonable`, as a plain dict (pydantic-core's
-    ``to_json`` serialises it 0.75 µs faster than a subclass), and without the tool call's arguments
-    when asked (they are recorded only when the user opts in to capturing them)."""
+    """A span's attributes as a record keeps them: :func:`_jsonable`, as a plain dict (the form a record
+    holds), and without the tool call's arguments when asked (they are recorded only when the user opts
+    in to capturing them)."""
     if without_arguments and not _ARGUMENT_ATTRIBUTES.isdisjoint(attrs):
         attrs = {k: v for k, v in attrs.items() if k not in _ARGUMENT_ATTRIBUTES}
     return _jsonable(attrs, dict)

@@ -41,6 +41,7 @@ from collections.abc import Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final, Literal, TypeVar
 
+import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic_core import PydanticSerializationError, to_json
 
@@ -208,7 +209,7 @@ class _RecordIds:
 _IDS = _RecordIds()
 
 _serializing = threading.Lock()
-"""Held around each JSON serialisation by pydantic-core, and across a ``fork()``.
+"""Held around each serialisation of a record to JSON (see :func:`_dumps`), and across a ``fork()``.
 
 pydantic-core's ``to_json`` is not safe to fork inside. A process forked while another of its threads
 was in ``to_json`` (here: the writer or the digest thread, or another agent thread, storing a record)
@@ -481,10 +482,9 @@ def storage_line(values: Mapping[str, Any]) -> bytes | None:
     dict of its fields, or None); ``None`` when the values need :meth:`TrajectoryRecord.repaired` first
     (a lone surrogate, bytes that are not UTF-8).
 
-    Made on the agent's thread for every failure. The values are serialised by pydantic-core's JSON
-    encoder straight to bytes (plain dicts, not the models: a model's serialiser visits every field's
-    schema, and its ``str`` would then be encoded again). The text is the same as
-    ``model_dump_json``'s.
+    Made on the agent's thread for every failure. The values are serialised as plain dicts, not the
+    models (a model's serialiser visits every field's schema, and its ``str`` would then be encoded
+    again), by :func:`_dumps`. The text is the same as ``model_dump_json``'s.
     """
     raw = values["raw_error"]
     if type(raw) is not str or (not raw.isascii() and _SURROGATE.search(raw)):
@@ -510,12 +510,34 @@ def storage_line(values: Mapping[str, Any]) -> bytes | None:
     digest = out["digest"]
     if type(digest) is DigestInfo:
         out["digest"] = digest.__dict__  # a plain dict: no dispatch to the nested model's serialiser
+    body = _dumps(out)
+    return body + b"\n" if body is not None else None
+
+
+def _dumps(value: dict[str, Any]) -> bytes | None:
+    """``value`` as compact JSON, the bytes pydantic-core's ``to_json`` makes of it (and so
+    ``model_dump_json``), made by orjson where it can; None when neither can (a lone surrogate).
+
+    Why orjson: it writes the same bytes for the values a record holds (texts, ints, finite floats,
+    aware datetimes, plain dicts and lists: :func:`jsonable` has made everything else one of these)
+    in a third of the time, because it scans a long text for what must be escaped many bytes at a
+    time. A failed span's record, whose raw traceback is most of it, is serialised on the agent's
+    thread before the tool call returns: with pydantic-core this was a third of the instructions the
+    library's span-end hooks ran for a failed span with a 45-line traceback (``benchmarks/RESULTS.md``,
+    "Serialising the record"). What orjson refuses (an int past 64 bits, a key that is not a text)
+    goes to pydantic-core. The one value they would write differently, a non-finite float (orjson:
+    ``null``; pydantic-core: ``"NaN"``), is never one of a record's values: :func:`jsonable` makes it
+    a text."""
     try:
         with _serializing:
-            body = to_json(out, inf_nan_mode="strings", fallback=_fallback)
+            return orjson.dumps(value, default=_fallback, option=orjson.OPT_UTC_Z)
+    except orjson.JSONEncodeError:
+        pass
+    try:
+        with _serializing:
+            return to_json(value, inf_nan_mode="strings", fallback=_fallback)
     except PydanticSerializationError:
         return None
-    return body + b"\n"
 
 
 _UNAMENDED: Final = b',"digest":null,"count":null,"escalation":null'
@@ -540,11 +562,8 @@ def amended_line(line: bytes, values: Mapping[str, Any]) -> bytes | None:
     digest = values["digest"]
     if type(digest) is DigestInfo:
         digest = digest.__dict__
-    try:
-        with _serializing:
-            fields = to_json({"digest": digest, "count": values["count"], "escalation": values["escalation"]},
-                             inf_nan_mode="strings", fallback=_fallback)
-    except PydanticSerializationError:
+    fields = _dumps({"digest": digest, "count": values["count"], "escalation": values["escalation"]})
+    if fields is None:
         return None
     return b"".join((line[:at], b",", fields[1:-1], line[end:]))
 

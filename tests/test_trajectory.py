@@ -420,3 +420,36 @@ def test_the_fast_failure_constructor_builds_the_dataclass_itself() -> None:
     del fields["model_text"]
     with pytest.raises(TypeError):  # no silent default for a field left out
         new_failure(**fields)
+
+
+def test_records_of_real_errors_are_written_as_pydantic_core_writes_them() -> None:
+    """Storage lines are made by orjson (``_dumps``): for the record of every real error of the agent-error
+    corpus (tracebacks, compiler, shell, HTTP bodies, non-ASCII and control characters among them), with a
+    digest, a count, an escalation, attributes and times of each kind a record holds, the bytes are
+    pydantic-core's, and the line reads back as the record."""
+    from pydantic_core import to_json
+
+    from benchmarks.bench_agent_errors import load
+    from otel_errcompact.history import ErrorHistory, Thresholds
+    from otel_errcompact.trajectory import _dumps, _fallback
+
+    entries, _ = load(None)
+    assert len(entries) > 1000
+    history = ErrorHistory(Thresholds(consecutive=2))
+    for n, entry in enumerate(entries):
+        text = entry["text"]
+        digest = compact_text(text, exit_code=entry.get("exit_code"), command=entry.get("command"))
+        observation = history.observe(entry["family"], digest)
+        last = text.strip().splitlines()[-1] if text.strip() else text
+        record = TrajectoryRecord(
+            source="span", raw_error=text, exception_stacktrace=text, exception_message=last,
+            status_description=last, tool_name=entry["format"], conversation_id=entry["family"],
+            started_at=datetime(2026, 1, 2, 3, 4, 5, n % 2 * 250_000, tzinfo=UTC),
+            attributes={"command": entry.get("command"), "exit_code": entry.get("exit_code"), "ratio": n / 7,
+                        "big": 2**63 - n, "tags": [entry["family"], entry["id"]], "ok": n % 2 == 0},
+            digest=DigestInfo.from_digest(digest), count=observation.count,
+            escalation=observation.escalation.to_dict() if observation.escalation else None,
+        )
+        values = {**record.__dict__, "digest": record.digest.__dict__ if record.digest else None}
+        assert _dumps(values) == to_json(values, inf_nan_mode="strings", fallback=_fallback), entry["id"]
+        assert TrajectoryRecord.from_storage_json(record.to_storage_line()) == record, entry["id"]
