@@ -208,19 +208,6 @@ class _RecordIds:
 
 _IDS = _RecordIds()
 
-_serializing = threading.Lock()
-"""Held around each serialisation of a record to JSON (see :func:`_dumps`), and across a ``fork()``.
-
-pydantic-core's ``to_json`` is not safe to fork inside. A process forked while another of its threads
-was in ``to_json`` (here: the writer or the digest thread, or another agent thread, storing a record)
-could hang in its own first ``to_json`` for good, waiting for a lock inside the extension that no thread
-of the child holds: measured, one fork in 200 to 800 with two threads serialising records
-continuously. ``fork()`` waits (a few seconds at most) until no thread of the library is inside one,
-and the child gets a new lock. A thread of the host's own serialising with pydantic at the fork is not
-covered."""
-new_locks_in_child(sys.modules[__name__], "_serializing")
-hold_across_fork(sys.modules[__name__], "_serializing")
-
 
 def new_record_id() -> str:
     """A new record id: 32 lowercase hex digits, time-ordered, unique, made without a system call."""
@@ -474,6 +461,20 @@ class TrajectoryRecord(BaseModel):
     def from_json(cls, text: str | bytes) -> TrajectoryRecord:
         """Parse a record written by :meth:`to_json`; raises ``ValueError`` for another schema."""
         return cls.model_validate_json(text)
+
+
+_serializing = threading.Lock()
+"""Held around each serialisation of a record to JSON (see :func:`_dumps`), and across a ``fork()``.
+
+pydantic-core's ``to_json`` is not safe to fork inside. A process forked while another of its threads
+was in ``to_json`` (here: the writer or the digest thread, or another agent thread, storing a record)
+could hang in its own first ``to_json`` for good, waiting for a lock inside the extension that no thread
+of the child holds: measured, one fork in 200 to 800 with two threads serialising records
+continuously. ``fork()`` waits (a few seconds at most) until no thread of the library is inside one,
+and the child gets a new lock. A thread of the host's own serialising with pydantic at the fork is not
+covered."""
+new_locks_in_child(sys.modules[__name__], "_serializing")
+hold_across_fork(sys.modules[__name__], "_serializing")
 
 
 def storage_line(values: Mapping[str, Any]) -> bytes | None:
