@@ -5,7 +5,10 @@ parent; a fork worker inherits it, a spawn or forkserver worker runs it again as
 Each case runs a real script in its own interpreter: the parent fails a tool, a pool of two workers fails
 tools in four tasks (no ``flush()`` in them: a worker ends when the pool is done with it), the parent fails
 once more and exits. Every failure must be in the store with its digest, no record may be left only in
-the spool (each process removes its own segments), and nothing may be logged as an error."""
+the spool (each process removes its own segments), and nothing may be logged as an error.
+
+The other cases fork at the worst moment for a thread of the parent: while it holds a lock a tool call takes,
+while it serialises a record, and while it appends to the JSONL file; the child must go on at once."""
 
 from __future__ import annotations
 
