@@ -8,7 +8,8 @@ once more and exits. Every failure must be in the store with its digest, no reco
 the spool (each process removes its own segments), and nothing may be logged as an error.
 
 The other cases fork at the worst moment for a thread of the parent: while it holds a lock a tool call takes,
-while it serialises a record, and while it appends to the JSONL file; the child must go on at once."""
+while it serialises a record, while it appends to the JSONL file, and while it flushes to an OTLP endpoint that
+never answers; the child must go on at once."""
 
 from __future__ import annotations
 
@@ -352,3 +353,46 @@ def test_a_fork_waits_for_a_serialisation_in_progress(tmp_path: Path) -> None:
     and the child serialises at once."""
     proc = _run_forking(tmp_path, FORK_WHILE_SERIALISING)
     assert proc.stdout.split() == ["waited", "True", "child-exit", "0"], proc.stdout + proc.stderr
+
+
+FORK_WHILE_FLUSHING_OTLP = textwrap.dedent(
+    """
+    import os, socket, sys, threading, time
+    from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+    from opentelemetry.sdk._logs import LoggerProvider
+    from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+    from otel_errcompact.sinks import OTLPLogSink, TrajectoryWriter
+
+    silent = socket.socket()  # completes TCP handshakes and never answers: the parent's export hangs
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    exporter = OTLPLogExporter(endpoint=f"http://127.0.0.1:{silent.getsockname()[1]}/v1/logs", timeout=30)
+    provider = LoggerProvider()
+    provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
+    provider.get_logger("agent").emit(body="a record for the parent's flush to export")
+    sink = OTLPLogSink(provider, flush_timeout_s=5)
+    writer = TrajectoryWriter([sink])  # its rebuild in a forked child rebuilds its sinks
+    # The parent's flush, under way at the fork: its export waits for the silent endpoint.
+    threading.Thread(target=sink.flush, daemon=True).start()
+    time.sleep(0.5)
+
+    pid = os.fork()
+    if pid == 0:
+        started = time.monotonic()
+        sink.flush()  # nothing to export here: returns at once unless it waits for the parent's flush
+        print("child flushed in", round(time.monotonic() - started, 1), "s", flush=True)
+        os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    print("child-exit", os.waitstatus_to_exitcode(status), flush=True)
+    os._exit(0)  # without waiting at exit for the export the silent endpoint holds
+    """
+)
+
+
+def test_a_fork_while_the_otlp_log_sink_flushes(tmp_path: Path) -> None:
+    """The OTLP log sink's flush is bounded by a call on a helper thread; the parent's, under way at the fork,
+    runs on no thread in the child, whose flushes must not wait out their timeout for it."""
+    proc = _run_forking(tmp_path, FORK_WHILE_FLUSHING_OTLP)
+    assert "child-exit 0" in proc.stdout, proc.stdout + proc.stderr
+    seconds = float(proc.stdout.split("child flushed in ")[1].split()[0])
+    assert seconds < 2.5, proc.stdout  # the flush's timeout is 5 s: it waited for the parent's flush
