@@ -58,6 +58,14 @@ class BoundedCall:
         self._lock = threading.Lock()
         self._running: threading.Event | None = None
         self._ok = False
+        rebuild_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        """In a process forked from this one: a call the parent had running runs on no thread here, and
+        each call would wait out its timeout for it; the next call starts afresh (with a new lock: the
+        parent's thread may have held it)."""
+        self._lock = threading.Lock()
+        self._running = None
 
     def __call__(self, timeout_s: float) -> bool:
         """True when ``fn`` finished successfully within ``timeout_s``."""

@@ -361,7 +361,7 @@ FORK_WHILE_FLUSHING_OTLP = textwrap.dedent(
     from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
     from opentelemetry.sdk._logs import LoggerProvider
     from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
-    from otel_errcompact.sinks import OTLPLogSink, TrajectoryWriter
+    from otel_errcompact.sinks import OTLPLogSink
 
     silent = socket.socket()  # completes TCP handshakes and never answers: the parent's export hangs
     silent.bind(("127.0.0.1", 0))
@@ -371,7 +371,6 @@ FORK_WHILE_FLUSHING_OTLP = textwrap.dedent(
     provider.add_log_record_processor(BatchLogRecordProcessor(exporter))
     provider.get_logger("agent").emit(body="a record for the parent's flush to export")
     sink = OTLPLogSink(provider, flush_timeout_s=5)
-    writer = TrajectoryWriter([sink])  # its rebuild in a forked child rebuilds its sinks
     # The parent's flush, under way at the fork: its export waits for the silent endpoint.
     threading.Thread(target=sink.flush, daemon=True).start()
     time.sleep(0.5)

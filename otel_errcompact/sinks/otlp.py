@@ -132,12 +132,10 @@ class OTLPLogSink:
         # The SDK's force_flush exports on the calling thread (the trajectory writer's) and retries a
         # dead endpoint for up to 10 s, which would hold back every other sink; wait a bounded time.
         self._flush_timeout_s = flush_timeout_s
-        self._force_flush = _bounded_flush(logger_provider)
-
-    def after_fork_in_child(self) -> None:
-        """In a process forked from this sink's: a flush of its own. One the parent had running at the fork
-        runs on no thread here, and every flush of the child would wait out its timeout for it and fail."""
-        self._force_flush = _bounded_flush(self._provider)
+        force_flush = getattr(logger_provider, "force_flush", None)
+        self._force_flush = (
+            BoundedCall(force_flush, "otel_errcompact.OTLPLogSink.flush") if callable(force_flush) else None
+        )
 
     def write(self, records: Sequence[TrajectoryRecord]) -> None:
         """Emit one log record per trajectory record."""
@@ -164,8 +162,3 @@ class OTLPLogSink:
 
     def __repr__(self) -> str:
         return f"OTLPLogSink({self._provider!r})"
-
-
-def _bounded_flush(provider: LoggerProvider) -> BoundedCall | None:
-    force_flush = getattr(provider, "force_flush", None)
-    return BoundedCall(force_flush, "otel_errcompact.OTLPLogSink.flush") if callable(force_flush) else None
