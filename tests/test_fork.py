@@ -395,3 +395,37 @@ def test_a_fork_while_the_otlp_log_sink_flushes(tmp_path: Path) -> None:
     assert "child-exit 0" in proc.stdout, proc.stdout + proc.stderr
     seconds = float(proc.stdout.split("child flushed in ")[1].split()[0])
     assert seconds < 2.5, proc.stdout  # the flush's timeout is 5 s: it waited for the parent's flush
+
+
+FORK_WITH_A_SINK_THAT_CANNOT_REBUILD = textwrap.dedent(
+    """
+    import os, sys, otel_errcompact
+    class Unforkable:  # a sink of the user's own whose rebuild in the child fails
+        write = flush = close = lambda self, *records: None
+        def after_fork_in_child(self): raise OSError("cannot reopen the socket")
+    ec = otel_errcompact.init(service_name="fork-test", sqlite_path=sys.argv[1], sinks=[Unforkable()])
+    @ec.tool
+    def lookup(key: str) -> str:
+        return {}[key]
+
+    pid = os.fork()
+    if pid == 0:
+        with ec.conversation("child"):
+            line = str(lookup("user_id"))
+        ok = ec.flush(timeout_s=10)
+        print("child", line, ok, flush=True)
+        ec.shutdown()
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    print("child-exit", os.waitstatus_to_exitcode(status))
+    """
+)
+
+
+def test_a_sink_that_cannot_be_rebuilt_in_the_child_leaves_the_others_working(tmp_path: Path) -> None:
+    """The writer rebuilds each sink in a forked child; one whose rebuild raises is logged, and the child's
+    records still reach the other sinks."""
+    db = tmp_path / "trajectories.sqlite3"
+    proc = _run_forking(tmp_path, FORK_WITH_A_SINK_THAT_CANNOT_REBUILD, str(db))
+    _assert_the_child_failed_and_stored(proc, db, "True")
+    assert "could not rebuild" in proc.stderr and "cannot reopen the socket" in proc.stderr, proc.stderr

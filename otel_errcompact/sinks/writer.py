@@ -214,7 +214,11 @@ class TrajectoryWriter:
         for sink in self._sinks:
             rebuild = getattr(sink, "after_fork_in_child", None)
             if rebuild is not None:
-                rebuild()
+                try:  # one sink that cannot be rebuilt must not keep the worker from the others
+                    rebuild()
+                except Exception:
+                    _log.exception("trajectory writer: could not rebuild %r in the forked process %d", sink,
+                                   os.getpid())
         self._worker = self._start_worker()
 
     # -- the caller's side -------------------------------------------------------------------------
