@@ -24,7 +24,6 @@ other's.
 
 from __future__ import annotations
 
-import io
 import logging
 import os
 import threading
@@ -33,6 +32,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from otel_errcompact.sinks.spool import write_all
 from otel_errcompact.trajectory import TrajectoryRecord
 
 __all__ = ["JSONLSink", "read_jsonl"]
@@ -78,7 +78,7 @@ class JSONLSink:
         with self._lock:
             if self._closed:
                 raise RuntimeError(f"JSONLSink({self.path}) is closed")
-            _write_all(self._file, data)
+            write_all(self._file.fileno(), data)
 
     def flush(self) -> None:
         """fsync the file, so what was written survives a crash of the machine."""
@@ -99,17 +99,6 @@ class JSONLSink:
 
     def __repr__(self) -> str:
         return f"JSONLSink({str(self.path)!r})"
-
-
-def _write_all(file: io.RawIOBase, data: bytes) -> None:
-    """Write all of ``data``: a raw file's ``write()`` may take less than it is given (a full disk, a
-    signal), and returns how much it took."""
-    view = memoryview(data)
-    while view:
-        written = file.write(view)
-        if written is None:  # a non-blocking descriptor that would block: not a regular file's case
-            raise BlockingIOError(f"could not append to {getattr(file, 'name', '?')}")
-        view = view[written:]
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> list[TrajectoryRecord]:

@@ -58,7 +58,7 @@ try:
 except ImportError:  # pragma: no cover - Windows: no flock; a spool is then used by one process only
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["Leftover", "Spool", "read_segment"]
+__all__ = ["Leftover", "Spool", "read_segment", "write_all"]
 
 _log = logging.getLogger("otel_errcompact")
 
@@ -323,10 +323,7 @@ class Spool:
         if offset >= 0 and segment.map is not None:
             segment.map[offset:offset + len(data)] = data
             return
-        view = memoryview(data)
-        while view:
-            written = os.write(segment.fd, view)
-            view = view[written:]
+        write_all(segment.fd, data)
 
     def unpin(self, slot: tuple[int, int]) -> None:
         """Release a :meth:`pin` (under the caller's lock)."""
@@ -461,6 +458,14 @@ class Spool:
         """Bytes in the open and rotated-but-not-yet-stored segments of this writer (a mapped segment
         counts its whole mapping: its blocks are allocated)."""
         return max(self._bytes, self._open.capacity) + sum(_size(s.path) for s in self._closed)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """Write all of ``data`` to the blocking descriptor ``fd``: ``write()`` may take less than it is given
+    (a full disk, a signal) and says how much it took."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _size(path: Path) -> int:
