@@ -193,6 +193,24 @@ def _assert_the_child_failed_and_stored(proc: subprocess.CompletedProcess[str], 
     assert digest == "[KeyError] at agent.py:9 in lookup: 'user_id'"
 
 
+CHILD_FAILS_A_TOOL = textwrap.dedent(
+    """
+    pid = os.fork()
+    if pid == 0:
+        with ec.conversation("child"):
+            line = str(lookup("user_id"))
+        ok = ec.flush(timeout_s=10)
+        print("child", line, ok, flush=True)
+        ec.shutdown()
+        os._exit(0 if ok else 3)
+    _, status = os.waitpid(pid, 0)
+    print("child-exit", os.waitstatus_to_exitcode(status))
+    """
+)
+"""The end of a script whose ``lookup`` tool (line 9) fails: a forked child fails it once and flushes; the
+parent waits for the child."""
+
+
 FORK_WHILE_HELD = textwrap.dedent(
     """
     import os, sys, threading
@@ -217,20 +235,8 @@ FORK_WHILE_HELD = textwrap.dedent(
 
     threading.Thread(target=hold, daemon=True).start()
     inside.wait(10)
-
-    pid = os.fork()
-    if pid == 0:
-        with ec.conversation("child"):
-            line = str(lookup("user_id"))
-        ok = ec.flush(timeout_s=10)
-        print("child", line, ok, flush=True)
-        ec.shutdown()
-        os._exit(0 if ok else 3)
-    release.set()
-    _, status = os.waitpid(pid, 0)
-    print("child-exit", os.waitstatus_to_exitcode(status))
     """
-)
+) + CHILD_FAILS_A_TOOL + "release.set()\n"
 
 
 @pytest.mark.parametrize(
@@ -407,19 +413,8 @@ FORK_WITH_A_SINK_THAT_CANNOT_REBUILD = textwrap.dedent(
     @ec.tool
     def lookup(key: str) -> str:
         return {}[key]
-
-    pid = os.fork()
-    if pid == 0:
-        with ec.conversation("child"):
-            line = str(lookup("user_id"))
-        ok = ec.flush(timeout_s=10)
-        print("child", line, ok, flush=True)
-        ec.shutdown()
-        os._exit(0 if ok else 3)
-    _, status = os.waitpid(pid, 0)
-    print("child-exit", os.waitstatus_to_exitcode(status))
     """
-)
+) + CHILD_FAILS_A_TOOL
 
 
 def test_a_sink_that_cannot_be_rebuilt_in_the_child_leaves_the_others_working(tmp_path: Path) -> None:
