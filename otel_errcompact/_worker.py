@@ -58,6 +58,9 @@ class BackgroundQueue(Generic[T]):
         self._wake_every = max(1, wake_every)
         self._max_delay = max_delay_s
         self._flush_wanted = 0
+        # Set by ``submit(wake=True)``, cleared when the worker wakes: a notify alone does not wake it, as
+        # it waits for ``_due`` and goes back to sleep while that is False.
+        self._wake_wanted = False
         self._cond = threading.Condition()
         self._busy = False
         self._closed = False
@@ -74,6 +77,7 @@ class BackgroundQueue(Generic[T]):
         self._items.clear()
         self._queued_cost = 0
         self._flush_wanted = 0
+        self._wake_wanted = False
         self._busy = False
         self._cond = threading.Condition()
         if not self._closed:
@@ -95,7 +99,10 @@ class BackgroundQueue(Generic[T]):
                 return False
             self._items.append(item)
             self._queued_cost += size
-            if wake or len(self._items) == self._wake_every:
+            if wake:
+                self._wake_wanted = True
+                self._cond.notify()
+            elif len(self._items) == self._wake_every:
                 self._cond.notify()
             return True
 
@@ -117,12 +124,13 @@ class BackgroundQueue(Generic[T]):
         self._thread.join(timeout_s)
 
     def _due(self) -> bool:
-        return self._closed or self._flush_wanted > 0 or len(self._items) >= self._wake_every
+        return self._closed or self._wake_wanted or self._flush_wanted > 0 or len(self._items) >= self._wake_every
 
     def _run(self) -> None:
         while True:
             with self._cond:
                 self._cond.wait_for(self._due, timeout=self._max_delay)
+                self._wake_wanted = False
                 if not self._items:
                     if self._closed:
                         return

@@ -480,6 +480,30 @@ def test_metrics_worker_is_not_woken_for_every_item() -> None:
         queue.shutdown(30)
 
 
+
+def test_an_item_submitted_with_wake_is_handled_before_its_batch_is_full() -> None:
+    """``wake=True`` is for work that must not wait for the batch or the delay: the history handing its
+    queued successes to the metrics thread, which must take them before the agent's thread has to."""
+    handled: list[int] = []
+    arrived = threading.Event()
+
+    def handle(item: int) -> None:
+        handled.append(item)
+        if item == 99:
+            arrived.set()
+
+    queue: BackgroundQueue[int] = BackgroundQueue("t-woken", handle, wake_every=256, max_delay_s=60.0)
+    try:
+        queue.submit(1)
+        queue.submit(99, wake=True)
+        assert arrived.wait(20)  # not after the 60 s delay
+        assert handled == [1, 99]  # the items waiting before it go in the same batch, in order
+        queue.submit(2)
+        threading.Event().wait(0.3)
+        assert handled == [1, 99]  # the wake-up was for that batch only
+    finally:
+        queue.shutdown(30)
+
 # -- a plain traceback skips the unwrappers and parsers that provably decline it ----------------------------
 
 # Failing lines whose source or message carries what a skipped step looks for: each must go the whole way
