@@ -250,6 +250,8 @@ class ErrorHistory:
         # Failures whose counting was deferred (defer_failure) share this queue, so that successes and
         # failures are counted in the order they happened.
         self._successes: deque[Any] = deque()
+        # True from asking on_backlog to take the queue until the queue is emptied: asked once per backlog.
+        self._backlog_asked = False
         # Deferred failures counted under the lock, waiting for their own steps after it is released.
         self._observed: deque[tuple[DeferredObservation, Observation | None]] = deque()
         self._seq = 0
@@ -264,6 +266,7 @@ class ErrorHistory:
         emptied in place: the span processor and the digest thread hold them."""
         self._lock = threading.Lock()
         self._successes.clear()
+        self._backlog_asked = False
         self._observed.clear()
 
     def observe(self, scope: str, digest: Digest) -> Observation:
@@ -375,11 +378,13 @@ class ErrorHistory:
 
     def backlogged(self) -> None:
         """The queue reached :data:`SUCCESS_QUEUE_BOUND`: hand it to :attr:`on_backlog`, or apply it."""
-        queued = len(self._successes)
         backlog = self.on_backlog
-        if backlog is not None and queued < 2 * SUCCESS_QUEUE_BOUND:
-            if queued != SUCCESS_QUEUE_BOUND:
-                return  # asked already when the bound was reached
+        if backlog is not None and len(self._successes) < 2 * SUCCESS_QUEUE_BOUND:
+            # Asked once per backlog. Not "when the length equals the bound": two threads that append
+            # before either one reads the length both read past it, and nobody would ask.
+            if self._backlog_asked:
+                return
+            self._backlog_asked = True
             try:
                 if backlog():
                     return
@@ -427,6 +432,8 @@ class ErrorHistory:
             if state is not None:
                 state.consecutive = 0
                 state.last_key = None
+        if not successes:
+            self._backlog_asked = False  # the next backlog is asked for again
 
     def _finish_observed(self) -> None:
         """Hand each deferred failure counted under the lock its observation, now that the lock is

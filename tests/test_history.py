@@ -339,3 +339,27 @@ def test_invalid_thresholds_and_limits_are_rejected() -> None:
         Thresholds(budget=0)
     with pytest.raises(ConfigurationError, match="max_chars"):
         Limits(max_chars=10)
+
+
+def test_a_backlog_is_handed_over_once_even_when_two_threads_pass_the_bound_together() -> None:
+    """Two agent threads can both append before either reads the queue's length: each then reads past
+    the bound. The backlog must still be handed to ``on_backlog`` (the metrics thread), once, rather
+    than left to grow until an agent thread has to apply it."""
+    from otel_errcompact.history import SUCCESS_QUEUE_BOUND
+
+    history = ErrorHistory()
+    asked: list[int] = []
+    history.on_backlog = lambda: asked.append(len(history.success_queue())) is None
+    resolved: list[int] = []
+    queue = history.success_queue()
+    for n in range(SUCCESS_QUEUE_BOUND + 1):  # the second thread's append landed before the first one's check
+        queue.append((resolved.append, n))
+    history.backlogged()  # the first thread's check
+    history.backlogged()  # the second's
+    assert asked == [SUCCESS_QUEUE_BOUND + 1]
+    assert resolved == [] and len(queue) == SUCCESS_QUEUE_BOUND + 1  # left to on_backlog's thread
+    history.apply_successes()  # that thread
+    assert resolved == list(range(SUCCESS_QUEUE_BOUND + 1)) and not queue
+    for n in range(SUCCESS_QUEUE_BOUND):
+        history.defer_success(resolved.append, n)
+    assert asked == [SUCCESS_QUEUE_BOUND + 1, SUCCESS_QUEUE_BOUND]  # the next backlog is handed over too
