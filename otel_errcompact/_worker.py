@@ -124,7 +124,13 @@ class BackgroundQueue(Generic[T]):
         self._thread.join(timeout_s)
 
     def _due(self) -> bool:
-        return self._closed or self._wake_wanted or self._flush_wanted > 0 or len(self._items) >= self._wake_every
+        """Whether the worker has something to do now. A flush or a wake-up with nothing queued is not:
+        the worker would go round its loop without waiting, holding the GIL, until the flushing thread
+        got it back to see that its flush was done."""
+        if self._closed:
+            return True
+        queued = len(self._items)
+        return queued > 0 and (self._wake_wanted or self._flush_wanted > 0 or queued >= self._wake_every)
 
     def _run(self) -> None:
         while True:

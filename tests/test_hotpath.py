@@ -739,3 +739,31 @@ def test_the_ceiling_benchmarks_hand_off_cut_stores_raw_records_and_makes_no_dig
         assert seen["digested"] == 0 and seen["keyed_spans"] == 0 and seen["context"] == ""
     else:
         assert seen["digested"] == 3 and seen["keyed_spans"] == 3 and "[RECENT ERRORS]" in seen["context"]
+
+
+class _CountingQueue(BackgroundQueue[int]):
+    """A background queue that counts how often its worker asks whether it has something to do."""
+
+    asked = 0
+
+    def _due(self) -> bool:
+        self.asked += 1
+        return super()._due()
+
+
+def test_a_flush_that_waits_does_not_leave_the_worker_spinning() -> None:
+    """After handling the batch a flush waits for, the worker must sleep, not go round its loop while the
+    flushing thread waits for the GIL to return: that burnt a core for up to a switch interval per flush
+    (and, with threads run one at a time, kept a flush from returning for minutes)."""
+    handled: list[int] = []
+    queue = _CountingQueue("t-spin", handled.append, wake_every=256, max_delay_s=60.0)
+    try:
+        threading.Event().wait(0.2)
+        queue.asked = 0
+        for n in range(20):
+            queue.submit(n)
+            assert queue.flush(30)
+        assert handled == list(range(20))
+        assert queue.asked < 200  # a few per flush; the spin asked thousands of times
+    finally:
+        queue.shutdown(30)
