@@ -4,6 +4,7 @@
 # and the build, package and VCS tools agents run: make, cmake, git, pip, apt-get, npm, flake8, ruff, Django.
 # The end-to-end tests start a real OTLP receiver (Arize Phoenix) on 127.0.0.1; the integration tests run
 # LangGraph and the OpenAI Agents SDK offline with scripted models and OpenInference instrumentation.
+# valgrind: the instruction-count benchmark's reading of callgrind's files is tested on a real run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -36,6 +37,7 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "installing toolchains: ${need[*]}"
   if [ -n "$SUDO" ] && ! command -v sudo >/dev/null 2>&1; then

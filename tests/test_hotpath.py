@@ -40,7 +40,7 @@ from otel_errcompact.tokens import MAX_COUNTED_CHARS, background_counter, count_
 from otel_errcompact.trajectory import TrajectoryRecord, new_record_id
 from tests.conftest import OTel, metric_points, metric_sum
 from tests.deeperrors import deep_app, deep_exception
-from tests.realerrors import python_error
+from tests.realerrors import have, python_error
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -664,6 +664,48 @@ def test_the_throughput_benchmarks_threads_each_end_a_failed_tool_span_the_plugi
     assert all((s.attributes or {}).get("errcompact.key") for s in failed)
     assert otel.store().count() == 10
     assert len({(s.attributes or {})["errcompact.key"] for s in failed}) == 5  # the application's five failure kinds
+
+
+
+# Each kind's measured reduce, the flush after it and the next kind's warm-up, as bench_instructions.py's
+# child lays them out: a loop of ``n`` iterations per call, and large sums where nothing is measured.
+_KINDS_UNDER_CALLGRIND = """
+import functools
+
+def spin(n):
+    def step(_, i):
+        for _ in range(n):
+            pass
+    return step
+
+def mark(_, __):
+    return None
+
+for n in (10, 1000):
+    for _ in range(3):
+        spin(n)(None, 0)  # the warm-up: a plain loop, not counted
+    functools.reduce(spin(n), range(20), None)
+    sum(range(100_000))  # the flush after the spans: not counted
+    functools.reduce(mark, (0,), None)
+    sum(range(100_000))  # the next kind's warm-up and inputs: not counted
+"""
+
+
+@pytest.mark.skipif(not have("valgrind"), reason="valgrind is not installed")
+def test_the_instruction_benchmark_reads_each_kinds_reduce_and_nothing_around_it(tmp_path: Path) -> None:
+    """``bench_instructions.py`` takes each kind's count from callgrind's numbered dump files: the part
+    of the reduce, not the flush after it nor the next kind's warm-up (each far larger here)."""
+    from benchmarks.bench_instructions import count_kinds
+
+    script = tmp_path / "kinds.py"
+    script.write_text(_KINDS_UNDER_CALLGRIND, encoding="utf-8")
+    counts = count_kinds([str(script)], tmp_path / "out", ("small", "large"))
+
+    iterations = 20 * (1000 - 10)  # what the large kind loops more than the small one
+    assert counts["large"] - counts["small"] > 10 * iterations  # a Python loop iteration is over 10 instructions
+    assert counts["small"] < 10 * iterations  # not a part holding one of the 100,000-step sums
+    with pytest.raises(RuntimeError, match="parts"):  # a layout that does not match is refused
+        count_kinds([str(script)], tmp_path / "again", ("small", "large", "missing"))
 
 
 _HAND_OFF_ONLY = """
