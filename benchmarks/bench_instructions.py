@@ -19,7 +19,9 @@ writer, metrics) are not in them: callgrind's dumps at those points hold the dum
 only; ``bench_processor.py`` gives their CPU time per span.
 
 Callgrind runs one thread at a time, so the counts say how much work the agent's thread does, not how
-long it waits for the GIL meanwhile; the wall-clock benchmarks say that.
+long it waits for the GIL meanwhile; the wall-clock benchmarks say that. The cyclic garbage collector runs
+as usual, after a full collection before each kind's reduce: without it, a full collection that fell in
+one side's reduce (the plugin's side holds more objects) counted there alone.
 
 The kinds: a chat span inside an agent trace, a root ``invoke_agent`` span, a successful tool span, a
 failed tool span recording a real, distinct 43-45-line traceback (``tests/deeperrors.py``), and a failed
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import json
 import re
 import shutil
@@ -153,6 +156,7 @@ def _child(side: str, spans: int, scratch: Path) -> None:
         close()
         settle()
         step, close = kind_steps(kind, spans)
+        gc.collect()  # every side starts the kind with no collection due: one full one would weigh on it alone
         functools.reduce(step, range(spans), None)  # callgrind dumps its counts before and after this call
         close()
         settle()
