@@ -120,28 +120,28 @@ def _child(side: str, spans: int, scratch: Path) -> None:
             def step(_: None, i: int) -> None:
                 with tracer.start_as_current_span("execute_tool lookup_order", context=contexts[0], attributes=_TOOL):
                     pass
-        elif kind == "tool failed: traceback":
-            excs = errors.exceptions(first, n)
+        else:
+            if kind == "tool failed: traceback":
+                excs = errors.exceptions(first, n)
 
-            def step(_: None, i: int) -> None:
-                with tracer.start_as_current_span(
-                    "execute_tool lookup_order", context=contexts[i // _CONVERSATION_SIZE], attributes=_TOOL,
-                    record_exception=False, set_status_on_exception=False,
-                ) as span:
+                def fail(span: Any, i: int) -> None:
                     exc = excs[i]
                     span.record_exception(exc)
                     span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"))
                     span.set_attribute("error.type", type(exc).__name__)
-        else:
-            lines = errors.one_liners(first, n)
+            else:
+                lines = errors.one_liners(first, n)
+
+                def fail(span: Any, i: int) -> None:
+                    span.set_status(Status(StatusCode.ERROR, lines[i]))
+                    span.set_attribute("error.type", "FileNotFoundError")
 
             def step(_: None, i: int) -> None:
                 with tracer.start_as_current_span(
                     "execute_tool lookup_order", context=contexts[i // _CONVERSATION_SIZE], attributes=_TOOL,
                     record_exception=False, set_status_on_exception=False,
                 ) as span:
-                    span.set_status(Status(StatusCode.ERROR, lines[i]))
-                    span.set_attribute("error.type", "FileNotFoundError")
+                    fail(span, i)
         return step, close
 
     def settle() -> None:
