@@ -51,11 +51,7 @@ from benchmarks._machine import describe
 KINDS = ("chat", "root", "tool ok", "tool failed: traceback", "tool failed: one-line error")
 SIDES = ("bare", "idle", "plugin")
 _WARM_UP = 200
-_PART = re.compile(r"\.(\d+)-(\d+)$")
-
-
-def _mark(_: None, __: int) -> None:
-    return None
+_PART = re.compile(r"\.(\d+)-01$")  # a numbered part of thread 1
 
 
 def _child(side: str, spans: int, scratch: Path) -> None:
@@ -160,7 +156,6 @@ def _child(side: str, spans: int, scratch: Path) -> None:
         functools.reduce(step, range(spans), None)  # callgrind dumps its counts before and after this call
         close()
         settle()
-        functools.reduce(_mark, (0,), None)  # and again: the spans' work ends here, the next kind's begins
     if ec is not None:
         ec.shutdown()
     provider.shutdown()
@@ -176,20 +171,20 @@ def _totals(path: Path) -> int:
 def parts_per_kind(out_dir: Path, pid: int, kinds: Sequence[str]) -> dict[str, int]:
     """``kind -> instructions`` of the thread that ran the spans, from callgrind's per-part files.
 
-    Part 1 runs from the start to the first reduce. Then each kind has four: its reduce (dumped when it
-    starts and when it ends), the flush after it, an empty reduce that marks the end of the kind's work,
-    and the next kind's warm-up and inputs; the last part, written at exit, is not numbered. Thread 1
-    is the main thread, which runs the spans.
+    Part 1 runs from the start to the first reduce. Then each kind has two: its reduce (dumped when it
+    starts and when it ends), and what follows until the next kind's reduce (the flush, and the next
+    kind's warm-up and inputs); the last part, written at exit, is not numbered. Thread 1 is the main
+    thread, which runs the spans.
     """
     counts: dict[int, int] = {}
     for path in out_dir.glob(f"callgrind.out.{pid}.*-01"):
         match = _PART.search(path.name)
         if match:
             counts[int(match.group(1))] = _totals(path)
-    expected = 4 * len(kinds)
+    expected = 2 * len(kinds)
     if sorted(counts) != list(range(1, expected + 1)):
         raise RuntimeError(f"callgrind wrote parts {sorted(counts)}, not 1-{expected}: was reduce called elsewhere?")
-    return {kind: counts[2 + 4 * index] for index, kind in enumerate(kinds)}
+    return {kind: counts[2 + 2 * index] for index, kind in enumerate(kinds)}
 
 
 def run_side(side: str, spans: int, scratch: Path) -> dict[str, int]:

@@ -667,8 +667,8 @@ def test_the_throughput_benchmarks_threads_each_end_a_failed_tool_span_the_plugi
 
 
 
-# Each kind's measured reduce, the flush after it and the next kind's warm-up, as bench_instructions.py's
-# child lays them out: a loop of ``n`` iterations per call, and large sums where nothing is measured.
+# Each kind's measured reduce, then the flush after it and the next kind's warm-up, as bench_instructions.py's
+# child lays them out: a loop of ``n`` iterations per call, and a large sum where nothing is measured.
 _KINDS_UNDER_CALLGRIND = """
 import functools
 
@@ -678,16 +678,11 @@ def spin(n):
             pass
     return step
 
-def mark(_, __):
-    return None
-
 for n in (10, 1000):
     for _ in range(3):
         spin(n)(None, 0)  # the warm-up: a plain loop, not counted
     functools.reduce(spin(n), range(20), None)
-    sum(range(100_000))  # the flush after the spans: not counted
-    functools.reduce(mark, (0,), None)
-    sum(range(100_000))  # the next kind's warm-up and inputs: not counted
+    sum(range(100_000))  # the flush after the spans and the next kind's warm-up: not counted
 """
 
 
