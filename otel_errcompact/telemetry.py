@@ -66,7 +66,7 @@ from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.metrics import CallbackOptions, Meter
 from opentelemetry.metrics import Observation as MetricObservation
 
-from otel_errcompact._forked import new_locks_in_child
+from otel_errcompact._forked import new_locks_in_child, rebuild_in_child
 from otel_errcompact._sanitize import prompt_text
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.history import ErrorHistory, Escalation
@@ -235,6 +235,8 @@ class ErrorMetrics:
             else None
         )
         self._successes: deque[str | None] = deque()  # successful calls' tool names, not counted yet
+        self._drain_asked = False  # a full batch of them was handed to the metrics thread, not counted yet
+        rebuild_in_child(self._after_fork_in_child)
         self._history: ErrorHistory | None = None
         # An observable instrument that reports nothing: its callback is the SDK's hook at collection
         # time, where the queued successes are counted (queued with or without the metrics thread).
@@ -299,8 +301,17 @@ class ErrorMetrics:
         attributes as a count made per call, which costs a microsecond for each."""
         successes = self._successes
         successes.append(tool_name)
-        if len(successes) % _SUCCESS_BATCH == 0 and not self._request_drain():
-            self._count_queued()  # no metrics thread, or it takes no more work: keep the queue bounded
+        # Asked once per batch, not "when the length is a multiple of the batch": two threads that
+        # append before either reads the length both read past it, and nobody would ask.
+        if len(successes) >= _SUCCESS_BATCH and not self._drain_asked:
+            self._drain_asked = True
+            if not self._request_drain():
+                self._count_queued()  # no metrics thread, or it takes no more work: keep the queue bounded
+
+    def _after_fork_in_child(self) -> None:
+        """In a process forked from this one: a batch the parent's metrics thread was asked to count is
+        not this process's to wait for (see :mod:`otel_errcompact._forked`)."""
+        self._drain_asked = False
 
     def _request_drain(self) -> bool:
         return self._tokens is not None and self._tokens.submit(_DRAIN_SUCCESSES, wake=True)
@@ -322,6 +333,7 @@ class ErrorMetrics:
                 names.append(successes.popleft())
             except IndexError:
                 break
+        self._drain_asked = False  # emptied: the next full batch is asked for again
         if names:
             self._count_successes(names)
 

@@ -8,6 +8,7 @@ the anchors.
 
 from __future__ import annotations
 
+import time
 import traceback
 from collections.abc import Mapping
 from typing import Any
@@ -277,3 +278,36 @@ def test_successes_are_counted_at_collection_without_a_metrics_thread() -> None:
     for _ in range(5):
         metrics.on_success("lookup")
     assert metric_sum(reader, "errcompact.tool.calls") == 5
+
+
+def test_a_full_batch_of_successes_is_handed_to_the_metrics_thread_even_when_two_threads_pass_it_together() -> None:
+    """Two threads can both append a success before either reads the queue's length: each then reads one
+    past the batch. The batch must still be handed to the metrics thread, once, rather than left queued
+    until the next collection (a reader may collect once a minute, or never)."""
+    from otel_errcompact.telemetry import _SUCCESS_BATCH
+
+    metrics = ErrorMetrics(MeterProvider(metric_readers=[InMemoryMetricReader()]).get_meter("tests"))
+    assert metrics.counts_tokens  # the metrics thread runs
+    handed: list[int] = []
+    request_drain = metrics._request_drain
+
+    def hand_over() -> bool:  # the metrics thread's hand-over, seen
+        handed.append(len(metrics._successes))
+        return request_drain()
+
+    metrics._request_drain = hand_over  # type: ignore[method-assign]
+    try:
+        queue = metrics._successes
+        for _ in range(_SUCCESS_BATCH):  # the second thread's append landed before the first one's check
+            queue.append("lookup")
+        metrics.on_success("lookup")  # the first thread's check, which reads one past the batch
+        assert handed == [_SUCCESS_BATCH + 1]
+        deadline = time.monotonic() + 30
+        while queue and time.monotonic() < deadline:  # the metrics thread counts them
+            time.sleep(0.01)
+        assert not queue
+        for _ in range(_SUCCESS_BATCH):
+            metrics.on_success("lookup")
+        assert handed == [_SUCCESS_BATCH + 1, _SUCCESS_BATCH]  # the next batch is handed over too
+    finally:
+        metrics.shutdown(30)
