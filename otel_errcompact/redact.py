@@ -13,11 +13,12 @@ Redacted (each replaced by ``[REDACTED]``, or with only the secret part masked s
   Slack ``xox?-…``, Google ``AIza…`` and OAuth ``ya29.…``, Stripe ``sk_live_…``/``whsec_…``,
   Hugging Face ``hf_…``, npm ``npm_…``, SendGrid ``SG.….…``, JSON Web Tokens and PEM private-key blocks;
 - webhook URLs that are themselves the credential (Slack, Discord);
-- ``Bearer``/``Basic``/``Token`` credentials, ``Cookie:``/``Set-Cookie:`` values;
+- ``Bearer``/``Basic``/``Token`` credentials (a word of prose after the scheme word stays: "the security
+  token included in the request"), ``Cookie:``/``Set-Cookie:`` values;
 - the password in ``scheme://user:password@host`` URLs (also with an empty user, as Redis writes it, and
   with ``@`` or ``/`` inside the password), Azure SAS ``sig=`` parameters;
 - values after a secret-naming key in query strings, JSON, Python reprs, env and config text, and
-  command-line flags: ``password``, ``PGPASSWORD``, ``secret``, ``SECRET_KEY``, ``secretKey``,
+  command-line flags: ``password``, ``PGPASSWORD``, ``DB_PASS``, ``secret``, ``SECRET_KEY``, ``secretKey``,
   ``api_key``, ``AccountKey``, ``SharedAccessKey``, ``Ocp-Apim-Subscription-Key``, ``*token``,
   ``client_secret``, ``private_key``, ``credentials``, session cookies (``connect.sid``, ``sessionid``,
   ``JSESSIONID``) and the like, quoted values with spaces included;
@@ -89,6 +90,20 @@ def _mask_value(match: re.Match[str]) -> str:
     return f"{match.group(1)}{REDACTED}{tail}"
 
 
+_PLAIN_WORD = re.compile(r"[A-Za-z][a-z]{7,18}")
+"""A word of prose (``included``, ``Authentication``): no credential, though eight letters or more."""
+
+
+def _mask_credential(match: re.Match[str]) -> str:
+    """``Bearer <credential>`` → ``Bearer [REDACTED]``, unless what follows the scheme word is a plain
+    word of prose: "The security token included in the request is invalid", "Basic authentication
+    required". A credential of a scheme is random text: digits, capitals inside it, punctuation, or
+    twenty characters and more."""
+    if _PLAIN_WORD.fullmatch(match.group(2)):
+        return match.group(0)
+    return _mask_value(match)
+
+
 def _mask_quoted(match: re.Match[str]) -> str:
     if _masked(match.group(3)):
         return match.group(0)
@@ -113,7 +128,7 @@ def _mask_cookies(match: re.Match[str]) -> str:
 
 _NOT_WORD = r"(?<![A-Za-z0-9_])"
 _KEY_WORDS = (
-    r"pass(?:word|wd|phrase)|(?<![a-z])pwd|secret(?:[_\-]?key)?|api[_\-]?key|apikey|access[_\-]?key"
+    r"pass(?:word|wd|phrase)|(?<=_)pass|(?<![a-z])pwd|secret(?:[_\-]?key)?|api[_\-]?key|apikey|access[_\-]?key"
     r"|account[_\-]?key|shared[_\-]?access[_\-]?key|subscription[_\-]?key|private[_\-]?key|token"
     r"|credentials?|session(?:[_\-]?id)?|connect\.sid|(?<![a-z])sid|signature"
 )
@@ -181,7 +196,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         ("bearer", "basic", "token"),
         re.compile(r"(?i)(?<![a-z0-9_])((?:bearer|basic|token)\s+)([A-Za-z0-9._~+/=\-]{8,})"),
-        _mask_value,
+        _mask_credential,
     ),
     # ``scheme://user:password@host``: the user may be empty (``redis://:pw@``); the password may hold
     # ``@`` and ``/`` (the last ``@`` before a host and the end of the authority closes it).

@@ -1,6 +1,6 @@
 """Secrets never leave through digests or telemetry, and the local store keeps what really happened.
 
-Forty kinds of credential, each freshly generated with its real shape (random, never a real key), are
+Forty-one kinds of credential, each freshly generated with its real shape (random, never a real key), are
 carried into a real failure by the code that really leaks them in the wild: an HTTP client's status
 error naming the URL, an API's 401 body echoing the key or the request headers (a 127.0.0.1 server
 answers), a ``CalledProcessError`` with the secret in argv or in a shell command, a config parser quoting
@@ -22,6 +22,8 @@ import secrets
 import string
 import subprocess
 import sys
+import traceback
+import urllib.parse
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
@@ -223,6 +225,8 @@ def _kinds() -> list[Kind]:
     add("django SECRET_KEY", s, lambda e, s=s: ini(e, f"SECRET_KEY = '{s}'\nDEBUG = False\n"))
     s = rand(20)
     add("PGPASSWORD in a shell command", s, lambda e, s=s: shell(e, f"PGPASSWORD={s} psql -h 127.0.0.1 -U app"))
+    s = f"{rand(7)} {rand(7)}"
+    add("DB_PASS in an env file, quoted with a space", s, lambda e, s=s: ini(e, f"DB_PASS='{s}'\nDB_HOST=db\n"))
     s = rand(40, B64)
     add("camelCase secretKey in JSON", s, lambda e, s=s: json_settings(e, '{"secretKey": "' + s + '",}'))
     s = "s%3A" + rand(32, URLSAFE) + "." + rand(43, URLSAFE)
@@ -421,6 +425,40 @@ def test_secrets_hidden_by_invisible_or_fullwidth_characters_are_still_masked() 
 )
 def test_ordinary_error_text_is_not_masked(text: str, kept: str) -> None:
     assert kept in redact(text)
+
+
+class RefusingAPI(BaseHTTPRequestHandler):
+    """Refuses every request with 401 and the reason its path names, in prose, as services word it."""
+
+    def do_GET(self) -> None:
+        body = urllib.parse.unquote(self.path.lstrip("/")).encode()
+        self.send_response(401)
+        self.send_header("Content-Type", "text/plain")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+@pytest.mark.parametrize(
+    "reason",
+    [
+        "The security token included in the request is invalid.",  # AWS STS's wording
+        "Basic authentication required",
+        "Invalid token provided for this workspace",
+    ],
+)
+def test_a_refusal_worded_in_prose_keeps_its_words(reason: str) -> None:
+    """A scheme word (``Bearer``, ``Basic``, ``token``) followed by a word of prose names no credential:
+    masking that word loses the cause, and makes refusals worded differently share one dedup key."""
+    with loopback_server(RefusingAPI) as base:
+        response = httpx.get(f"{base}/{urllib.parse.quote(reason)}", timeout=10)
+    try:
+        raise RuntimeError(f"API returned {response.status_code}: {response.text}")
+    except RuntimeError:
+        digest = compact_text(traceback.format_exc())
+    assert reason.rstrip(".") in digest.line and REDACTED not in digest.line, digest.line
 
 
 def test_add_pattern_is_the_public_one_place(request: pytest.FixtureRequest) -> None:
