@@ -104,6 +104,35 @@ def _mask_credential(match: re.Match[str]) -> str:
     return _mask_value(match)
 
 
+_ABSENT = frozenset({"none", "null", "nil", "undefined", "empty", "missing", "unset", "true", "false"})
+"""Values that say a setting is absent or off: the cause of the failure, never a secret."""
+_WORD = re.compile(r"[A-Za-z][a-z]{2,18}")
+_WORD_KEYS = re.compile(r"(?i)pass|pwd|secret")
+"""Keys whose value may be a word: a password or a passphrase is. A token, key, signature or session id
+is random text."""
+
+
+def _mask_named(match: re.Match[str]) -> str:
+    """``key=value`` after a secret-naming key → ``key=[REDACTED]``, but for what is no secret and names
+    the cause: an absent value (``api_key=None``, ``"token": null``), argparse's message about a flag
+    (``argument --api-key: expected one argument``: a flag takes its value after a space or ``=``,
+    never after a colon), and a word of prose after a key whose values are random text
+    (``signature: mismatch``)."""
+    value = match.group(2).rstrip(")]}.,")
+    if value.lower() in _ABSENT:
+        return match.group(0)
+    key = match.group(1)
+    if ":" in key:
+        text, start = match.string, match.start()
+        while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-"):
+            start -= 1
+        if text.startswith("--", start) or (text[start] == "-" and (start == 0 or text[start - 1] in " '\"")):
+            return match.group(0)
+    if _WORD.fullmatch(value) and not _WORD_KEYS.search(key):
+        return match.group(0)
+    return _mask_value(match)
+
+
 def _mask_quoted(match: re.Match[str]) -> str:
     if _masked(match.group(3)):
         return match.group(0)
@@ -224,7 +253,7 @@ _RULES: tuple[_Rule, ...] = (
     _Rule(
         _KEY_STARTS,
         re.compile(rf"(?i)((?:{_KEY_WORDS})\s*[:=]\s*)(?![\"'\s])([^\s\"'&;,<>]+)"),
-        _mask_value,
+        _mask_named,
     ),
     # A secret named in prose: ``Incorrect API key provided: …`` (echoed by model APIs), ``token given: …``.
     _Rule(

@@ -15,9 +15,13 @@ raw error in full (the documented policy), unless redaction at rest is on.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import configparser
+import hashlib
+import hmac
 import json
+import os
 import secrets
 import string
 import subprocess
@@ -459,6 +463,58 @@ def test_a_refusal_worded_in_prose_keeps_its_words(reason: str) -> None:
     except RuntimeError:
         digest = compact_text(traceback.format_exc())
     assert reason.rstrip(".") in digest.line and REDACTED not in digest.line, digest.line
+
+
+def _argparse_error(argv: list[str]) -> str:
+    """A real command-line error about a secret-naming flag, as a tool that parses its arguments raises it."""
+    parser = argparse.ArgumentParser(prog="deploy", exit_on_error=False)
+    parser.add_argument("--api-key")
+    parser.add_argument("--token", type=int)
+    parser.add_argument("--password")
+    try:
+        parser.parse_args(argv)
+    except argparse.ArgumentError:
+        return traceback.format_exc()
+    raise AssertionError(f"{argv} parsed")
+
+
+@pytest.mark.parametrize(
+    ("argv", "kept"),
+    [
+        (["--api-key"], "argument --api-key: expected one argument"),
+        (["--token", "abc"], "argument --token: invalid int value"),
+        (["--password"], "argument --password: expected one argument"),
+    ],
+)
+def test_an_argument_error_about_a_secret_flag_keeps_its_message(argv: list[str], kept: str) -> None:
+    """``--api-key: expected one argument`` is argparse naming the flag, not the flag's value: a flag takes
+    its value after a space or ``=``, never after a colon."""
+    assert kept in compact_text(_argparse_error(argv)).line
+
+
+def test_an_unset_credential_is_named_unset() -> None:
+    """``api_key=None`` is the cause (the key is not set), and no secret: it stays."""
+    key = os.environ.get("OTEL_ERRCOMPACT_TEST_KEY_NEVER_SET")
+    try:
+        if key is None:
+            raise RuntimeError(f"cannot call the search API: api_key={key}, session_id={key}")
+    except RuntimeError:
+        line = compact_text(traceback.format_exc()).line
+    assert "api_key=None, session_id=None" in line, line
+
+
+def test_a_word_of_prose_after_a_key_of_random_values_stays() -> None:
+    """A token, a signature or a session id is random text: a word after its name is the message's, and
+    the cause ("signature: mismatch"). A password may be a word: it is masked all the same."""
+    body = b'{"event": "push"}'
+    sent = hmac.new(b"old-secret", body, hashlib.sha256).hexdigest()
+    try:
+        if not hmac.compare_digest(sent, hmac.new(b"new-secret", body, hashlib.sha256).hexdigest()):
+            raise PermissionError("webhook signature: mismatch; token: expired")
+    except PermissionError:
+        line = compact_text(traceback.format_exc()).line
+    assert "signature: mismatch; token: expired" in line, line
+    assert redact("password: letmein") == f"password: {REDACTED}"
 
 
 def test_add_pattern_is_the_public_one_place(request: pytest.FixtureRequest) -> None:

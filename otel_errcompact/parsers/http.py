@@ -669,8 +669,9 @@ def _cause(envelope: _Envelope, reason: str, retry: str, status: int | None) -> 
         message = message[: end + 1] if end >= _MIN_MESSAGE // 2 else message[: budget - 1].rstrip() + "…"
     if not message and not label:
         message = reason or "(empty body)"
-    # A label that names a secret (``invalid_api_key``) must not make the message read as its value.
-    separator = ": " if redact(f"{label}: value") == f"{label}: value" else " - "
+    # A label that names a secret (``invalid_api_key``) must not make the message read as its value. The
+    # probe is no word of prose: after a key whose values are random text, a word stays (see redact).
+    separator = ": " if redact(f"{label}: v4lue") == f"{label}: v4lue" else " - "
     cause = f"{label}{separator}{message}" if label and message else label or message
     return cause + suffix
 

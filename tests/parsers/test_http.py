@@ -200,6 +200,11 @@ _ROUTES: dict[str, tuple[int, dict[str, str], str, str]] = {
         {"error": "invalid_grant",
          "error_description": "The provided authorization grant is invalid, expired, or revoked."}),
         "application/json"),
+    "/openai/401": (401, {"www-authenticate": 'Bearer realm="OpenAI API"'}, json.dumps(
+        {"error": {"message": "Incorrect API key provided: sk-proj-aab5" + "*" * 40 + "adeb. You can find your API key "
+                              "at https://platform.openai.com/account/api-keys.",
+                   "type": "invalid_request_error", "param": None, "code": "invalid_api_key"}}),
+        "application/json"),
     "/ollama": (404, {}, json.dumps({"error": 'model "llama3.2" not found, try pulling it first'}),
                 "application/json; charset=utf-8"),
     "/envoy": (503, {"server": "envoy"},
@@ -267,6 +272,8 @@ _EXPECTED: dict[str, tuple[int, str, str]] = {
     "/openai/400": (400, "context_length_exceeded: This model's maximum context length is 128000 tokens.",
                     "tokens."),
     "/openai/400-param": (400, "unsupported_value: Unsupported value: 'temperature'", ""),
+    # A code that names a secret is not followed by a colon: the message must not read as its value.
+    "/openai/401": (401, "invalid_api_key - Incorrect API key provided:", ""),
     "/anthropic/429": (429, "rate_limit_error: Number of request tokens has exceeded your per-minute "
                             "rate limit",
                        "(retry after 20s)"),
