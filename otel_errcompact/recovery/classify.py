@@ -102,6 +102,7 @@ _TRANSIENT_TYPES = frozenset(
         "ConnectionResetError", "ConnectionRefusedError", "ConnectionAbortedError", "BrokenPipeError",
         "RemoteDisconnected", "ConnectError", "ReadTimeout", "WriteTimeout", "ConnectTimeout", "PoolTimeout",
         "ReadError", "WriteError", "RemoteProtocolError", "TimeoutException", "NetworkError",
+        "IncompleteRead",
     }
 )  # fmt: skip
 _TRY_AGAIN = re.compile(
@@ -250,6 +251,15 @@ def _type_names(exc: BaseException) -> list[str]:
     return [c.__name__ for c in type(exc).__mro__]
 
 
+def _is_http_error(exc: BaseException) -> bool:
+    """urllib's ``HTTPError``: the status in ``code`` and the response headers in ``headers`` (read by duck
+    typing: an ``int`` status code and headers that answer ``get``)."""
+    code = getattr(exc, "code", None)
+    return (
+        type(code) is int and 100 <= code <= 599 and callable(getattr(getattr(exc, "headers", None), "get", None))
+    )
+
+
 def _error_body(exc: BaseException) -> tuple[str, str]:
     """The provider's error ``type``/``code`` and message from an SDK exception's parsed body."""
     body = getattr(exc, "body", None)
@@ -281,10 +291,15 @@ def classify_exception(exc: BaseException) -> Classification:
         if not isinstance(status, int):
             response = getattr(exc, "response", None)
             status = getattr(response, "status_code", None) if response is not None else None
-        status = status if isinstance(status, int) else None
         response = getattr(exc, "response", None)
         headers = getattr(response, "headers", None)
+        if not isinstance(status, int) and _is_http_error(exc):  # the standard library's urllib
+            status, headers = exc.code, exc.headers  # type: ignore[attr-defined]
+        status = status if isinstance(status, int) else None
         retry_after = retry_after_from_headers(headers) if headers is not None else None
+        reason = getattr(exc, "reason", None)
+        if isinstance(reason, BaseException) and status is None:  # urllib's URLError: what the socket raised
+            names = [*names, *_type_names(reason)]
         kind, message = _error_body(exc)
         # Bounded: the signal is in the error's code and first lines; a 10 MB message must not cost seconds.
         text = f"{kind[:_RAW_CHARS]}\n{message[:_RAW_CHARS]}"
@@ -339,6 +354,8 @@ def classify_span(attributes: Mapping[str, Any], message: str = "") -> Classific
         if status is None and text.isdigit():
             status = int(text)
         bare = text.rsplit(".", 1)[-1]
+        if bare.lower() == "timeout":  # the semantic conventions' own value for a timed-out operation
+            bare = "TimeoutError"
         if bare in _ABORT_TYPES:
             return Classification("aborted", None, f"type {bare}")
         if status == 413 or _PROMPT_TOO_LONG.search(f"{text}\n{message[:_RAW_CHARS]}"):

@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+import http.client
+import socket
+import urllib.error
+import urllib.request
+from http.server import BaseHTTPRequestHandler
+from typing import Any
+
 import anthropic
 import openai
 import pytest
@@ -15,6 +22,7 @@ from otel_errcompact.recovery.classify import (
 )
 from otel_errcompact.trajectory import DigestInfo
 from otel_errcompact.wire_server import ModelWireServer, Reply
+from tests.realerrors import loopback_server
 
 CASES = [
     ("rate_limited", "rate_limited", 2.0),
@@ -75,6 +83,56 @@ def test_connection_refused_and_timeouts_are_transient() -> None:
     assert classify_exception(TimeoutError("timed out")).error_class == "transient"
 
 
+class _Statuses(BaseHTTPRequestHandler):
+    """Answers ``GET /<status>`` with that status, a ``Retry-After`` of 7 s on 429 and 503, and ``GET /short``
+    with a body cut short of its ``Content-Length``."""
+
+    def do_GET(self) -> None:
+        if self.path == "/short":
+            self.send_response(200)
+            self.send_header("Content-Length", "100")
+            self.end_headers()
+            self.wfile.write(b"abc")
+            return
+        status = int(self.path.strip("/"))
+        self.send_response(status)
+        if status in (429, 503):
+            self.send_header("Retry-After", "7")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def _urllib_error(url: str) -> BaseException:
+    # URLError and HTTPError are OSErrors; IncompleteRead an HTTPException
+    with pytest.raises((OSError, http.client.HTTPException)) as info, urllib.request.urlopen(url, timeout=10) as r:
+        r.read()
+    return info.value
+
+
+def test_the_standard_librarys_http_errors() -> None:
+    """urllib keeps the status in ``code`` and the headers in ``headers``, and wraps what the socket raised
+    in ``URLError.reason``: a 5xx, a refused connection and a cut body are transient as httpx's are."""
+    with loopback_server(_Statuses) as base:
+        paths = ("/503", "/502", "/429", "/404", "/short")
+        got = {path: classify_exception(_urllib_error(base + path)) for path in paths}
+    assert (got["/503"].error_class, got["/503"].retry_after_s) == ("transient", 7.0)
+    assert got["/502"].error_class == "transient"
+    assert (got["/429"].error_class, got["/429"].retry_after_s) == ("rate_limited", 7.0)
+    assert got["/404"].error_class == "permanent"
+    assert got["/short"].error_class == "transient"
+    refused = _urllib_error(f"http://127.0.0.1:{_closed_port()}/")
+    assert isinstance(refused, urllib.error.URLError) and classify_exception(refused).error_class == "transient"
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 def test_cancellation_is_aborted_and_plain_bugs_permanent() -> None:
     import asyncio
 
@@ -105,6 +163,7 @@ def test_genai_span_attributes() -> None:
     assert classify_span({"gen_ai.response.finish_reasons": ["max_tokens"]}).error_class == "output_truncated"  # type: ignore[union-attr]
     assert classify_span({"error.type": "openai.RateLimitError"}).error_class == "rate_limited"  # type: ignore[union-attr]
     assert classify_span({"error.type": "529"}).error_class == "transient"  # type: ignore[union-attr]
+    assert classify_span({"error.type": "timeout"}).error_class == "transient"  # type: ignore[union-attr]
     bad = classify_span({"error.type": "anthropic.BadRequestError"}, "prompt is too long: 215034 tokens > 200000")
     assert bad is not None and bad.error_class == "prompt_too_long"
 
