@@ -465,6 +465,12 @@ class ToolBoundary:
             while len(self._digests) > 1024:
                 self._digests.pop(next(iter(self._digests)))
         self.breakers.failure(pending.tool, digest.key, pending.fp, digest.line)
+        admission = pending.admission
+        probed = admission.breaker if isinstance(admission, Admission) and admission.probe else None
+        if probed is not None and probed.key != digest.key:
+            # The half-open probe failed another way: still a failure for the breaker it probed, which
+            # opens again (else it stayed half-open with its probe out, refusing every call for good).
+            self.breakers.failure(pending.tool, probed.key, pending.fp, probed.digest)
 
     def _release(self, pending: _Pending) -> None:
         """A call ended without a verdict (cancelled, halted): a half-open probe is given back."""

@@ -7,6 +7,7 @@ status sequence, or raise real Python errors.
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
 from collections import deque
@@ -170,6 +171,35 @@ def test_a_different_error_class_of_the_same_tool_counts_apart(make_otel: Callab
     assert read(missing).circuit_open  # type: ignore[attr-defined]
     assert "IsADirectoryError" in read(folder)  # its class is at 3 now, and was never refused
     assert read(folder).circuit_open  # type: ignore[attr-defined]
+
+
+def test_a_probe_that_fails_another_way_opens_the_breaker_again(make_otel: Callable[..., OTel], tmp_path: Any) -> None:
+    """The half-open probe is the one call let through: whatever way it fails, the breaker it probed opens
+    again for another cooldown, and a later probe may close it (it must not stay half-open, its probe
+    out, refusing every call for good)."""
+    otel = make_otel(
+        retry=RetryPolicy(attempts=1), breaker=BreakerPolicy(threshold=3, cooldown_s=0.3),
+        thresholds=Thresholds(consecutive=100, budget=None),
+    )  # fmt: skip
+
+    @otel.ec.tool
+    def settings(path: str) -> Any:
+        with open(path) as f:
+            return json.load(f)
+
+    path = tmp_path / "settings.json"
+    for _ in range(3):
+        assert "FileNotFoundError" in settings(str(path))
+    assert settings(str(path)).circuit_open  # type: ignore[attr-defined]
+    time.sleep(0.35)  # the cooldown
+    path.write_text('{"retries": 3,}')  # the file is back, but not valid JSON yet
+    assert "JSONDecodeError" in settings(str(path))  # the probe fails another way
+    refused = settings(str(path))
+    assert isinstance(refused, ToolErrorText) and refused.circuit_open and "retry after" in refused
+    path.write_text('{"retries": 3}')
+    time.sleep(0.35)
+    assert settings(str(path)) == {"retries": 3}  # the next probe runs and closes it
+    assert settings(str(path)) == {"retries": 3}
 
 
 def test_rate_limits_are_not_stuck_but_the_budget_caps_them(make_otel: Callable[..., OTel], upstream: Any) -> None:
