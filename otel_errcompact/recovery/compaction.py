@@ -25,9 +25,15 @@ __all__ = ["compact_messages"]
 
 _log = logging.getLogger("otel_errcompact")
 
+# A tool result that reads as an error: it begins as error text does ("Error: …", a traceback, a digest
+# "[KeyError] at …" or "[HTTP 503]: …", the Agents SDK's "An error occurred …"), or holds a traceback or an
+# exception's own line ("ValueError: …" at a line's start) further in. Not a bracketed log level
+# ("[INFO] build OK"), nor an error type named inside prose or code ("Raises ValueError: when …").
 _ERRORISH = re.compile(
-    r"(?i)^\s*(?:error\b|\[[\w .]+\]|traceback \(most recent call last\)|exception\b|fatal\b|failed\b)"
-    r"|traceback \(most recent call last\)|\b\w+(?:Error|Exception): "
+    r"(?i)^\s*(?:error\b|exception\b|fatal\b|failed\b|an error occurred\b|traceback \(most recent call last\)"
+    r"|\[[\w .]+\](?: at |: ))"
+    r"|traceback \(most recent call last\)"
+    r"|(?m:^[\w.]*(?:Error|Exception): )"
 )
 
 

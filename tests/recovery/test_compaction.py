@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -59,3 +62,29 @@ def test_openai_successful_results_are_kept_or_cut_never_dropped(tmp_path: Path)
     assert tool[0].endswith("[7900 chars compacted]") and tool[1] == "short and fine"
     assert tool[2].startswith("[JSONDecodeError] at app.py:") and " in load: Expecting value" in tool[2]
     assert len(out) == len(messages)
+
+
+def test_successful_results_that_name_errors_are_not_read_as_errors(tmp_path: Path) -> None:
+    """A source file whose docstrings list what it raises (``ValueError: if …``) and a build log whose lines
+    begin with a bracketed level (``[INFO] …``) are successful results: cut, not replaced by a digest."""
+    source = Path(ipaddress.__file__).read_text(encoding="utf-8")
+    script = tmp_path / "build.py"
+    script.write_text(
+        "import logging\n"
+        "logging.basicConfig(format='[%(levelname)s] %(message)s', level=logging.INFO)\n"
+        "for n in range(200):\n"
+        "    logging.info('compiled module %d of 200', n + 1)\n"
+        "logging.info('build OK')\n",
+        encoding="utf-8",
+    )
+    log = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, check=True).stderr
+    assert log.startswith("[INFO] compiled module 1 of 200") and "ValueError: if the *address*" in source
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "x"}]
+    for i, content in enumerate([source, log]):
+        messages.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"call_{i}", "type": "function", "function": {"name": "run", "arguments": "{}"}}]})  # fmt: skip
+        messages.append({"role": "tool", "tool_call_id": f"call_{i}", "content": content})
+    out = compact_messages(messages, keep_recent=0, max_result_chars=300)
+    tool = [m["content"] for m in out if m["role"] == "tool"]
+    assert tool[0] == f"{source[:300]}… [{len(source) - 300} chars compacted]"
+    assert tool[1] == f"{log[:300]}… [{len(log) - 300} chars compacted]"
