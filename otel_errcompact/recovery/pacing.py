@@ -311,6 +311,24 @@ def _host(request: Any) -> str:
     return f"{url.host}:{url.port}" if url.port else str(url.host)
 
 
+def _settled(request: Any) -> bool:
+    """Whether ``request`` holds a reservation (see :func:`pace`), which its response now settles."""
+    reserved = bool(request.extensions.get("errcompact_paced"))
+    request.extensions["errcompact_paced"] = False
+    return reserved
+
+
+def _release(pacer: Pacer, request: Any) -> None:
+    """A send that raised before a response settled ``request`` (a dropped connection, a timeout): its
+    reservation is given back, else it counted as in flight, slowing every request to the host, until it
+    expired a minute later. Its turn stays spent: the request may have reached the server."""
+    try:
+        if _settled(request):
+            pacer.observe(_host(request), 0, {}, True)
+    except Exception:
+        _log.debug("otel-errcompact: could not release a pacing reservation", exc_info=True)
+
+
 def pace(client: C, pacer: Pacer | None = None) -> C:
     """Pace ``client`` (httpx/httpx2 ``Client`` or ``AsyncClient``, or an ``openai``/``anthropic`` client)
     by the rate-limit headers of its responses; returns the same client. Hooking twice is a no-op.
@@ -336,11 +354,20 @@ def pace(client: C, pacer: Pacer | None = None) -> C:
                 await asyncio.sleep(delay)
 
         async def after_async(response: Any) -> None:
-            reserved = bool(response.request.extensions.get("errcompact_paced"))
-            p.observe(_host(response.request), response.status_code, response.headers, reserved)
+            p.observe(_host(response.request), response.status_code, response.headers, _settled(response.request))
+
+        send_async = http.send
+
+        async def paced_send_async(request: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await send_async(request, *args, **kwargs)
+            except BaseException:
+                _release(p, request)
+                raise
 
         hooks.setdefault("request", []).append(before_async)
         hooks.setdefault("response", []).append(after_async)
+        http.send = paced_send_async
     else:
 
         def before(request: Any) -> None:
@@ -350,11 +377,20 @@ def pace(client: C, pacer: Pacer | None = None) -> C:
                 time.sleep(delay)
 
         def after(response: Any) -> None:
-            reserved = bool(response.request.extensions.get("errcompact_paced"))
-            p.observe(_host(response.request), response.status_code, response.headers, reserved)
+            p.observe(_host(response.request), response.status_code, response.headers, _settled(response.request))
+
+        send = http.send
+
+        def paced_send(request: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return send(request, *args, **kwargs)
+            except BaseException:
+                _release(p, request)
+                raise
 
         hooks.setdefault("request", []).append(before)
         hooks.setdefault("response", []).append(after)
+        http.send = paced_send
     http.event_hooks = hooks
     http._errcompact_paced = True
     return client

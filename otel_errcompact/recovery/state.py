@@ -34,8 +34,10 @@ ahead of it at most and pushes it one unit later; a report pushes it to what the
 units still in flight. It only moves later, so a report read out of order (an older count, arriving after
 a newer one) never hands back units that later requests spent. And its share (:func:`share_delay`): the
 share of the window used must not outrun the share elapsed, which guards against callers of the same key
-that the store does not see. A reservation whose response never
-  came (a dropped connection) expires after ``reservation_ttl_s``, so nothing leaks.
+that the store does not see. A reservation whose send raised before a response (a dropped
+connection, a timeout) is given back by :func:`~otel_errcompact.recovery.pacing.pace`'s client at once
+(its turn stays spent: the request may have reached the server); one that nothing gave back (a worker
+that died mid-request) expires after ``reservation_ttl_s``, so nothing leaks.
 
 :class:`InMemoryStateStore` is the default and the reference implementation; it is bounded (least
 recently used entries are dropped beyond ``max_entries``).

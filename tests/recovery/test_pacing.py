@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import threading
 import time
+from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 import anthropic
@@ -14,6 +16,7 @@ import openai
 
 from otel_errcompact.recovery.pacing import Pacer, pace, parse_duration, parse_rate_limit_headers
 from otel_errcompact.wire_server import ModelWireServer, TokenBucket, serve
+from tests.realerrors import loopback_server
 
 
 def _hammer(call: Any, seconds: float, workers: int = 4) -> int:
@@ -184,3 +187,52 @@ def test_a_429_seen_by_one_worker_holds_another_sharing_the_store() -> None:
     from otel_errcompact.recovery.state import InMemoryStateStore
 
     a_429_seen_by_one_worker_holds_another(InMemoryStateStore())
+
+
+class _Flaky(BaseHTTPRequestHandler):
+    """A healthy budget (10 requests a second, 9 left, full again in 100 ms) while ``up``; while not, every
+    connection is dropped before a response, as by a restarting load balancer."""
+
+    protocol_version = "HTTP/1.1"
+    up = True
+
+    def do_GET(self) -> None:
+        if not type(self).up:
+            self.close_connection = True
+            self.connection.shutdown(socket.SHUT_RDWR)
+            return
+        self.send_response(200)
+        self.send_header("x-ratelimit-limit-requests", "10")
+        self.send_header("x-ratelimit-remaining-requests", "9")
+        self.send_header("x-ratelimit-reset-requests", "100ms")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def test_requests_dropped_without_a_response_give_their_reservation_back() -> None:
+    """A request that never got a response is no longer in flight once its send raised: it must not slow
+    every later request to the host until its reservation expires a minute later. (Its turn stays spent:
+    it may have reached the server.)"""
+    pacer = Pacer()
+    with loopback_server(_Flaky) as base, pace(httpx.Client(timeout=5), pacer) as client:
+        assert client.get(base).status_code == 200
+        _Flaky.up = False
+        try:
+            dropped = 0
+            for _ in range(20):
+                with contextlib.suppress(httpx.TransportError):
+                    client.get(base)
+                    raise AssertionError("a dropped connection answered")
+                dropped += 1
+        finally:
+            _Flaky.up = True
+        time.sleep(2.5)  # the turns the dropped requests took, at 10 a second, are past
+        took = []
+        for _ in range(3):
+            start = time.monotonic()
+            assert client.get(base).status_code == 200
+            took.append(time.monotonic() - start)
+    assert dropped == 20 and max(took) < 0.5, took
