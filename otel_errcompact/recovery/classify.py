@@ -107,7 +107,8 @@ _TRANSIENT_TYPES = frozenset(
 )  # fmt: skip
 _TRY_AGAIN = re.compile(
     r"(?i)(?:try again in|retry after|retry in|retry-after:?|retryDelay\"?:?\s*\"?)\s*"
-    r"(?:(\d+)m)?\s*(\d+(?:\.\d+)?)\s*(ms|s|sec|secs|seconds?)?\b"
+    r"(?:(\d+)h)?\s*(?:(\d+)m)?\s*(\d+(?:\.\d+)?)\s*"
+    r"(milliseconds?|ms|seconds?|secs?|s|minutes?|mins?|m|hours?|hrs?|h)?\b"
 )
 # Words one of which each pattern needs: a substring test on lowered text skips the regex for most errors.
 _PROMPT_WORDS = ("context", "too long", "tokens", "too_large", "max_length", "too many", "limit")
@@ -123,7 +124,7 @@ def _mentions(lowered: str, words: tuple[str, ...]) -> bool:
     return False
 
 
-_RETRY_HEADER = re.compile(r"(?im)^\s*(?:<\s*)?(retry-after-ms|retry-after)\s*:\s*([^\r\n]{1,40})$")
+_RETRY_HEADER = re.compile(r"(?im)^\s*(?:<\s*)?(retry-after-ms|retry-after)\s*:\s*([^\r\n]{1,40})\r?$")
 
 
 def _bounded(seconds: float | None) -> float | None:
@@ -161,7 +162,8 @@ def retry_after_from_headers(headers: Mapping[str, str] | Any, *, now: float | N
 
 def retry_after_from_text(text: str) -> float | None:
     """Seconds to wait as a raw error says it: header lines (``Retry-After: 20``, ``retry-after-ms: 150``),
-    OpenAI's ``Please try again in 6.5s`` / ``in 20ms`` / ``in 1m30s``, Google's ``"retryDelay": "20s"``.
+    OpenAI's ``Please try again in 6.5s`` / ``in 20ms`` / ``in 1m30s`` / ``in 1h2m3s``, ``in 5 minutes``,
+    ``in 2 hours``, Google's ``"retryDelay": "20s"``; header lines end in LF or CRLF.
 
     >>> retry_after_from_text("Rate limit reached. Please try again in 1m2.5s.")
     62.5
@@ -178,9 +180,23 @@ def retry_after_from_text(text: str) -> float | None:
     phrase = _TRY_AGAIN.search(head)
     if phrase is None:
         return None
-    minutes, number, unit = phrase.group(1), float(phrase.group(2)), (phrase.group(3) or "s").lower()
-    seconds = number / 1000.0 if unit == "ms" else number
-    return _bounded(seconds + (int(minutes) * 60 if minutes else 0))
+    hours, minutes, number, unit = phrase.group(1), phrase.group(2), float(phrase.group(3)), phrase.group(4)
+    seconds = number * _unit_seconds(unit) + (int(minutes) * 60 if minutes else 0) + (int(hours) * 3600 if hours else 0)
+    return _bounded(seconds)
+
+
+def _unit_seconds(unit: str | None) -> float:
+    """Seconds in one of :data:`_TRY_AGAIN`'s units (none: seconds)."""
+    if not unit:
+        return 1.0
+    unit = unit.lower()
+    if unit.startswith("mil") or unit == "ms":
+        return 0.001
+    if unit.startswith("h"):
+        return 3600.0
+    if unit.startswith("m"):
+        return 60.0
+    return 1.0
 
 
 def classify_text(

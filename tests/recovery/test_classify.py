@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import email.utils
 import http.client
 import socket
+import time
 import urllib.error
 import urllib.request
 from http.server import BaseHTTPRequestHandler
@@ -155,7 +157,33 @@ def test_retry_after_forms() -> None:
     assert retry_after_from_text("HTTP/1.1 429 Too Many Requests\nRetry-After: 7\n\n{}") == 7.0
     assert retry_after_from_text('{"retryDelay": "20s"}') == 20.0
     assert retry_after_from_text("Please try again in 120ms.") == 0.12
+    assert retry_after_from_text("Rate limit exceeded. Please try again in 5 minutes.") == 300.0
+    assert retry_after_from_text("Daily quota window: try again in 2 hours") == 7200.0
+    assert retry_after_from_text("Please try again in 1h2m3s.") == 3723.0
     assert retry_after_from_text("nothing here") is None
+
+
+class _Later(BaseHTTPRequestHandler):
+    """Answers 429 with a ``Retry-After`` HTTP-date 30 s ahead (the form the header also takes)."""
+
+    def do_GET(self) -> None:
+        self.send_response(429)
+        self.send_header("Retry-After", email.utils.formatdate(time.time() + 30, usegmt=True))
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def test_a_raw_response_with_crlf_line_ends_gives_its_http_date() -> None:
+    """A raw response as it came off the socket ends its lines in CRLF: the HTTP-date is read there too."""
+    with loopback_server(_Later) as base, socket.create_connection(("127.0.0.1", int(base.rsplit(":", 1)[1]))) as c:
+        c.sendall(b"GET / HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        raw = b"".join(iter(lambda: c.recv(4096), b"")).decode("latin-1")
+    assert "\r\nRetry-After: " in raw
+    seconds = retry_after_from_text(raw)
+    assert seconds is not None and 25 <= seconds <= 30
 
 
 def test_genai_span_attributes() -> None:
