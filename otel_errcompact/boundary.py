@@ -317,6 +317,10 @@ class ToolBoundary:
     ) -> Any:
         """Decorate a sync or async tool function. ``@ec.tool`` or ``@ec.tool(name="search")``.
 
+        A generator function (sync or async) is run to its end inside the boundary, and the call returns
+        its items as a list: were the generator handed back, it would fail while its caller iterates it,
+        past the boundary, and the raw exception would reach the agent uncounted.
+
         ``retry``: a :class:`~otel_errcompact.recovery.retry.RetryPolicy` or a number of attempts (default:
         the boundary's policy, one retry of transient failures). ``mutating=True``: the tool changes the
         world (writes, sends, pays): an abort lets it finish instead of cancelling it.
@@ -324,8 +328,11 @@ class ToolBoundary:
         policy = self.retry if retry is None else (retry if isinstance(retry, RetryPolicy) else _attempts(retry))
 
         def decorate(fn: Callable[P, Any]) -> Callable[P, Any]:
-            tool_name = name or str(getattr(fn, "__name__", "tool"))
-            if inspect.iscoroutinefunction(fn):
+            tool_name = name or str(getattr(fn, "__name__", None) or type(fn).__name__)
+            fn = _collected(fn)
+            if inspect.iscoroutinefunction(fn) or (
+                not inspect.isfunction(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+            ):  # an async function, or an object whose __call__ is one
 
                 @functools.wraps(fn)
                 async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
@@ -674,6 +681,25 @@ def _agent_text(outcome: Outcome) -> str:
 
 async def _await(value: Awaitable[Any]) -> Any:
     return await value
+
+
+def _collected(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, or for a generator function (sync or async) a function that returns its items as a list."""
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def collect(*args: Any, **kwargs: Any) -> list[Any]:
+            return list(fn(*args, **kwargs))
+
+        return collect
+    if inspect.isasyncgenfunction(fn):
+
+        @functools.wraps(fn)
+        async def collect_async(*args: Any, **kwargs: Any) -> list[Any]:
+            return [item async for item in fn(*args, **kwargs)]
+
+        return collect_async
+    return fn
 
 
 def _attempts(n: int) -> RetryPolicy:

@@ -125,6 +125,46 @@ def test_async_tool(otel: OTel) -> None:
     assert "'sku-b'" in otel.ec.context("conv-async")
 
 
+def test_generator_tools_and_async_callables_fail_inside_the_boundary(otel: OTel, tmp_path: Path) -> None:
+    """A generator tool (sync or async) fails while it is iterated, and an object's async ``__call__`` while
+    it is awaited: both inside the boundary, so the agent gets the digest, never the raw exception."""
+    present = tmp_path / "present.txt"
+    present.write_text("a\nb\n")
+
+    @otel.ec.tool
+    def read_lines(path: str) -> Any:
+        with open(path) as f:
+            yield from f
+
+    @otel.ec.tool
+    async def read_lines_async(path: str) -> Any:
+        with open(path) as f:
+            for line in f:
+                yield line
+
+    class Lookup:
+        async def __call__(self, key: str) -> int:
+            await asyncio.sleep(0)
+            return {"a": 1}[key]
+
+    lookup = otel.ec.tool(Lookup())
+
+    async def main() -> tuple[Any, ...]:
+        return (await read_lines_async(str(present)), await read_lines_async(str(tmp_path / "gone.txt")),
+                await lookup("a"), await lookup("b"))  # fmt: skip
+
+    with otel.ec.conversation("gen"):
+        assert read_lines(str(present)) == ["a\n", "b\n"]
+        missing = assert_compact(read_lines(str(tmp_path / "missing.txt")))
+        lines, gone, one, unknown = asyncio.run(main())
+    assert "[FileNotFoundError]" in missing and "in read_lines:" in missing
+    assert lines == ["a\n", "b\n"] and one == 1
+    assert "[FileNotFoundError]" in assert_compact(gone) and "in read_lines_async:" in gone
+    assert "[KeyError]" in assert_compact(unknown) and "'b'" in unknown
+    assert "3 tool failure(s), 3 distinct" in otel.ec.context("gen")
+    assert [s.status.status_code for s in otel.spans("execute_tool Lookup")] == [StatusCode.UNSET, StatusCode.ERROR]
+
+
 def test_tool_call_context_manager(make_otel: Callable[..., OTel]) -> None:
     otel = make_otel(capture_arguments=True)
     with otel.ec.conversation("conv-cm"):
