@@ -394,7 +394,7 @@ class ToolBoundary:
         """Before a decorated call: its arguments, scope and breaker verdict still owed, or the text of a
         refused call (an abort standing or the breaker open). Raises ErrorBudgetExceeded on a halt."""
         arguments = _arguments(fn, args, kwargs)
-        fp, scope = fingerprint(_as_json(arguments)), self.current_scope()
+        fp, scope = fingerprint(_as_json(arguments, None)), self.current_scope()
         refused = self._refuse(tool_name, fp, scope, arguments)
         if isinstance(refused, ToolErrorText):
             return refused
@@ -781,12 +781,14 @@ def _safe_repr(value: Any) -> str:
     return f"<{_safe_name(type(value))} object: repr() failed>"
 
 
-def _as_json(value: Any) -> str:
-    """Arguments as JSON for the span and the record. Values JSON cannot encode fall back to their
-    ``repr``; a recursive structure, or one too deep to encode, is shown by its ``repr`` (which marks the
-    recursion) or a placeholder. Never raises."""
+def _as_json(value: Any, limit: int | None = _MAX_ARGUMENT_CHARS) -> str:
+    """Arguments as JSON for the span and the record, cut to ``limit`` characters (``None``: whole, for
+    the breaker's fingerprint: calls that differ only past the cut are other calls). Values JSON cannot
+    encode fall back to their ``repr``; a recursive structure, or one too deep to encode, is shown by its
+    ``repr`` (which marks the recursion) or a placeholder. Never raises."""
     try:
-        return json.dumps(value, default=_safe_repr, ensure_ascii=False)[:_MAX_ARGUMENT_CHARS]
+        text = json.dumps(value, default=_safe_repr, ensure_ascii=False)
+        return text if limit is None else text[:limit]
     except Exception:  # circular reference, RecursionError, a hostile __iter__ / keys
         return _safe_repr(value)
 

@@ -202,6 +202,25 @@ def test_a_probe_that_fails_another_way_opens_the_breaker_again(make_otel: Calla
     assert settings(str(path)) == {"retries": 3}
 
 
+def test_calls_that_differ_only_past_the_recorded_arguments_are_other_calls(make_otel: Callable[..., OTel]) -> None:
+    """The span and the record keep the first 64 KiB of a call's arguments; the breaker tells calls apart
+    by all of them: a call with other arguments runs, even when they differ only after a long document."""
+    otel = make_otel(
+        retry=RetryPolicy(attempts=1), breaker=BreakerPolicy(threshold=3, cooldown_s=30),
+        thresholds=Thresholds(consecutive=100, budget=None),
+    )  # fmt: skip
+
+    @otel.ec.tool
+    def section_of(document: str, section: str) -> str:
+        return {"intro": document[:10]}[section]
+
+    document = "x" * 70_000
+    for _ in range(3):
+        assert "[KeyError]" in section_of(document, "summary")
+    assert section_of(document, "summary").circuit_open  # type: ignore[attr-defined]
+    assert section_of(document, "intro") == "x" * 10
+
+
 def test_rate_limits_are_not_stuck_but_the_budget_caps_them(make_otel: Callable[..., OTel], upstream: Any) -> None:
     otel = make_otel(retry=RetryPolicy(attempts=1), breaker_threshold=0, thresholds=Thresholds(consecutive=3, budget=6))
     server, url = upstream
