@@ -107,11 +107,18 @@ class ToolErrorText(str):
     circuit_open: bool
 
     def __new__(
-        cls, text: str, outcome: Outcome | None = None, *, cancelled: bool = False, circuit_open: bool = False
+        cls,
+        text: str,
+        outcome: Outcome | None = None,
+        *,
+        cancelled: bool = False,
+        circuit_open: bool = False,
+        escalated: bool = False,
     ) -> ToolErrorText:
         self = super().__new__(cls, text)
         self.outcome = outcome
-        self.escalated = bool(outcome is not None and outcome.observation.escalation is not None)
+        # A refused call has no outcome of its own, but counts in the history and may breach a threshold.
+        self.escalated = escalated or bool(outcome is not None and outcome.observation.escalation is not None)
         self.cancelled = cancelled
         self.circuit_open = circuit_open
         return self
@@ -438,13 +445,15 @@ class ToolBoundary:
         # The agent asked again for a call known to fail: that is the same class once more for the
         # history (a loop against an open breaker still escalates), though the tool did not run.
         digest = self._digests.get(b.key) if b is not None else None
+        escalated = False
         if digest is not None:
             observation = self.history.observe(scope, digest)
-            if observation.escalation is not None:
+            escalated = observation.escalation is not None
+            if escalated:
                 text += " — error threshold breached: stop retrying this step."
         if self._processor is not None:
             self._processor.note_returned_error(text)
-        return ToolErrorText(text, None, circuit_open=True)
+        return ToolErrorText(text, None, circuit_open=True, escalated=escalated)
 
     # The breaker hears how a call went while its tool span is still live, so its state changes are
     # events on that span: the admission's change at the start, the success or failure at the end.

@@ -221,6 +221,26 @@ def test_calls_that_differ_only_past_the_recorded_arguments_are_other_calls(make
     assert section_of(document, "intro") == "x" * 10
 
 
+def test_a_refused_call_that_breaches_the_threshold_says_so_in_its_flag(make_otel: Callable[..., OTel]) -> None:
+    """``ToolErrorText.escalated`` agrees with its text for a refused call too: refusals count in the
+    conversation's history, and the third one breaches its threshold."""
+    otel = make_otel(retry=RetryPolicy(attempts=1), breaker=BreakerPolicy(threshold=3, cooldown_s=30))
+
+    @otel.ec.tool
+    def load(user_id: str) -> Any:
+        return {}[user_id]
+
+    with otel.ec.conversation("c1"):
+        for _ in range(3):
+            load("u1")  # trips the breaker, shared by the process
+    with otel.ec.conversation("c2"):
+        refused = [load("u1") for _ in range(3)]
+    assert all(r.circuit_open for r in refused)  # type: ignore[attr-defined]
+    assert [r.escalated for r in refused] == [False, False, True]  # type: ignore[attr-defined]
+    assert refused[2].endswith("error threshold breached: stop retrying this step.")
+    assert otel.ec.history.escalation("c2") is not None
+
+
 def test_rate_limits_are_not_stuck_but_the_budget_caps_them(make_otel: Callable[..., OTel], upstream: Any) -> None:
     otel = make_otel(retry=RetryPolicy(attempts=1), breaker_threshold=0, thresholds=Thresholds(consecutive=3, budget=6))
     server, url = upstream
