@@ -479,12 +479,14 @@ class RecoveryLoop:
         return turn
 
     def _sleep_unless_aborted(self, seconds: float) -> None:
-        end = time.monotonic() + seconds
-        while not self.aborts.aborted(self.scope):
-            left = end - time.monotonic()
-            if left <= 0:
-                return
-            self._sleep(min(left, 0.05))
+        """Sleep ``seconds`` in slices of 50 ms at most, checking for an abort between them. The slices
+        slept are added up, not read off the clock: a ``sleep`` given to the loop (a test's, a simulated
+        clock's) is then called for the wait, not polled for its length in real time."""
+        left = seconds
+        while left > 0 and not self.aborts.aborted(self.scope):
+            chunk = min(left, 0.05)
+            self._sleep(chunk)
+            left -= chunk
 
     def _after_turn(self, run: _Run, span: trace.Span | None, turn: ModelTurn) -> LoopResult | None:
         """Handle a reply: no tool call → completed, tool calls → tool_use (returns None), truncated →

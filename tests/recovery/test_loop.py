@@ -112,6 +112,21 @@ def test_permanent_errors_end_at_once_and_the_wait_is_capped(wire: tuple[ModelWi
         assert capped.transition == "model_error" and capped.reason == "rate_limited: wait cap reached"
 
 
+def test_a_given_sleep_is_called_for_the_wait_not_polled_in_real_time(wire: tuple[ModelWireServer, str]) -> None:
+    """``RecoveryLoop(sleep=...)`` (a test's or a simulated clock's) owns the wait: a 3 s retry-after is three
+    seconds of calls to it, taken at once in real time, not a loop polling it for three real seconds."""
+    server, url = wire
+    slept: list[float] = []
+    server.add(Reply("rate_limited", retry_after_s=3))
+    start = time.monotonic()
+    result = RecoveryLoop(adapters(url)[0], policy=LoopPolicy(jitter=0), sleep=slept.append).run(
+        [{"role": "user", "content": "x"}]
+    )
+    assert [e.transition for e in result.transitions] == ["retry_wait", "completed"]
+    assert sum(slept) == pytest.approx(3.0) and len(slept) <= 100
+    assert time.monotonic() - start < 2.0
+
+
 def test_max_turns(wire: tuple[ModelWireServer, str]) -> None:
     server, url = wire
     server.add(*[Reply("tool", tool="noop")] * 5)
