@@ -71,15 +71,18 @@ class HaltedTraces:
             return None
         return description
 
-    def on_ending(self, span: Span) -> None:
-        """Mark the ending span ERROR when it is the root of a halted trace (see the module docstring)."""
+    def on_ending(self, span: Span) -> bool:
+        """Mark the ending span ERROR when it is the root of a halted trace (see the module docstring);
+        True when it was marked."""
         description = self._take(span)
         if description is None:
-            return
+            return False
         try:
             # The public set_status ignores any change after OK; the span is still ours to annotate here.
             lock = span._lock
             with lock:
                 span._status = Status(StatusCode.ERROR, description)
+            return True
         except Exception:
             _log.debug("otel-errcompact: could not mark a halted root span", exc_info=True)
+            return False

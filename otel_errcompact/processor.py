@@ -38,6 +38,7 @@ from otel_errcompact import semconv
 from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.claims import current_claim
 from otel_errcompact.deferred import DigestThread, ExportGate
+from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.halted import HaltedTraces
 from otel_errcompact.history import SUCCESS_QUEUE_BOUND, Escalation
 from otel_errcompact.pipeline import (
@@ -359,7 +360,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             return False
         try:
             if halted:
-                self._halted.on_ending(span)
+                self._mark_halted_root(span)
             self._process(span, writable=span)
             if self._model_listeners:
                 attrs = _attributes_of(span)
@@ -375,9 +376,16 @@ class ErrorCompactionProcessor(SpanProcessor):
         """The halted-root status fix-up alone (see :mod:`otel_errcompact.halted`), before the common
         handling of the same span."""
         try:
-            self._halted.on_ending(span)
+            self._mark_halted_root(span)
         except Exception:
             _log.exception("otel-errcompact: processing an ending span failed")
+
+    def _mark_halted_root(self, span: Span) -> None:
+        """Mark the root of a halted trace ERROR, with the halt as its ``error.type`` when it names none:
+        the span's error is the library's halt, which a root that is a tool span (a framework's tool span
+        around an ``@ec.tool`` call, with no agent span above it) must not count as one more failure."""
+        if self._halted.on_ending(span) and _ERROR_TYPE not in _attributes_of(span):
+            _annotate(span, {_ERROR_TYPE: _HALT_TYPE})
 
     def on_end(self, span: ReadableSpan) -> None:
         if self._saw_on_ending or self._closed:
@@ -1106,6 +1114,7 @@ def _add_unless_ended(span: Span, event: Event) -> bool:
 
 
 _NOT_FAILURES = frozenset({"ErrorBudgetExceeded", "CancelledError", "KeyboardInterrupt", "GeneratorExit"})
+_HALT_TYPE = f"{ErrorBudgetExceeded.__module__}.{ErrorBudgetExceeded.__qualname__}"
 
 
 def _not_a_tool_failure(exception: tuple[str | None, str | None, str | None] | None, attrs: Mapping[str, Any]) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
+from opentelemetry.trace import StatusCode
 
 from otel_errcompact import BreakerPolicy, ErrorBudgetExceeded, RetryPolicy, Thresholds, ToolErrorText
 from tests.conftest import OTel
@@ -299,6 +300,30 @@ def test_the_library_halt_is_not_recorded_as_a_tool_failure(make_otel: Callable[
     records = otel.records()
     assert len(records) == 1 and "history.py" not in str(records[0].digest)
     assert otel.metric_sum("errcompact.errors") == 1
+
+
+def test_a_halted_root_that_is_a_tool_span_is_not_one_more_failure(make_otel: Callable[..., OTel]) -> None:
+    """A framework's tool span with no agent span above it is its trace's root: when the call inside it
+    breaches the halt threshold, the root is marked ERROR (a halted run is never green), with the halt as
+    its ``error.type``, and it is not counted as one more tool failure."""
+    otel = make_otel(thresholds=Thresholds(consecutive=3, budget=None), breaker_threshold=0)
+
+    @otel.ec.tool
+    def load_user(user_id: str) -> Any:
+        return {}[user_id]
+
+    framework_attributes = {
+        "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "load_user", "gen_ai.conversation.id": "conv-1",
+    }  # fmt: skip
+    with otel.ec.conversation("conv-1"):
+        for _ in range(3):
+            with otel.tracer.start_as_current_span("execute_tool load_user", attributes=framework_attributes):
+                load_user("u-42")
+    roots = [s for s in otel.spans("execute_tool load_user") if s.instrumentation_scope.name == "tests.agent"]
+    assert roots[2].status.status_code is StatusCode.ERROR  # halted: marked
+    assert (roots[2].attributes or {})["error.type"] == "otel_errcompact.exceptions.ErrorBudgetExceeded"
+    assert "3 tool failure(s), 1 distinct" in otel.ec.context("conv-1")
+    assert len(otel.records()) == 3 and otel.metric_sum("errcompact.errors") == 3
 
 
 def test_a_halt_cancels_in_flight_sibling_tools(make_otel: Callable[..., OTel]) -> None:
