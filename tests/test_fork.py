@@ -34,7 +34,8 @@ AGENT = textwrap.dedent(
     import otel_errcompact
 
     DB = sys.argv[2]
-    ec = otel_errcompact.init(service_name="fork-test", sqlite_path=DB)
+    ec = otel_errcompact.init(service_name="fork-test", sqlite_path=DB,
+                              redact_at_rest=os.environ.get("FORK_TEST_AT_REST") == "1")
 
     @ec.tool
     def read_config(path: str) -> str:
@@ -70,11 +71,13 @@ AGENT = textwrap.dedent(
 EXPECTED = {"parent-before": 1, "parent-after": 1, **{f"worker-{n}": 2 for n in range(4)}}
 
 
-def _run(tmp_path: Path, start_method: str, ending: str = "exit") -> tuple[subprocess.CompletedProcess[str], Path]:
+def _run(
+    tmp_path: Path, start_method: str, ending: str = "exit", *, at_rest: bool = False
+) -> tuple[subprocess.CompletedProcess[str], Path]:
     script = tmp_path / "agent.py"
     script.write_text(AGENT)
     db = tmp_path / "trajectories.sqlite3"
-    env = env_without_otel()
+    env = {**env_without_otel(), "FORK_TEST_AT_REST": "1" if at_rest else "0"}
     proc = subprocess.run([sys.executable, str(script), start_method, str(db), ending], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=120, check=False)
     return proc, db
@@ -106,6 +109,15 @@ def test_pool_workers_store_every_failure_and_leave_no_spool(tmp_path: Path, sta
     spool = db.with_name(db.name + "-spool")
     left = sorted(spool.iterdir()) if spool.exists() else []
     assert all(not list(read_segment(segment)) for segment in left), [p.name for p in left]
+
+
+def test_fork_workers_store_every_failure_with_redaction_at_rest(tmp_path: Path) -> None:
+    """With ``redact_at_rest`` the store's sink is wrapped: the wrapper must hand the fork on to it, or a
+    worker writes through the parent's connection and stores nothing."""
+    proc, db = _run(tmp_path, "fork", at_rest=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stderr and "otel-errcompact:" not in proc.stderr, proc.stderr
+    assert {c: len(r) for c, r in _stored(db).items()} == EXPECTED
 
 
 def test_a_killed_workers_records_are_recovered_at_the_next_start(tmp_path: Path) -> None:

@@ -77,5 +77,18 @@ class RedactingSink:
         """Close the wrapped sink."""
         self.inner.close()
 
+    def after_fork_in_child(self) -> None:
+        """In a forked process: the wrapped sink's own rebuild (its connection, its locks), when it has one;
+        without it a forked worker wrote through the parent's connection and stored nothing."""
+        rebuild = getattr(self.inner, "after_fork_in_child", None)
+        if callable(rebuild):
+            rebuild()
+
+    @property
+    def quarantined(self) -> int:
+        """The wrapped sink's quarantined records (0 when it keeps no such count)."""
+        count = getattr(self.inner, "quarantined", 0)
+        return count if isinstance(count, int) else 0
+
     def __repr__(self) -> str:
         return f"RedactingSink({self.inner!r})"
