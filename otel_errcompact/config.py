@@ -38,6 +38,10 @@ def genai_content_capture() -> bool:
     return value.strip().lower() in _CAPTURE_ON
 
 
+_DAY = 86_400.0
+"""Seconds in a day: the bound of the duration settings."""
+
+
 class Settings(BaseSettings):
     """All settings, with their defaults. See the README's configuration table."""
 
@@ -78,14 +82,14 @@ class Settings(BaseSettings):
 
     breaker_threshold: int = Field(default=3, ge=0)
     """Open a tool's circuit breaker after this many identical failures (process-wide); 0 turns it off."""
-    breaker_cooldown_s: float = Field(default=30.0, ge=0)
+    breaker_cooldown_s: float = Field(default=30.0, ge=0, le=_DAY, allow_inf_nan=False)
     """How long an open breaker refuses calls before one half-open probe."""
     retry_attempts: int = Field(default=2, ge=1)
     """Attempts of a tool call at the boundary when it fails transiently (2 = one retry)."""
 
     max_classes: int = Field(default=32, ge=1)
     max_scopes: int = Field(default=10_000, ge=1)
-    idle_seconds: float = Field(default=3600.0, gt=0)
+    idle_seconds: float = Field(default=3600.0, gt=0, le=365 * _DAY, allow_inf_nan=False)
     max_lines: int = Field(default=8, ge=1)
     max_chars: int = Field(default=2000, ge=200)
     max_values: int = Field(default=16, ge=1)
@@ -94,8 +98,9 @@ class Settings(BaseSettings):
     max_queue_size: int = Field(default=65_536, ge=1)
     """Trajectory records waiting for the writer thread; beyond this, new records are counted as dropped."""
     max_batch_size: int = Field(default=512, ge=1)
-    schedule_delay_s: float = Field(default=0.2, gt=0)
-    shutdown_timeout_s: float = Field(default=30.0, gt=0)
+    schedule_delay_s: float = Field(default=0.2, gt=0, le=3600, allow_inf_nan=False)
+    shutdown_timeout_s: float = Field(default=30.0, gt=0, le=_DAY, allow_inf_nan=False)
+    """Finite and at most a day: a timeout past what the clock can add to now (``inf``) failed at shutdown."""
 
     redis_url: str | None = None
     """Share circuit breakers and rate-limit pacing with every worker pointed at this Redis

@@ -174,7 +174,10 @@ INIT_ONLY = """
         ("OTEL_ERRCOMPACT_CONSECUTIVE", "0", "expected an integer ≥ 1"),
         ("OTEL_ERRCOMPACT_ACTION", "explode", "expected one of 'halt', 'human'"),
         ("OTEL_ERRCOMPACT_ENABLED", "maybe", "expected true or false"),
-        ("OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S", "-1", "expected a number > 0"),
+        ("OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S", "-1", "expected a number > 0 and ≤ 86400"),
+        # a timeout the clock cannot add to now failed at shutdown, into the host
+        ("OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S", "inf", "expected a number > 0 and ≤ 86400"),
+        ("OTEL_ERRCOMPACT_SCHEDULE_DELAY_S", "1e12", "expected a number > 0 and ≤ 3600"),
         ("OTEL_ERRCOMPACT_BUDGET", "lots", "expected an integer ≥ 1, or empty / none to turn it off"),
     ],
 )
