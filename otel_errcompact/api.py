@@ -85,10 +85,12 @@ def _otlp_endpoint(signal: str) -> bool:
     )
 
 
-def _otlp_metrics() -> bool:
-    """An OTLP endpoint is set and ``OTEL_METRICS_EXPORTER`` (default ``otlp``) does not rule OTLP out."""
-    names = {n.strip().lower() for n in os.environ.get("OTEL_METRICS_EXPORTER", "otlp").split(",")}
-    return _otlp_endpoint("metrics") and "otlp" in names
+def _otlp_export(signal: str) -> bool:
+    """An OTLP endpoint is set for ``signal`` (``traces``, ``metrics``, ``logs``) and its standard
+    ``OTEL_<SIGNAL>_EXPORTER`` (default ``otlp``; ``none`` turns it off) does not rule OTLP out."""
+    names = {n.strip().lower() for n in os.environ.get(f"OTEL_{signal.upper()}_EXPORTER", "otlp").split(",")}
+    return _otlp_endpoint(signal) and "otlp" in names
+
 
 
 def _protocol(signal: str) -> str:
@@ -548,7 +550,7 @@ def _build(
         elif config.enabled and isinstance(current, trace_api.ProxyTracerProvider):
             # Our atexit shutdown bounds the time; the SDK's own would wait out a dead endpoint.
             tp = TracerProvider(resource=resource, shutdown_on_exit=False)
-            if _otlp_endpoint("traces"):
+            if _otlp_export("traces"):
                 tp.add_span_processor(BatchSpanProcessor(_span_exporter()))
             trace_api.set_tracer_provider(tp)
             owned.append(tp)
@@ -565,7 +567,7 @@ def _build(
         current_lp = logs_api.get_logger_provider()
         if isinstance(current_lp, LoggerProvider):
             lp = current_lp
-        elif config.enabled and _otlp_endpoint("logs"):
+        elif config.enabled and _otlp_export("logs"):
             lp = LoggerProvider(resource=resource, shutdown_on_exit=False)
             lp.add_log_record_processor(BatchLogRecordProcessor(_log_exporter()))
             logs_api.set_logger_provider(lp)
@@ -577,7 +579,7 @@ def _build(
         current_mp = metrics_api.get_meter_provider()
         if isinstance(current_mp, MeterProvider):
             mp = current_mp
-        elif config.enabled and (otlp_metrics := _otlp_metrics()) | prometheus_requested():
+        elif config.enabled and (otlp_metrics := _otlp_export("metrics")) | prometheus_requested():
             readers: list[Any] = []
             if otlp_metrics:
                 readers.append(PeriodicExportingMetricReader(_metric_exporter()))

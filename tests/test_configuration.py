@@ -11,13 +11,16 @@ import json
 import subprocess
 import sys
 import textwrap
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 
 from otel_errcompact.config import ENV_PREFIX, Settings
 from otel_errcompact.sinks import TrajectoryStore
 from tests.conftest import env_without_otel
+from tests.realerrors import loopback_server
 
 
 def _env(tmp_path: Path, **extra: str) -> dict[str, str]:
@@ -339,3 +342,50 @@ def test_the_viewer_trace_url_variable_is_a_known_setting(tmp_path: Path) -> Non
     proc = _python(INIT_ONLY, env)
     assert proc.returncode == 0, proc.stderr
     assert "unknown variable" not in proc.stderr
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """An OTLP/HTTP receiver that accepts every export and remembers its path (``/v1/traces`` …)."""
+
+    paths: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        type(self).paths.append(self.path)
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+EXPORTING_AGENT = """
+    import otel_errcompact
+    ec = otel_errcompact.init(service_name="exporters")
+
+    @ec.tool
+    def lookup(key):
+        return {"a": 1}[key]
+
+    with ec.conversation("c"):
+        lookup("b")
+    ec.flush()
+    ec.shutdown()
+"""
+
+
+def test_the_standard_exporter_variables_turn_each_signal_off(tmp_path: Path) -> None:
+    """``OTEL_TRACES_EXPORTER=none`` and ``OTEL_LOGS_EXPORTER=none`` keep those signals home, as
+    ``OTEL_METRICS_EXPORTER`` does for metrics, though an OTLP endpoint is set for all three."""
+    with loopback_server(_Receiver) as base:
+        exported = {}
+        for case, extra in (("default", {}), ("off", {"OTEL_TRACES_EXPORTER": "none", "OTEL_LOGS_EXPORTER": "none"})):
+            _Receiver.paths.clear()
+            env = _env(tmp_path / case, OTEL_EXPORTER_OTLP_ENDPOINT=base, **extra)
+            proc = _python(EXPORTING_AGENT, env)
+            assert proc.returncode == 0, proc.stderr
+            exported[case] = set(_Receiver.paths)
+    assert exported["default"] == {"/v1/traces", "/v1/logs", "/v1/metrics"}
+    assert exported["off"] == {"/v1/metrics"}
