@@ -16,6 +16,7 @@ database) is one line on stderr naming the variable or path, and exit status 2; 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
 import sqlite3
@@ -86,7 +87,9 @@ def _cmd_list(args: argparse.Namespace) -> int:
             print(json.dumps([dataclasses.asdict(r) for r in rows], default=str, indent=2))
             return 0
         if not rows:
-            print(f"no trajectory records in {store.path}")
+            total = store.count()
+            print(f"no matching trajectory records ({total} in {store.path})" if total
+                  else f"no trajectory records in {store.path}")
             return 0
         print(f"{'record':<12} {'recorded (UTC)':<19} {'trace id':<32} {'tool':<14} {'×':>3} {'esc':<3} digest")
         for r in rows:
@@ -111,10 +114,34 @@ def _cmd_show(args: argparse.Namespace) -> int:
             print(f"otel-errcompact: no record {args.record_id!r} in {store.path}", file=sys.stderr)
             return 1
         if args.raw:
-            sys.stdout.write(record.raw_error)
+            _write_raw(record.raw_error)
             return 0
         print(record.model_dump_json(indent=2))
     return 0
+
+
+def _positive(text: str) -> int:
+    """An argument that is an integer ≥ 1 (argparse turns the ValueError into a usage error)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer ≥ 1, got {text}")
+    return value
+
+
+def _write_raw(text: str) -> None:
+    """``text`` as the UTF-8 bytes it was (a lone surrogate back to the byte it stood for), whatever the
+    terminal's locale: ``--raw`` is the error byte for byte."""
+    try:
+        data = text.encode("utf-8", "surrogateescape")
+    except UnicodeEncodeError:  # a surrogate no decoding made: shown escaped
+        data = text.encode("utf-8", "backslashreplace")
+    buffer = getattr(sys.stdout, "buffer", None)
+    if buffer is None:  # a text-only stream (an embedding host's)
+        sys.stdout.write(data.decode("utf-8", "replace"))
+        return
+    sys.stdout.flush()
+    buffer.write(data)
+    buffer.flush()
 
 
 def _cmd_tonnage(args: argparse.Namespace) -> int:
@@ -190,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
     listing.add_argument("--db", type=Path, default=None, help="SQLite file (default: settings)")
     listing.add_argument("--conversation", default=None, help="only this conversation or scope")
     listing.add_argument("--key", default=None, help="only this dedup key (or key prefix)")
-    listing.add_argument("--limit", type=int, default=20, help="how many (default 20)")
+    listing.add_argument("--limit", type=_positive, default=20, help="how many (default 20)")
     listing.add_argument("--json", action="store_true", help="print JSON")
     listing.set_defaults(func=_cmd_list)
     show = traj_sub.add_parser("show", help="one record in full, raw error included")
@@ -235,6 +262,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     warnings.showwarning = _one_line_warning
+    for stream in (sys.stdout, sys.stderr):  # a digest or a record under an ASCII locale: escaped, not a crash
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            with contextlib.suppress(ValueError, OSError):
+                reconfigure(errors="backslashreplace")
     try:
         return int(args.func(args))
     except BrokenPipeError:  # `otel-errcompact ... | head` is normal use

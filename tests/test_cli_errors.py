@@ -8,9 +8,11 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import traceback
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk.trace import TracerProvider
 
 from otel_errcompact.sinks import SQLiteSink, TrajectoryStore
 from tests.conftest import env_without_otel
@@ -119,3 +121,37 @@ def test_the_demo_writes_where_the_variable_says(tmp_path: Path) -> None:
     assert "temporary" not in proc.stdout
     with TrajectoryStore(db) as store:
         assert store.count() >= 10  # the agent's 10 failures, and the recovery part's
+
+
+def test_records_are_shown_under_an_ascii_locale(tmp_path: Path) -> None:
+    """A terminal whose locale is plain C cannot encode "café": the listing and the record are printed
+    (escaped), and ``--raw`` gives the error's own UTF-8 bytes, never a UnicodeEncodeError traceback."""
+    import otel_errcompact
+
+    db = tmp_path / "store.db"
+    ec = otel_errcompact.init(service_name="locale", sqlite_path=db, tracer_provider=TracerProvider())
+    try:
+        with open(tmp_path / "café-menü.txt") as menu:
+            menu.read()
+    except FileNotFoundError as exc:
+        raw = "".join(traceback.format_exception(exc))
+        ec.record_error(raw, scope="c-locale")
+    assert ec.flush(30)
+    ec.shutdown()
+    with TrajectoryStore(db) as store:
+        (row,) = store.list()
+    env = _env(tmp_path, LC_ALL="C", LANG="C", PYTHONUTF8="0", PYTHONCOERCECLOCALE="0", PYTHONIOENCODING="")
+    for args in (["trajectories", "list", "--db", str(db)], ["trajectories", "show", row.record_id, "--db", str(db)]):
+        proc = _cli(args, env)
+        assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+        assert "caf\\xe9-men\\xfc.txt" in proc.stdout or "caf\\u00e9" in proc.stdout, proc.stdout
+    raw_out = subprocess.run([str(ENTRY), "trajectories", "show", row.record_id, "--db", str(db), "--raw"],
+                             env=env, capture_output=True, timeout=300, check=False)
+    assert raw_out.returncode == 0 and raw_out.stdout == raw.encode("utf-8"), raw_out.stderr
+
+
+def test_a_listing_limit_below_one_is_a_usage_error(tmp_path: Path) -> None:
+    db = tmp_path / "store.db"
+    SQLiteSink(db).close()
+    proc = _cli(["trajectories", "list", "--db", str(db), "--limit", "0"], _env(tmp_path))
+    assert proc.returncode == 2 and "expected an integer ≥ 1, got 0" in proc.stderr, proc.stderr
