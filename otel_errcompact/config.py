@@ -16,7 +16,7 @@ from typing import Literal, get_args
 from pydantic import Field, ValidationError, field_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict, SettingsError
 
-from otel_errcompact.config_check import describe_errors, origin_of, warn_unknown_variables
+from otel_errcompact.config_check import describe_errors, env_lookup, env_name, origin_of, warn_unknown_variables
 from otel_errcompact.exceptions import ConfigurationError
 from otel_errcompact.history import Limits, Thresholds
 
@@ -175,7 +175,17 @@ def load_settings(**overrides: object) -> Settings:
         problems = "; ".join(describe_errors(exc, Settings.model_fields, clean, ENV_PREFIX))
         raise ConfigurationError(f"invalid otel-errcompact settings: {problems}") from None
     except SettingsError as exc:  # a complex setting (a list) whose variable is not JSON
-        raise ConfigurationError(f"invalid otel-errcompact settings: {exc} (give a JSON list)") from None
+        raise ConfigurationError(f"invalid otel-errcompact settings: {_not_json(exc)}") from None
+
+
+def _not_json(exc: SettingsError) -> str:
+    """``OTEL_ERRCOMPACT_REDACT_PATTERNS='ACME-[0-9]+': expected a JSON list``: the variable and its value,
+    read back from the field pydantic-settings names (its own message names neither)."""
+    named = re.search(r'field "(\w+)"', str(exc))
+    found = env_lookup(env_name(ENV_PREFIX, named.group(1)), os.environ) if named else None
+    if found is None:
+        return f"{exc} (give a JSON list)"
+    return f"{found[0]}={found[1]!r}: expected a JSON list, such as '[\"ACME-[0-9]+\"]'"
 
 
 def setting_origin(field: str, overrides: dict[str, object] | None = None) -> str:

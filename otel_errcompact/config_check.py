@@ -42,7 +42,7 @@ def env_name(prefix: str, field: str) -> str:
     return f"{prefix}{field}".upper()
 
 
-def _env_lookup(name: str, environ: Mapping[str, str]) -> tuple[str, str] | None:
+def env_lookup(name: str, environ: Mapping[str, str]) -> tuple[str, str] | None:
     # pydantic-settings matches variable names case-insensitively; name the one actually set.
     if name in environ:
         return name, environ[name]
@@ -58,7 +58,7 @@ def origin_of(field: str, overrides: Mapping[str, object], prefix: str,
     name, or ``the default sqlite_path``."""
     if overrides.get(field) is not None:
         return f"{field}="
-    found = _env_lookup(env_name(prefix, field), os.environ if environ is None else environ)
+    found = env_lookup(env_name(prefix, field), os.environ if environ is None else environ)
     if found is not None:
         return found[0]
     return f"the default {field}"
@@ -146,7 +146,7 @@ def describe_errors(
         if overrides.get(field) is not None:
             lines.append(f"{field}={_shown(overrides[field])}: expected {want}")
             continue
-        found = _env_lookup(env_name(prefix, field), environ)
+        found = env_lookup(env_name(prefix, field), environ)
         if found is not None:
             lines.append(f"{found[0]}={_shown(found[1])}: expected {want}")
         else:

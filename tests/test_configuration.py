@@ -182,6 +182,7 @@ INIT_ONLY = """
         ("OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S", "inf", "expected a number > 0 and ≤ 86400"),
         ("OTEL_ERRCOMPACT_SCHEDULE_DELAY_S", "1e12", "expected a number > 0 and ≤ 3600"),
         ("OTEL_ERRCOMPACT_BUDGET", "lots", "expected an integer ≥ 1, or empty / none to turn it off"),
+        ("OTEL_ERRCOMPACT_REDACT_PATTERNS", "ACME-[0-9]+", "expected a JSON list, such as '[\"ACME-[0-9]+\"]'"),
     ],
 )
 def test_a_bad_variable_is_named_with_its_value(tmp_path: Path, variable: str, value: str, expected: str) -> None:
