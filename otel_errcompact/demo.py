@@ -223,6 +223,12 @@ def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines:
         if temporary and sqlite_path is not None:
             shutil.rmtree(sqlite_path.parent, ignore_errors=True)
         raise
+    if not ec.settings.enabled:  # switched off: nothing would be compacted, and the demo's failures raise
+        if temporary and sqlite_path is not None:
+            shutil.rmtree(sqlite_path.parent, ignore_errors=True)
+        print("otel-errcompact: the library is switched off (OTEL_ERRCOMPACT_ENABLED=false), so there is "
+              "nothing to show; unset the variable to run the demo", file=sys.stderr)
+        return 2
     conversation_id = f"demo-{uuid.uuid4().hex[:8]}"
     raw_errors: list[str] = []
 

@@ -113,6 +113,15 @@ def test_the_demo_uses_a_temporary_store_and_says_where(tmp_path: Path) -> None:
         shutil.rmtree(where.parent, ignore_errors=True)
 
 
+def test_the_demo_switched_off_says_so_and_leaves_no_folder(tmp_path: Path) -> None:
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    proc = _cli(["demo"], _env(tmp_path, OTEL_ERRCOMPACT_ENABLED="false", TMPDIR=str(tmp)))
+    line = _one_line_error(proc)
+    assert "switched off (OTEL_ERRCOMPACT_ENABLED=false)" in line, line
+    assert list(tmp.iterdir()) == []  # the temporary store's folder went with it
+
+
 def test_the_demo_writes_where_the_variable_says(tmp_path: Path) -> None:
     db = tmp_path / "chosen.sqlite3"
     proc = _cli(["demo"], _env(tmp_path, OTEL_ERRCOMPACT_SQLITE_PATH=str(db)))
