@@ -84,3 +84,40 @@ def test_apply_keeps_the_summary_line(tmp_path: Path) -> None:
     (r / "fix.patch").write_text("--- a/app.py\n+++ b/app.py\n@@ -1,2 +1,2 @@\n-nothing\n-here\n+new\n+here\n")
     d = git(r, "git apply fix.patch", fail=True)
     assert d is not None and d.cause == "app.py: patch does not apply"
+
+
+def test_a_summary_line_gives_way_to_the_error_that_names_the_cause(tmp_path: Path) -> None:
+    """``failed to push some refs`` and ``Please commit or stash them.`` only sum up the error above
+    them; the files a change would overwrite are listed under it; ``git pull`` without an upstream says
+    so in a sentence before its advice. Each cause keeps its own key."""
+    remote = tmp_path / "remote.git"
+    git(tmp_path, f"git init -q --bare -b main {remote}")
+    empty = tmp_path / "empty"
+    git(empty, f"git init -q -b main . && git remote add origin {remote}")
+    refspecs = {b: git(empty, f"git push origin {b}", fail=True) for b in ("main", "release")}
+    assert refspecs["main"] is not None and refspecs["main"].cause == "src refspec main does not match any"
+    assert refspecs["release"] is not None and refspecs["main"].key != refspecs["release"].key
+
+    overwritten = {}
+    for file in ("app.py", "settings.yaml"):
+        r = repo(tmp_path / f"dirty-{file}", {file: "base\n"})
+        git(r, "git checkout -q -b feature")
+        (r / file).write_text("feature\n")
+        git(r, "git commit -qam feature && git checkout -q main")
+        (r / file).write_text("local edit\n")
+        overwritten[file] = git(r, "git checkout feature", fail=True)
+    d = overwritten["app.py"]
+    assert d is not None and d.cause.endswith("would be overwritten by checkout: app.py"), d.cause
+    assert d.key != overwritten["settings.yaml"].key  # type: ignore[union-attr]
+
+    r = repo(tmp_path / "unstaged", {"app.py": "base\n"})
+    git(r, "git checkout -q -b feature && git commit -q --allow-empty -m f && git checkout -q main")
+    (r / "app.py").write_text("edit\n")
+    rebase = git(r, "git rebase feature", fail=True)
+    assert rebase is not None and rebase.cause.startswith("cannot rebase: You have unstaged changes"), rebase.cause
+
+    clone = tmp_path / "clone"
+    git(tmp_path, f"git clone -q {tmp_path / 'unstaged'} clone")
+    git(clone, "git checkout -q -b local")
+    pull = git(clone, "git pull", fail=True)
+    assert pull is not None and pull.cause == "There is no tracking information for the current branch."
