@@ -555,3 +555,28 @@ def test_parsers_stay_fast_on_hostile_input(parser: object) -> None:
     ]
     for text in hostile:
         parser(text, Hints())
+
+
+needs_rustc = pytest.mark.skipif(not have("rustc"), reason="rustc is not installed on this machine")
+
+
+def _rust_panic(tmp_path: Path, name: str, body: str, backtrace: str) -> Digest:
+    source = write(tmp_path, f"{name}.rs", f"fn main() {{\n    let v: Vec<u32> = Vec::new();\n{body}\n}}\n")
+    built = run(["rustc", "-o", str(tmp_path / name), str(source)], cwd=tmp_path)
+    assert built.returncode == 0, built.output
+    result = run([str(tmp_path / name)], cwd=tmp_path, env={"RUST_BACKTRACE": backtrace})
+    assert result.returncode == 101 and "panicked at" in result.output, result.output
+    return compact_text(result.output, exit_code=result.returncode, command=f"./{name}")
+
+
+@needs_rustc
+@pytest.mark.parametrize("backtrace", ["0", "1"])
+def test_rust_panics_keep_their_message_and_line(tmp_path: Path, backtrace: str) -> None:
+    """The panic's message names the cause and its position the line: not the RUST_BACKTRACE note, nor
+    the backtrace. Two panics of one program are two classes."""
+    index = _rust_panic(tmp_path, "index", "    let i = std::env::args().count() + 4;\n    println!(\"{}\", v[i]);",
+                        backtrace)
+    overflow = _rust_panic(tmp_path, "overflow", "    let n = v.len() as u32;\n    println!(\"{}\", n - 1);", backtrace)
+    assert index.line == "[panic] at index.rs:4: index out of bounds: the len is 0 but the index is 5", index.line
+    assert overflow.line == "[panic] at overflow.rs:4: attempt to subtract with overflow", overflow.line
+    assert index.key != overflow.key
