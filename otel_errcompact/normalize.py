@@ -25,6 +25,7 @@ UUIDs               ``3f2c…-…``                                             
 memory addresses    ``0x7f3a2c1b9e80``                                         ``<addr>``
 bytes               ``can't decode byte 0xff in position 3``                   ``byte <b> …``
 temp paths          ``/tmp/tmpa1b2/users.json``, ``/var/folders/…/T/x``        ``<tmp>/users.json``
+gcc's temp objects  ``/tmp/cc9mQisY.o`` (new on every run)                     ``<tmp>/<obj>.o``
 URLs                ``http://127.0.0.1:54321/v1/items/42?page=3&sig=…``        ``http://<ip>:<port>/v1/items/<n>?page=<v>&sig=<v>``
 IPv4/IPv6 + port    ``10.0.0.7:5432``                                          ``<ip>:<port>``
 request/trace ids   ``request id: req_011CX…``, ``trace_id=4bf9…``             ``request id: <id>``
@@ -260,6 +261,8 @@ _RULES: tuple[_Rule, ...] = (
         False,
         False,
     ),
+    # gcc's temporary object files, named anew on each run (``/tmp/cc9mQisY.o``, as the linker quotes them)
+    (re.compile(r"<tmp>/cc[A-Za-z0-9]{6}\.o\b"), "<tmp>/<obj>.o", lambda t, d: "<tmp>/cc" in t, False, False),
     (re.compile(r"(?<=[?&;])([A-Za-z0-9_.\-\[\]]+)=[^&\s#'\"]*"), r"\1=<v>",
      lambda t, d: "=" in t and ("?" in t or "&" in t or ";" in t), True, False),
     (

@@ -473,3 +473,18 @@ def test_parsers_stay_fast_on_huge_hostile_lines(tmp_path: Path) -> None:
         parser(hostile, Hints())
     d = compact_text(hostile)
     assert "'total_count'" in d.cause
+
+
+@needs_gcc
+def test_a_duplicate_symbol_keeps_one_key_though_gcc_names_its_objects_anew(tmp_path: Path) -> None:
+    """The linker quotes the object that first defined the symbol by gcc's temporary name, new on every
+    run (``/tmp/cc9mQisY.o``): one failure, one key; another symbol, another key."""
+    write(tmp_path, "one.c", "int dup(void) { return 1; }\nint twice(void) { return 1; }\n")
+    write(tmp_path, "two.c", "int dup(void) { return 2; }\n")
+    write(tmp_path, "three.c", "int twice(void) { return 3; }\n")
+    write(tmp_path, "main.c", "int main(void) { return 0; }\n")
+    dup = [_digest(_failing(cmd, tmp_path), cmd) for cmd in [["gcc", "one.c", "two.c", "main.c"]] * 2]
+    cmd = ["gcc", "one.c", "three.c", "main.c"]
+    twice = _digest(_failing(cmd, tmp_path), cmd)
+    assert "multiple definition of" in dup[0].line and "'dup'" in dup[0].line, dup[0].line
+    assert dup[0].key == dup[1].key != twice.key
