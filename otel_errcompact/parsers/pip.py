@@ -2,7 +2,9 @@
 
 pip ends a failed install with one or more ``ERROR:`` lines, the last the most specific (``ERROR: Could
 not find a version that satisfies the requirement x`` then ``ERROR: No matching distribution found for
-x``); ``Hint:`` lines and the progress above them are not the cause. The parser claims text only when the
+x``); ``Hint:`` lines and the progress above them are not the cause. A last line that only links to the
+docs (``ResolutionImpossible: for help visit …``) gives way to the one above it, which names the
+packages, with the reasons pip lists under ``The conflict is caused by:``. The parser claims text only when the
 command is pip or the error speaks pip's vocabulary (requirement, distribution, wheel, project files),
 because ``ERROR:`` alone is common to many tools.
 """
@@ -19,6 +21,7 @@ MARKERS = ("ERROR: ",)
 _ERROR = re.compile(r"^ERROR: (?P<msg>.+)$", re.M)
 _VOCABULARY = ("requirement", "distribution", "wheel", "setup.py", "pyproject.toml", "pip", "installable",
                "package metadata", "dependency resolver", "dependencies")
+_CONFLICT = re.compile(r"^The conflict is caused by:\n(?P<lines>(?:[ \t]+\S.*\n?)+)", re.M)
 _PIP_COMMAND = re.compile(r"(?:^|[\s/])pip3?(?:\.\d+)?(?:\s|$)|-m\s+pip\b")
 
 
@@ -32,4 +35,12 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     from_pip = bool(hints.command and _PIP_COMMAND.search(hints.command))
     if not from_pip and not any(word in e.lower() for e in errors for word in _VOCABULARY):
         return None
-    return Parsed("pip", errors[-1], "pip", status=hints.exit_code)
+    cause = errors[-1]
+    if cause.startswith("ResolutionImpossible") and len(errors) > 1:
+        # Only a link to pip's docs: the line above names the packages, "The conflict is caused by:" why.
+        cause = errors[-2]
+        conflict = _CONFLICT.search(text)
+        if conflict is not None:
+            reasons = [line.strip() for line in conflict["lines"].splitlines() if line.strip()]
+            cause = f"{cause.rstrip('.')} ({'; '.join(reasons)})"
+    return Parsed("pip", cause, "pip", status=hints.exit_code)

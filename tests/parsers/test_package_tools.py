@@ -91,3 +91,38 @@ def test_npm_e404_etarget_eresolve(tmp_path: Path) -> None:
     assert eresolve.type == "npm ERESOLVE"
     assert 'peer widget@"^1.0.0" from widget-plugin@1.0.0' in eresolve.cause and "found widget@2.0.0" in eresolve.cause
     assert "A complete log" not in e404.line + etarget.line + eresolve.line
+
+
+def _wheel(folder: Path, name: str, version: str, requires: tuple[str, ...] = ()) -> None:
+    """A minimal real wheel (metadata only), as a local index holds it."""
+    import zipfile
+
+    info = f"{name}-{version}.dist-info"
+    metadata = f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n" + "".join(
+        f"Requires-Dist: {r}\n" for r in requires
+    )
+    files = {
+        f"{info}/METADATA": metadata,
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+        f"{info}/RECORD": "",
+    }
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as whl:
+        for path, text in files.items():
+            whl.writestr(path, text)
+
+
+def test_pip_resolution_impossible_names_the_packages_and_the_conflict(tmp_path: Path) -> None:
+    """pip's last line only links to its docs: the line above names the packages, and the lines under
+    "The conflict is caused by:" say why. Conflicts between other packages are other classes."""
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    _wheel(wheels, "alpha", "1.0", ("beta<2",))
+    _wheel(wheels, "delta", "1.0", ("beta>=2",))
+    _wheel(wheels, "gamma", "1.0", ("beta<2",))
+    for version in ("1.0", "2.0"):
+        _wheel(wheels, "beta", version)
+    pip = f"{PIP} install --dry-run --no-index --disable-pip-version-check --find-links {wheels}"
+    d = _fails(tmp_path, f"{pip} alpha delta")
+    assert d.cause.startswith("Cannot install alpha==1.0 and delta==1.0"), d.cause
+    assert "alpha 1.0 depends on beta<2" in d.cause and "delta 1.0 depends on beta>=2" in d.cause, d.cause
+    assert _fails(tmp_path, f"{pip} gamma delta").key != d.key
