@@ -7,6 +7,8 @@ E404``, ``npm ETARGET``) and keeps:
 * ERESOLVE: the dependency that could not be resolved and what was found instead (``peer
   widget@"^1.0.0" from widget-plugin@1.0.0; found widget@2.0.0``), both naming the conflicting
   ``package@version``; the root project's own name and version are left out;
+* EBADENGINE: the package and the engine it requires (``Not compatible with your version of node/npm:
+  a@1.0.0; Required: {"node":">=22"}``);
 * anything else: the first explanatory line that is not boilerplate (``404 Not Found - GET …/left-padx``,
   ``No matching version found for leftpad@9.9.9``, ``Missing script: "bild"``).
 """
@@ -44,6 +46,10 @@ def parse(text: str, hints: Hints) -> Parsed | None:
         cause = _eresolve(lines)
         if cause:
             return Parsed(type_, cause, "npm", status=hints.exit_code)
+    if code == "EBADENGINE":
+        cause = _ebadengine(lines)
+        if cause:
+            return Parsed(type_, cause, "npm", status=hints.exit_code)
     for line in lines:
         if line and not line.startswith(_BOILERPLATE):
             # npm's log title (``404``, ``notarget``, ``JSON.parse``) repeats the code; a JSON error's
@@ -51,6 +57,19 @@ def parse(text: str, hints: Hints) -> Parsed | None:
             line = _LOG_TITLE.sub("", line).split(" while parsing ", 1)[0]
             return Parsed(type_, line, "npm", status=hints.exit_code)
     return Parsed(type_, code or lines[0] or "npm failed", "npm", status=hints.exit_code)
+
+
+def _ebadengine(lines: list[str]) -> str:
+    """``Not compatible with your version of node/npm: a@1.0.0; Required: {"node":">=22"}``: the package and
+    the engine it requires (npm's ``engine Unsupported engine`` title names neither)."""
+    package = required = ""
+    for line in lines:
+        body = re.sub(r"^(?:engine|notsup)\s+", "", line)
+        if body.startswith("Not compatible with your version of node/npm:") and not package:
+            package = body
+        elif body.startswith("Required:") and not required:
+            required = " ".join(body.split())
+    return f"{package}; {required}" if package and required else package
 
 
 def _eresolve(lines: list[str]) -> str:

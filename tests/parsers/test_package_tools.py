@@ -126,3 +126,18 @@ def test_pip_resolution_impossible_names_the_packages_and_the_conflict(tmp_path:
     assert d.cause.startswith("Cannot install alpha==1.0 and delta==1.0"), d.cause
     assert "alpha 1.0 depends on beta<2" in d.cause and "delta 1.0 depends on beta>=2" in d.cause, d.cause
     assert _fails(tmp_path, f"{pip} gamma delta").key != d.key
+
+
+@pytest.mark.skipif(not have("npm"), reason="npm is not installed")
+def test_npm_ebadengine_names_the_package_and_the_engine_it_requires(tmp_path: Path) -> None:
+    digests = []
+    for name, engines in (("webapp", {"node": ">=99"}), ("worker", {"npm": ">=99"})):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "package.json").write_text(json.dumps({"name": name, "version": "1.0.0", "engines": engines}))
+        digests.append(_fails(folder, "npm install --offline --engine-strict --no-audit --no-fund",
+                              env={"npm_config_cache": str(tmp_path / "cache")}))
+    webapp, worker = digests
+    assert webapp.type == "npm EBADENGINE", webapp.line
+    assert webapp.cause == 'Not compatible with your version of node/npm: webapp@1.0.0; Required: {"node":">=99"}'
+    assert webapp.key != worker.key
