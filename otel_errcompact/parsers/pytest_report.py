@@ -43,6 +43,7 @@ _E_LINE = re.compile(r"^E(?:\s(?P<text>.*))?$")
 _DEF = re.compile(r"^\s*(?:>\s+)?(?:async\s+)?def\s+(?P<name>[A-Za-z_]\w*)\s*\(")
 _SUMMARY = re.compile(r"^(?P<kind>FAILED|ERROR)\s(?P<id>\S+)(?:\s-\s(?P<msg>.*))?$")
 _EXC = re.compile(r"^(?P<type>(?:[A-Za-z_]\w*\.)*(?P<short>[A-Za-z_]\w*))(?::(?:\s(?P<msg>.*))?)?$")
+_MISSING_FIXTURE = re.compile(r"fixture '[^']+' not found")
 _HEADER_PREFIXES = ("ERROR at setup of ", "ERROR at teardown of ", "ERROR collecting ")
 
 
@@ -81,6 +82,8 @@ def parse(text: str, hints: Hints) -> Parsed | None:
         name, long_type = "", None
         exc_lines, frames = _loose_e_lines(lines)
     type_, message = _exception(exc_lines, long_type)
+    if type_ is None and _MISSING_FIXTURE.fullmatch(message):
+        type_ = "FixtureLookupError"  # pytest's own class for it; its E line names the fixture, not the type
     test_id = _test_id(name, summary)
     if type_ is None and summary:
         # --tb=no: only the summary line says what went wrong.

@@ -190,3 +190,16 @@ def test_parser_stays_fast_on_huge_output(tmp_path: Path) -> None:
     hostile = raw + "E" * 60_000 + "\n" + ":" * 60_000 + "1:" * 5000 + "\n"
     parsed = pytest_report.parse(hostile, Hints())
     assert parsed is not None and parsed.type == "AssertionError"
+
+
+def test_a_missing_fixture_is_named(tmp_path: Path) -> None:
+    """pytest's E line for a fixture nobody defines names the fixture, not a type: the fixture is the
+    cause, and two missing fixtures are two classes."""
+    digests = {}
+    for fixture in ("db_session", "redis_client"):
+        raw, digests[fixture] = _pytest(tmp_path / fixture, f"def test_a({fixture}):\n    pass\n", name="test_fix.py")
+        assert f"fixture '{fixture}' not found" in raw
+    d = digests["db_session"]
+    assert d.type == "FixtureLookupError", d.line
+    assert d.cause == "fixture 'db_session' not found (test_fix.py::test_a)", d.cause
+    assert d.key != digests["redis_client"].key
