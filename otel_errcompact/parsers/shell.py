@@ -25,10 +25,12 @@ type                  when
 
 The cause is the telling line with the shell's ``bash: line 1:`` prefix removed. The telling line is the
 one naming the failure most specifically (``cannot``/``denied``/``not found``/``No such file`` beat a
-bare ``error``, which beats other lines; ties go to the last, since a failing tool's summary comes last);
-progress lines (``45%``, ``[3/10]``, ``Downloading…``) are never chosen. When that line does not name the
-program, the command (first line, cut to 60 characters) is put in front so the agent knows what failed;
-with no output at all the cause is ``<command>: exited with status N``, never empty.
+bare ``error``, which beats other lines, which beat advice and summaries of other lines (``Use …``,
+``As a reminder …``, ``… aborted due to compilation errors``); ties go to the last, since a failing
+tool's summary comes last); progress lines (``45%``, ``[3/10]``, ``Downloading…``) are never chosen.
+When that line does not name the program, the command (first line, cut to 60 characters) is put in
+front so the agent knows what failed; with no output at all the cause is ``<command>: exited with
+status N``, never empty.
 
 >>> parse("", Hints(exit_code=1, command="false")).cause
 'false: exited with status 1'
@@ -62,7 +64,13 @@ _SYNTAX_WORDS = ("syntax error", "unexpected")  # each alternative of _SYNTAX co
 # with plain substring tests: a handful of ``in`` checks is far cheaper than one alternation regex.
 _STRONG = ("command not found", ": not found", "permission denied", "no such file", "unbound variable",
            "syntax error", "cannot", "can't", "not found", "denied", "refused", "fatal", "killed",
-           "out of memory")
+           "out of memory", "not installed", "no matching")
+# Lines that advise or sum up (``Use dpkg --info …``, cargo's ``As a reminder, you're using offline
+# mode…``, perl's ``Execution of x.pl aborted due to compilation errors.``): the cause is in another line.
+_ADVICE = re.compile(
+    r"(?i)^(?:use|try|see|run|please|hint|note|to fix|did you mean|as a reminder)\b(?! of\b)"
+    r"|aborted due to compilation errors"
+)
 _WEAK = ("error", "err!", "fail", "invalid", "unable", "could not", "couldn't", "timed out", "exception",
          "missing", "abort", "unexpected", "not allowed", "forbidden", "unknown", "illegal")
 _PROGRESS_START = re.compile(
@@ -155,15 +163,18 @@ def _telling_line(lines: list[str]) -> str:
 
 
 def _score(line: str) -> int:
-    """3 for a specific failure phrase, 2 for a generic failure word, 1 for other text, 0 for progress."""
+    """4 for a specific failure phrase, 3 for a generic failure word, 2 for other text, 1 for advice or a
+    summary of other lines, 0 for progress."""
+    if _ADVICE.search(line):
+        return 1
     lowered = line.lower()
     for phrase in _STRONG:
         if phrase in lowered:
-            return 3
+            return 4
     for word in _WEAK:
         if word in lowered:
-            return 2
-    return 0 if _is_progress(line) else 1
+            return 3
+    return 0 if _is_progress(line) else 2
 
 
 def _is_progress(line: str) -> bool:

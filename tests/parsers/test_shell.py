@@ -167,3 +167,48 @@ def test_stays_fast_on_hostile_input() -> None:
     for text in ("x" * 130_000, ("a/" * 5000 + ": not found\n") * 20, "bash: " * 20_000):
         parsed = shell.parse(text, Hints(exit_code=1, command="x" * 10_000))
         assert parsed is not None and len(parsed.cause) < 2_000
+
+
+def _perl(folder: Path, name: str) -> Digest:
+    write(folder, "job.pl", f"use strict;\nprint ${name};\n")
+    result = run(["perl", "job.pl"], cwd=folder)
+    assert result.returncode != 0, result.output
+    return compact_text(result.output, exit_code=result.returncode, command="perl job.pl")
+
+
+def _dpkg(folder: Path, package: str) -> Digest:
+    folder.mkdir(parents=True)
+    result = run(["dpkg", "-s", package], cwd=folder)
+    assert result.returncode != 0, result.output
+    return compact_text(result.output, exit_code=result.returncode, command=f"dpkg -s {package}")
+
+
+def _cargo(folder: Path, crate: str) -> Digest:
+    write(folder, "Cargo.toml", f'[package]\nname = "app"\nversion = "0.1.0"\nedition = "2021"\n\n'
+                                f'[dependencies]\n{crate} = "1"\n')
+    write(folder, "src/main.rs", "fn main() {}\n")
+    result = run(["cargo", "build", "--offline"], cwd=folder, env={"CARGO_HOME": str(folder / "cargo-home")})
+    assert result.returncode != 0, result.output
+    return compact_text(result.output, exit_code=result.returncode, command="cargo build --offline")
+
+
+@pytest.mark.parametrize(
+    ("tool", "fail", "names"),
+    [
+        ("perl", _perl, ("undeclared", "db_handle")),
+        ("dpkg", _dpkg, ("nosuchpkgx", "otherpkgx")),
+        ("cargo", _cargo, ("serde_jsonx", "tokiox")),
+    ],
+)
+def test_the_telling_line_is_not_the_advice_or_summary_after_it(
+    tmp_path: Path, tool: str, fail: object, names: tuple[str, str]
+) -> None:
+    """perl's ``Execution of … aborted due to compilation errors.``, dpkg's ``Use dpkg --info …`` and
+    cargo's ``As a reminder, you're using offline mode …`` come after the line naming the cause: that
+    line is kept, and two causes are two classes."""
+    if not have(tool):
+        pytest.skip(f"{tool} is not installed")
+    digests = [fail(tmp_path / name, name) for name in names]  # type: ignore[operator]
+    for name, digest in zip(names, digests, strict=True):
+        assert name in digest.cause, digest.line
+    assert digests[0].key != digests[1].key
