@@ -141,3 +141,19 @@ def test_npm_ebadengine_names_the_package_and_the_engine_it_requires(tmp_path: P
     assert webapp.type == "npm EBADENGINE", webapp.line
     assert webapp.cause == 'Not compatible with your version of node/npm: webapp@1.0.0; Required: {"node":">=99"}'
     assert webapp.key != worker.key
+
+
+def test_pip_error_report_names_the_build_error_not_git(tmp_path: Path) -> None:
+    """pip's error report (``error: metadata-generation-failed``, ``×`` lines, the build's own output
+    indented under them): its code and the build's last ``error:`` line. Its ``hint:`` line is not git's."""
+    digests = []
+    for library in ("libpq", "libxml2"):
+        package = tmp_path / library
+        package.mkdir()
+        (package / "setup.py").write_text(f"import sys\nsys.exit('error: {library} headers are required')\n")
+        digests.append(_fails(tmp_path, f"{PIP} install --no-index --no-build-isolation --disable-pip-version-check "
+                                        f"./{library}"))
+    d = digests[0]
+    assert (d.type, d.format) == ("pip", "pip"), d.line
+    assert d.cause == "metadata-generation-failed: libpq headers are required", d.cause
+    assert d.key != digests[1].key
