@@ -92,7 +92,6 @@ def _otlp_export(signal: str) -> bool:
     return _otlp_endpoint(signal) and "otlp" in names
 
 
-
 def _protocol(signal: str) -> str:
     return (
         os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")

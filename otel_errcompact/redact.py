@@ -90,23 +90,29 @@ def _mask_value(match: re.Match[str]) -> str:
     return f"{match.group(1)}{REDACTED}{tail}"
 
 
-_PLAIN_WORD = re.compile(r"[A-Za-z][a-z]{7,18}")
-"""A word of prose (``included``, ``Authentication``): no credential, though eight letters or more."""
+_WORD = re.compile(r"[A-Za-z][a-z]{2,18}")
+"""A word of prose (``included``, ``Authentication``, ``mismatch``): no credential, which is random text."""
+
+
+def _word_start(text: str, index: int) -> int:
+    """Where the word (letters, digits, ``_`` and ``-``) holding ``text[index]`` starts."""
+    while index > 0 and (text[index - 1].isalnum() or text[index - 1] in "_-"):
+        index -= 1
+    return index
 
 
 def _mask_credential(match: re.Match[str]) -> str:
     """``Bearer <credential>`` → ``Bearer [REDACTED]``, unless what follows the scheme word is a plain
     word of prose: "The security token included in the request is invalid", "Basic authentication
     required". A credential of a scheme is random text: digits, capitals inside it, punctuation, or
-    twenty characters and more."""
-    if _PLAIN_WORD.fullmatch(match.group(2)):
+    twenty characters and more (the rule's pattern takes eight or more)."""
+    if _WORD.fullmatch(match.group(2)):
         return match.group(0)
     return _mask_value(match)
 
 
 _ABSENT = frozenset({"none", "null", "nil", "undefined", "empty", "missing", "unset", "true", "false"})
 """Values that say a setting is absent or off: the cause of the failure, never a secret."""
-_WORD = re.compile(r"[A-Za-z][a-z]{2,18}")
 _WORD_KEYS = re.compile(r"(?i)pass|pwd|secret")
 """Keys whose value may be a word: a password or a passphrase is. A token, key, signature or session id
 is random text."""
@@ -123,9 +129,8 @@ def _mask_named(match: re.Match[str]) -> str:
         return match.group(0)
     key = match.group(1)
     if ":" in key:
-        text, start = match.string, match.start()
-        while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-"):
-            start -= 1
+        text = match.string
+        start = _word_start(text, match.start())
         if text.startswith("--", start) or (text[start] == "-" and (start == 0 or text[start - 1] in " '\"")):
             return match.group(0)
     if _WORD.fullmatch(value) and not _WORD_KEYS.search(key):
@@ -142,9 +147,8 @@ def _mask_quoted(match: re.Match[str]) -> str:
 def _mask_flag(match: re.Match[str]) -> str:
     """A secret word inside a command-line flag (``--password x``, ``'--db-password', 'x'``) only: the
     word the match starts in must begin with ``-`` right after a space, quote or bracket."""
-    text, start = match.string, match.start()
-    while start > 0 and (text[start - 1].isalnum() or text[start - 1] in "_-"):
-        start -= 1
+    text = match.string
+    start = _word_start(text, match.start())
     before = text[start - 1] if start > 0 else " "
     if text[start] != "-" or before not in " \t'\"[(,=" or _masked(match.group(2)):
         return match.group(0)

@@ -19,11 +19,11 @@ __all__ = ["MARKERS", "parse"]
 MARKERS = ("panicked at",)  # see parsers/__init__.py
 
 _NEW = re.compile(
-    r"^thread '(?P<thread>[^'\n]*)'(?: \(\d+\))? panicked at (?P<file>[^\n:]+):(?P<line>\d+):\d+:\n(?P<msg>[^\n]+)",
+    r"^thread '[^'\n]*'(?: \(\d+\))? panicked at (?P<file>[^\n:]+):(?P<line>\d+):\d+:\n(?P<msg>[^\n]+)",
     re.M,
 )
 _OLD = re.compile(
-    r"^thread '(?P<thread>[^'\n]*)'(?: \(\d+\))? panicked at '(?P<msg>[^\n]*)', (?P<file>[^\n:]+):(?P<line>\d+):\d+",
+    r"^thread '[^'\n]*'(?: \(\d+\))? panicked at '(?P<msg>[^\n]*)', (?P<file>[^\n:]+):(?P<line>\d+):\d+",
     re.M,
 )
 
