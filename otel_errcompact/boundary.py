@@ -32,7 +32,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 import tenacity
@@ -236,7 +236,6 @@ class ToolBoundary:
 
     # -- the context-manager form ----------------------------------------------------------------------
 
-    @contextmanager
     def call(
         self,
         name: str,
@@ -244,8 +243,16 @@ class ToolBoundary:
         call_id: str | None = None,
         arguments: Any = None,
         on_error: OnError | None = None,
-    ) -> Iterator[ToolCall]:
+    ) -> AbstractContextManager[ToolCall]:
         """Run a block as one tool call (see :class:`ToolCall`)."""
+        arguments_json = _as_json(arguments) if arguments is not None and self._capture_arguments else None
+        return self._call(name, call_id, arguments_json, on_error)
+
+    @contextmanager
+    def _call(
+        self, name: str, call_id: str | None, arguments_json: str | None, on_error: OnError | None
+    ) -> Iterator[ToolCall]:
+        """:meth:`call`, with the arguments already JSON (cut for the span and the record), or None."""
         self.check()
         attributes: dict[str, Any] = {
             semconv.GEN_AI_OPERATION_NAME: "execute_tool",
@@ -256,9 +263,7 @@ class ToolBoundary:
         conversation_id = current_conversation()
         if conversation_id:
             attributes[semconv.GEN_AI_CONVERSATION_ID] = conversation_id
-        arguments_json: str | None = None
-        if arguments is not None and self._capture_arguments:
-            arguments_json = _as_json(arguments)
+        if arguments_json is not None:
             attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = redact(arguments_json)
         with self._tracer.start_as_current_span(
             f"execute_tool {name}",
@@ -346,10 +351,10 @@ class ToolBoundary:
                     started = self._start(tool_name, fn, args, kwargs)
                     if isinstance(started, ToolErrorText):
                         return started
-                    arguments, scope, pending = started
+                    arguments, arguments_json, scope, pending = started
                     token = _pending.set(pending)
                     try:
-                        with self.call(tool_name, arguments=arguments, on_error=on_error) as call:
+                        with self._call(tool_name, None, arguments_json, on_error) as call:
                             self._admitted(pending)
                             inner = asyncio.ensure_future(_retried_async(policy, call.span, fn, args, kwargs))
                             try:
@@ -373,10 +378,10 @@ class ToolBoundary:
                 started = self._start(tool_name, fn, args, kwargs)
                 if isinstance(started, ToolErrorText):
                     return started
-                arguments, _, pending = started
+                _, arguments_json, _, pending = started
                 token = _pending.set(pending)
                 try:
-                    with self.call(tool_name, arguments=arguments, on_error=on_error) as call:
+                    with self._call(tool_name, None, arguments_json, on_error) as call:
                         self._admitted(pending)
                         result = policy.retrying(before_sleep=_note_retry(call.span))(fn, *args, **kwargs)
                         self._settle(call, pending, result)
@@ -397,15 +402,19 @@ class ToolBoundary:
 
     def _start(
         self, tool_name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> tuple[dict[str, Any], str, _Pending] | ToolErrorText:
-        """Before a decorated call: its arguments, scope and breaker verdict still owed, or the text of a
-        refused call (an abort standing or the breaker open). Raises ErrorBudgetExceeded on a halt."""
+    ) -> tuple[dict[str, Any], str | None, str, _Pending] | ToolErrorText:
+        """Before a decorated call: its arguments, as JSON for the span and the record (cut; None when
+        arguments are not captured), its scope and the breaker verdict still owed, or the text of a
+        refused call (an abort standing or the breaker open). Raises ErrorBudgetExceeded on a halt.
+        The arguments are encoded once: whole for the breaker's fingerprint, then cut."""
         arguments = _arguments(fn, args, kwargs)
-        fp, scope = fingerprint(_as_json(arguments, None)), self.current_scope()
+        whole = _as_json(arguments, None)
+        fp, scope = fingerprint(whole), self.current_scope()
         refused = self._refuse(tool_name, fp, scope, arguments)
         if isinstance(refused, ToolErrorText):
             return refused
-        return arguments, scope, _Pending(tool_name, fp, refused)
+        arguments_json = whole[:_MAX_ARGUMENT_CHARS] if self._capture_arguments else None
+        return arguments, arguments_json, scope, _Pending(tool_name, fp, refused)
 
     def _settle(self, call: ToolCall, pending: _Pending, result: Any) -> None:
         """After the tool returned: an error reported as data fails the call, anything else is a success."""

@@ -351,6 +351,31 @@ def test_arguments_are_not_captured_by_default(make_otel: Callable[..., OTel]) -
     assert "hunter2-secret" not in record.to_json()
 
 
+def test_an_argument_is_rendered_once_per_call(make_otel: Callable[..., OTel], tmp_path: Path) -> None:
+    """A call's arguments are encoded once, for the breaker's fingerprint and the span and record alike:
+    an argument JSON cannot encode is rendered by its ``repr``, which a tool's argument may make costly
+    (a dataframe, a lazy query) or count."""
+    otel = make_otel(capture_arguments=True)
+
+    class Query:
+        rendered = 0
+
+        def __repr__(self) -> str:
+            Query.rendered += 1
+            return "Query(select * from orders)"
+
+    @otel.ec.tool
+    def run(query: Query, path: str) -> str:
+        return Path(path).read_text(encoding="utf-8")
+
+    query = Query()
+    assert_compact(run(query, str(tmp_path / "missing.sql")))
+    assert Query.rendered == 1
+    span = only_span(otel, "execute_tool run")
+    assert "Query(select * from orders)" in str((span.attributes or {})["gen_ai.tool.call.arguments"])
+    assert "Query(select * from orders)" in str(otel.records()[0].tool_arguments)
+
+
 def _load_settings(path: str) -> dict[str, Any]:
     with open(path, encoding="utf-8") as fh:
         return dict(json.load(fh))
