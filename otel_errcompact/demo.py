@@ -213,19 +213,17 @@ def run_demo(*, sqlite_path: Path | None = None, out: Any = None, max_raw_lines:
         sqlite_path = Path(tempfile.mkdtemp(prefix="otel-errcompact-demo-")) / "trajectories.sqlite3"
     if sqlite_path is not None:
         settings["sqlite_path"] = sqlite_path
+    ec = None
     try:
         ec = init(
             service_name=os.environ.get("OTEL_SERVICE_NAME") or "errcompact-demo",
             breaker=BreakerPolicy(threshold=3, cooldown_s=_BREAKER_COOLDOWN_S),  # short, so the demo can wait it out
             **settings,
         )
-    except BaseException:  # a bad setting, say: the temporary store's folder would be left behind, empty
-        if temporary and sqlite_path is not None:
+    finally:  # a bad setting, or switched off: the temporary store's folder would be left behind, empty
+        if temporary and sqlite_path is not None and (ec is None or not ec.settings.enabled):
             shutil.rmtree(sqlite_path.parent, ignore_errors=True)
-        raise
     if not ec.settings.enabled:  # switched off: nothing would be compacted, and the demo's failures raise
-        if temporary and sqlite_path is not None:
-            shutil.rmtree(sqlite_path.parent, ignore_errors=True)
         print("otel-errcompact: the library is switched off (OTEL_ERRCOMPACT_ENABLED=false), so there is "
               "nothing to show; unset the variable to run the demo", file=sys.stderr)
         return 2
