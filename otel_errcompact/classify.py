@@ -25,6 +25,16 @@ _TRANSIENT_CAUSE = re.compile(
     r"|connection (?:reset|refused|aborted)|service unavailable|bad gateway|resource.?exhausted"
 )
 
+# Python's programming errors. Their message quotes the code (a keyword, a key, an attribute): that word may
+# sound transient ("unexpected keyword argument 'timeout'", KeyError: 'retry_after'), yet the same call fails
+# the same way however often it is repeated.
+_PROGRAMMING_ERRORS = frozenset(
+    {
+        "TypeError", "KeyError", "AttributeError", "NameError", "UnboundLocalError", "IndexError", "LookupError",
+        "ImportError", "ModuleNotFoundError", "SyntaxError", "IndentationError", "AssertionError",
+        "NotImplementedError", "ZeroDivisionError", "RecursionError", "UnicodeDecodeError", "UnicodeEncodeError",
+    }
+)  # fmt: skip
 
 # Lowercase words each alternative of the patterns above contains: ASCII text without any of them cannot
 # match, and a few substring tests are far cheaper than an ignore-case alternation tried at every position.
@@ -42,6 +52,8 @@ def is_retryable(type_: str, cause: str, status: int | None, fmt: str) -> bool:
     True
     >>> is_retryable("KeyError", "'user_id'", None, "python")
     False
+    >>> is_retryable("TypeError", "fetch() got an unexpected keyword argument 'timeout'", None, "python")
+    False
     """
     if fmt == "http" and status is not None:
         return status in RETRYABLE_STATUS
@@ -49,4 +61,9 @@ def is_retryable(type_: str, cause: str, status: int | None, fmt: str) -> bool:
         return False
     if fmt == "shell" and status is not None and status in {124, 137}:
         return True  # timeout(1) expired; killed (often the OOM killer): worth one more try
-    return may_search(_TRANSIENT_TYPE, _TYPE_WORDS, type_) or may_search(_TRANSIENT_CAUSE, _CAUSE_WORDS, cause)
+    if may_search(_TRANSIENT_TYPE, _TYPE_WORDS, type_):
+        return True
+    words = type_.split(None, 1)  # "KeyError", "json.JSONDecodeError", "ValueError exit 3"
+    if words and words[0].rsplit(".", 1)[-1] in _PROGRAMMING_ERRORS:
+        return False
+    return may_search(_TRANSIENT_CAUSE, _CAUSE_WORDS, cause)

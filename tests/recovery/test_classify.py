@@ -220,3 +220,46 @@ def test_hostile_and_odd_input_gets_a_bounded_answer() -> None:
     assert parse_rate_limit_headers(object(), 0.0) == {}
     odd = {"x-ratelimit-limit-requests": "0", "x-ratelimit-remaining-requests": "x"}
     assert parse_rate_limit_headers(odd, 0.0) == {}
+
+
+
+def _fetch(url: str) -> str:
+    return url
+
+
+def test_a_programming_error_quoting_a_transient_word_is_permanent() -> None:
+    """A keyword, key or attribute named ``timeout`` in a programming error's message is code, not a
+    timeout: the same call fails the same way however often it is repeated."""
+    import traceback
+
+    def bad_keyword() -> object:
+        return _fetch("http://127.0.0.1/", **{"timeout": 5})  # type: ignore[arg-type]
+
+    def missing_key() -> object:
+        return {"url": "u"}["timeout"]
+
+    def no_attribute() -> object:
+        return None.timeout  # type: ignore[attr-defined]
+
+    def timed_out() -> object:
+        left, right = socket.socketpair()
+        with left, right:
+            left.settimeout(0.01)
+            return left.recv(1)  # nothing is ever sent: a real timeout
+
+    def raised(call: Any) -> tuple[BaseException, str]:
+        try:
+            call()
+        except Exception as exc:
+            return exc, traceback.format_exc()
+        raise AssertionError("did not raise")
+
+    for call in (bad_keyword, missing_key, no_attribute):
+        exc, raw = raised(call)
+        digest = compact_text(raw)
+        assert "timeout" in digest.line, digest.line
+        assert not digest.retryable, digest.line
+        assert classify_exception(exc).error_class == "permanent"
+    exc, raw = raised(timed_out)
+    assert compact_text(raw).retryable, compact_text(raw).line  # a real timeout stays transient
+    assert classify_exception(exc).error_class == "transient"
