@@ -1,8 +1,10 @@
-"""The installed ``otel-errcompact`` command meets bad input with one line and a non-zero exit, and the
-demo keeps out of the user's real trajectory store."""
+"""The installed ``otel-errcompact`` command meets bad input with one line and a non-zero exit, reads a
+store in a folder it cannot write to, and the demo keeps out of the user's real trajectory store."""
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
 import sqlite3
@@ -14,6 +16,7 @@ from pathlib import Path
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
 
+import otel_errcompact
 from otel_errcompact.sinks import SQLiteSink, TrajectoryStore
 from tests.conftest import env_without_otel
 
@@ -135,8 +138,6 @@ def test_the_demo_writes_where_the_variable_says(tmp_path: Path) -> None:
 def test_records_are_shown_under_an_ascii_locale(tmp_path: Path) -> None:
     """A terminal whose locale is plain C cannot encode "café": the listing and the record are printed
     (escaped), and ``--raw`` gives the error's own UTF-8 bytes, never a UnicodeEncodeError traceback."""
-    import otel_errcompact
-
     db = tmp_path / "store.db"
     ec = otel_errcompact.init(service_name="locale", sqlite_path=db, tracer_provider=TracerProvider())
     try:
@@ -164,3 +165,91 @@ def test_a_listing_limit_below_one_is_a_usage_error(tmp_path: Path) -> None:
     SQLiteSink(db).close()
     proc = _cli(["trajectories", "list", "--db", str(db), "--limit", "0"], _env(tmp_path))
     assert proc.returncode == 2 and "expected an integer ≥ 1, got 0" in proc.stderr, proc.stderr
+
+
+# Run as root, the command is held back by a folder's mode only without the capabilities that override it:
+# this drops them from the bounding set, which the command, run by exec, then cannot have.
+_WITHOUT_OVERRIDES = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+for cap in (1, 2, 3):  # CAP_DAC_OVERRIDE, CAP_DAC_READ_SEARCH, CAP_FOWNER
+    if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP
+        sys.exit(f"prctl(PR_CAPBSET_DROP, {cap}): {os.strerror(ctypes.get_errno())}")
+os.execv(sys.argv[1], sys.argv[1:])
+"""
+
+
+def _unwritable(folder: Path) -> list[str]:
+    """Make ``folder`` read-only (0o555) and return the prefix that runs a command which cannot write to it,
+    checked by trying to; skips the test where no such command can be run."""
+    folder.chmod(0o555)
+    prefix = [sys.executable, "-c", _WITHOUT_OVERRIDES] if os.geteuid() == 0 else []
+    probe = subprocess.run([*prefix, sys.executable, "-c", "import sys; open(sys.argv[1], 'x')", str(folder / "probe")],
+                           capture_output=True, text=True, timeout=60, check=False)
+    if "PermissionError" not in probe.stderr:
+        pytest.skip(f"no process here is kept from writing to a 0o555 folder: {probe.stderr.strip() or 'it wrote'}")
+    return prefix
+
+
+def _record_failures(db: Path) -> otel_errcompact.ErrCompact:
+    """An agent's handle on the store ``db`` holding three committed failures (the caller shuts it down)."""
+    ec = otel_errcompact.init(service_name="copied", sqlite_path=db, tracer_provider=TracerProvider())
+    for n in range(3):
+        ec.record_error(f"Traceback (most recent call last):\n  File \"sync.py\", line {n + 1}, in pull\n"
+                        f"ValueError: shard {n} is gone\n", scope="nightly")
+    assert ec.flush(30)
+    return ec
+
+
+def test_a_store_in_a_folder_the_user_cannot_write_to_is_listed_and_shown(tmp_path: Path) -> None:
+    """SQLite's read-only mode still creates the -wal and -shm files: in a folder the user cannot write to
+    (a store copied into a read-only folder, or another user's), the store is read as an immutable file."""
+    folder = tmp_path / "copied"
+    folder.mkdir()
+    db = folder / "store.db"
+    _record_failures(db).shutdown()
+    assert sorted(p.name for p in folder.iterdir()) == ["store.db"]  # as a store no agent has open is left
+    try:
+        prefix = _unwritable(folder)
+        listed = subprocess.run([*prefix, str(ENTRY), "trajectories", "list", "--db", str(db)], env=_env(tmp_path),
+                                capture_output=True, text=True, timeout=300, check=False)
+        assert listed.returncode == 0, listed.stderr
+        for n in range(3):
+            assert f"[ValueError] at sync.py:{n + 1} in pull: shard {n} is gone" in listed.stdout, listed.stdout
+        assert f"3 of 3 records in {db}" in listed.stdout
+        rows = subprocess.run([*prefix, str(ENTRY), "trajectories", "list", "--db", str(db), "--json"],
+                              env=_env(tmp_path), capture_output=True, text=True, timeout=300, check=False)
+        assert rows.returncode == 0, rows.stderr
+        newest = json.loads(rows.stdout)[0]["record_id"]
+        shown = subprocess.run([*prefix, str(ENTRY), "trajectories", "show", newest, "--db", str(db), "--raw"],
+                               env=_env(tmp_path), capture_output=True, text=True, timeout=300, check=False)
+        assert shown.returncode == 0, shown.stderr
+        assert shown.stdout.endswith("ValueError: shard 2 is gone\n"), shown.stdout
+        assert sorted(p.name for p in folder.iterdir()) == ["store.db"]
+    finally:
+        folder.chmod(0o755)
+
+
+def test_a_wal_that_a_read_only_folder_keeps_from_being_read_is_named(tmp_path: Path) -> None:
+    """A store copied while its agent ran has its newest records in the -wal, which SQLite reads only through
+    a -shm it cannot create there: the command says so, rather than listing the store without them."""
+    live = tmp_path / "live" / "store.db"
+    folder = tmp_path / "copied"
+    folder.mkdir()
+    ec = _record_failures(live)
+    try:
+        shutil.copy(live, folder / "store.db")
+        shutil.copy(f"{live}-wal", folder / "store.db-wal")
+    finally:
+        ec.shutdown()
+    assert (folder / "store.db-wal").stat().st_size > 0
+    db = folder / "store.db"
+    try:
+        prefix = _unwritable(folder)
+        proc = subprocess.run([*prefix, str(ENTRY), "trajectories", "list", "--db", str(db)], env=_env(tmp_path),
+                              capture_output=True, text=True, timeout=300, check=False)
+        line = _one_line_error(proc)
+        assert f"{db}-wal holds records not yet copied into store.db" in line, line
+        assert "copy store.db with store.db-wal into a folder you can write to" in line, line
+    finally:
+        folder.chmod(0o755)

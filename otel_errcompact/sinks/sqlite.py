@@ -217,6 +217,50 @@ def _migrate_v1(conn: sqlite3.Connection, path: Path) -> None:
                  TABLE_VERSION, moved)
 
 
+# Why a read-only open fails when SQLite cannot create the -wal and -shm files of a WAL store beside it: the
+# folder is not writable (no -wal either), it cannot make a -shm for an existing -wal, or the -shm it found
+# is read-only and was never set up.
+_NO_WAL_INDEX = frozenset({"SQLITE_READONLY_DIRECTORY", "SQLITE_CANTOPEN", "SQLITE_READONLY_CANTINIT"})
+
+
+def _open_read_only(path: Path) -> sqlite3.Connection:
+    """A read-only connection to the store at ``path``, which already exists.
+
+    ``mode=ro`` still needs the store's ``-wal`` and ``-shm`` files, and creates them when they are
+    missing (the WAL is read through the ``-shm`` index): in a folder this user cannot write to (a store
+    copied off a production box into a read-only folder, or owned by another user) the first read fails.
+    The store is then opened ``immutable``: SQLite reads the main file alone, without locks or WAL, which
+    is the whole store when its ``-wal`` is missing or empty, as a store no agent has open leaves it.
+    A ``-wal`` that still holds records cannot be read that way, and leaving them out would list a
+    store without its newest failures, or half a checkpoint: that is an error saying so.
+    """
+    uri = path.resolve().as_uri()
+    conn = sqlite3.connect(f"{uri}?mode=ro", uri=True, check_same_thread=False)
+    try:
+        conn.execute("SELECT count(*) FROM sqlite_master").fetchone()  # the first read opens the -shm, or fails
+        return conn
+    except sqlite3.OperationalError as exc:
+        conn.close()
+        if exc.sqlite_errorname not in _NO_WAL_INDEX:
+            raise
+    wal = path.with_name(f"{path.name}-wal")
+    if _size(wal):
+        raise RuntimeError(
+            f"{wal} holds records not yet copied into {path.name}, and SQLite can read them only by "
+            f"creating {path.name}-shm beside them, which it cannot do in {path.parent}; copy {path.name} "
+            f"with {wal.name} into a folder you can write to, and read that copy"
+        )
+    return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+
+def _size(path: Path) -> int:
+    """The size of the file at ``path``; 0 when there is none."""
+    try:
+        return path.stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
 class SQLiteSink:
     """Writes records to a SQLite file, one transaction per batch, upserting by ``record_id``.
 
@@ -430,14 +474,14 @@ class TrajectoryStore:
 
     Opened read-only, so pointing the CLI at a live agent's database can never change or lock it for
     longer than a read. A missing file raises ``FileNotFoundError`` rather than creating an empty one.
+    A store in a folder this user cannot write to is read too (see :func:`_open_read_only`).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         if not self.path.is_file():
             raise FileNotFoundError(f"no trajectory database at {self.path}")
-        self._conn = sqlite3.connect(f"{self.path.resolve().as_uri()}?mode=ro", uri=True,
-                                     check_same_thread=False)
+        self._conn = _open_read_only(self.path)
         self._lock = threading.Lock()
         _check_version(self._conn, self.path)
 
