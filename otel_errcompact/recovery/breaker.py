@@ -8,8 +8,9 @@ the model gets a compact line instead, e.g. ``circuit open: [HTTP 503]: upstream
 30s``. Other arguments of the tool, other error classes and other tools run as usual; a call with new
 arguments that fails the same way joins the open breaker. After ``cooldown_s`` (default 30 s) the breaker
 goes half-open and lets exactly one probe through: a success closes it, a failure re-opens it for another
-cooldown. Every state change goes to the listeners (span event ``errcompact.breaker`` and the counter
-``errcompact.breaker.changes`` when wired by ``init()``).
+cooldown. The probe is a lease of the store's ``probe_timeout_s`` (default 30 s): a probe hung in its call
+no longer holds it once it runs out, and the next caller probes. Every state change goes to the listeners
+(span event ``errcompact.breaker`` and the counter ``errcompact.breaker.changes`` when wired by ``init()``).
 
 Why not pybreaker or aiobreaker: both wrap one call in one breaker object chosen *before* the call, while
 the key here is known only *after* it failed (the dedup key of its error); both count every exception of

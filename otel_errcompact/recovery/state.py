@@ -11,7 +11,9 @@ Breaker operations (keyed by tool name and dedup key; see :mod:`otel_errcompact.
 
 - :meth:`~RecoveryStateStore.breaker_admit` — may a call with this argument fingerprint run? Refuses it
   while a breaker of the tool that this fingerprint tripped is open; moves an open breaker whose cooldown
-  has passed to half-open and hands out its single probe;
+  has passed to half-open and hands out its single probe, as a lease of ``probe_timeout_s``: a probe that
+  has not ended when it runs out (a call hung on a network read) no longer holds it, and the next caller
+  gets the probe;
 - :meth:`~RecoveryStateStore.breaker_failure` — count one failure of (tool, key); open at the threshold;
   a failed probe re-opens;
 - :meth:`~RecoveryStateStore.breaker_success` — a call with this fingerprint succeeded: close the breakers
@@ -46,6 +48,7 @@ recently used entries are dropped beyond ``max_entries``).
 from __future__ import annotations
 
 import threading
+import time
 from collections import OrderedDict, deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -79,7 +82,8 @@ class BreakerSnapshot:
     """One breaker (tool, key) as the store holds it.
 
     ``failures`` counts failures of this key since the breaker last closed; ``retry_at`` is when an open
-    breaker lets a probe through (wall-clock seconds); ``digest`` is the latest digest line of the key.
+    breaker lets a probe through (wall-clock seconds); ``digest`` is the latest digest line of the key;
+    ``probe_out`` is True while a half-open breaker's probe holds its lease.
     """
 
     tool: str
@@ -259,12 +263,13 @@ class _Breaker:
     digest: str = ""
     opened_at: float | None = None
     retry_at: float | None = None
-    probe_out: bool = False
+    probe_until: float = 0.0  # when the half-open probe's lease runs out (0: no probe out)
     fingerprints: OrderedDict[str, None] = field(default_factory=OrderedDict)
 
-    def snapshot(self, tool: str, key: str) -> BreakerSnapshot:
+    def snapshot(self, tool: str, key: str, now: float) -> BreakerSnapshot:
+        probe_out = self.state == "half_open" and self.probe_until > now
         return BreakerSnapshot(
-            tool, key, self.state, self.failures, self.digest, self.opened_at, self.retry_at, self.probe_out
+            tool, key, self.state, self.failures, self.digest, self.opened_at, self.retry_at, probe_out
         )
 
 
@@ -280,6 +285,11 @@ class InMemoryStateStore:
     ``max_entries`` budgets (least recently used first out; an open breaker is dropped only when every
     entry is open).
 
+    The half-open probe is a lease of ``probe_timeout_s`` seconds, as in
+    :class:`~otel_errcompact.recovery.redis_state.RedisStateStore`: a probe stuck in its call (a read that
+    never returns) would otherwise keep every later call with its arguments refused for as long as it
+    hangs. Once the lease has run out the next caller gets the probe.
+
     >>> s = InMemoryStateStore()
     >>> for _ in range(3):
     ...     u = s.breaker_failure("fetch", "k1", "args1", "[HTTP 503] …", 0.0, threshold=3, cooldown_s=30)
@@ -287,9 +297,12 @@ class InMemoryStateStore:
     ('open', False, True)
     """
 
-    def __init__(self, max_entries: int = 4096, *, reservation_ttl_s: float = 60.0) -> None:
+    def __init__(
+        self, max_entries: int = 4096, *, reservation_ttl_s: float = 60.0, probe_timeout_s: float = 30.0
+    ) -> None:
         self._max = max(1, max_entries)
         self._ttl = reservation_ttl_s
+        self.probe_timeout_s = probe_timeout_s
         self._lock = threading.Lock()
         new_locks_in_child(self, "_lock")
         self._breakers: OrderedDict[tuple[str, str], _Breaker] = OrderedDict()
@@ -304,13 +317,13 @@ class InMemoryStateStore:
                 if t != tool or b.state == "closed" or fingerprint not in b.fingerprints:
                     continue
                 if b.state == "open" and b.retry_at is not None and now >= b.retry_at:
-                    b.state, b.probe_out = "half_open", True
+                    b.state, b.probe_until = "half_open", now + self.probe_timeout_s
                     changes.append(BreakerChange(tool, key, "open", "half_open", b.failures, b.digest))
-                    return Admission(True, b.snapshot(tool, key), probe=True, changes=tuple(changes))
-                if b.state == "half_open" and not b.probe_out:
-                    b.probe_out = True
-                    return Admission(True, b.snapshot(tool, key), probe=True)
-                return Admission(False, b.snapshot(tool, key))
+                    return Admission(True, b.snapshot(tool, key, now), probe=True, changes=tuple(changes))
+                if b.state == "half_open" and b.probe_until <= now:  # no probe out, or its lease ran out
+                    b.probe_until = now + self.probe_timeout_s
+                    return Admission(True, b.snapshot(tool, key, now), probe=True)
+                return Admission(False, b.snapshot(tool, key, now))
             return Admission(True)
 
     def breaker_failure(
@@ -331,11 +344,11 @@ class InMemoryStateStore:
                 b.fingerprints.popitem(last=False)
             old = b.state
             if old == "half_open" or (old == "closed" and b.failures >= max(1, threshold)):
-                b.state, b.opened_at, b.retry_at, b.probe_out = "open", now, now + max(0.0, cooldown_s), False
+                b.state, b.opened_at, b.retry_at, b.probe_until = "open", now, now + max(0.0, cooldown_s), 0.0
             elif old == "open" and b.retry_at is not None:
                 b.retry_at = max(b.retry_at, now + max(0.0, cooldown_s))  # a straggler extends the cooldown
             change = () if old == b.state else (BreakerChange(tool, key, old, b.state, b.failures, digest),)
-            return BreakerUpdate(b.snapshot(tool, key), change)
+            return BreakerUpdate(b.snapshot(tool, key, now), change)
 
     def breaker_success(self, tool: str, fingerprint: str, now: float) -> tuple[BreakerChange, ...]:
         with self._lock:
@@ -350,12 +363,14 @@ class InMemoryStateStore:
         with self._lock:
             b = self._breakers.get((tool, key))
             if b is not None and b.state == "half_open":
-                b.probe_out = False
+                b.probe_until = 0.0
 
     def breaker_snapshot(self, tool: str, key: str) -> BreakerSnapshot | None:
+        """The breaker as it is now: its probe's lease is read against the wall clock, the clock the
+        breakers pass in (this call is given no time), as the Redis store reads it."""
         with self._lock:
             b = self._breakers.get((tool, key))
-            return b.snapshot(tool, key) if b is not None else None
+            return b.snapshot(tool, key, time.time()) if b is not None else None
 
     def _make_room(self) -> None:
         while len(self._breakers) >= self._max:

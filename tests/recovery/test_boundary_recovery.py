@@ -19,7 +19,14 @@ import httpx
 import pytest
 from opentelemetry.trace import StatusCode
 
-from otel_errcompact import BreakerPolicy, ErrorBudgetExceeded, RetryPolicy, Thresholds, ToolErrorText
+from otel_errcompact import (
+    BreakerPolicy,
+    ErrorBudgetExceeded,
+    InMemoryStateStore,
+    RetryPolicy,
+    Thresholds,
+    ToolErrorText,
+)
 from tests.conftest import OTel
 from tests.realerrors import loopback_server
 
@@ -201,6 +208,62 @@ def test_a_probe_that_fails_another_way_opens_the_breaker_again(make_otel: Calla
     time.sleep(0.35)
     assert settings(str(path)) == {"retries": 3}  # the next probe runs and closes it
     assert settings(str(path)) == {"retries": 3}
+
+
+def test_a_hung_probe_holds_the_half_open_breaker_only_for_its_lease(
+    make_otel: Callable[..., OTel], tmp_path: Any
+) -> None:
+    """The half-open probe is a lease (``probe_timeout_s``): while one thread's probe hangs in the tool (as on
+    a read that never returns), another thread's call with the same arguments is refused, until the lease
+    runs out; then that call is the probe, and closes the breaker, instead of being refused for as long as
+    the first one hangs."""
+    store = InMemoryStateStore(probe_timeout_s=0.5)
+    otel = make_otel(
+        retry=RetryPolicy(attempts=1), breaker=BreakerPolicy(threshold=3, cooldown_s=0.0),
+        thresholds=Thresholds(consecutive=100, budget=None), state_store=store,
+    )  # fmt: skip
+    inside = threading.Event()  # the first probe is in the tool
+    release = threading.Event()  # lets it return
+
+    @otel.ec.tool(name="settings")
+    def settings(path: str) -> Any:
+        with open(path) as f:
+            text = f.read()
+        if not inside.is_set():
+            inside.set()
+            release.wait(60)  # stuck until the test lets go
+        return json.loads(text)
+
+    path = tmp_path / "settings.json"
+    failures = [settings(str(path)) for _ in range(3)]  # the third opens the breaker, for no cooldown
+    assert all("FileNotFoundError" in f for f in failures)
+    outcome = failures[-1].outcome  # type: ignore[attr-defined]
+    key = outcome.digest.key
+    path.write_text('{"retries": 3}')
+    hung: list[Any] = []
+    first = threading.Thread(target=lambda: hung.append(settings(str(path))))
+    first.start()
+    try:
+        assert inside.wait(30)  # the probe is out, and hangs
+        refused = settings(str(path))
+        assert isinstance(refused, ToolErrorText) and refused.circuit_open, refused
+        assert "a probe is running" in refused
+        snapshot = store.breaker_snapshot("settings", key)
+        assert snapshot is not None and snapshot.state == "half_open" and snapshot.probe_out
+        time.sleep(0.6)  # the lease runs out; the first probe still hangs
+        snapshot = store.breaker_snapshot("settings", key)
+        assert snapshot is not None and snapshot.state == "half_open" and not snapshot.probe_out
+        assert settings(str(path)) == {"retries": 3}  # the probe now: it ran, and closed the breaker
+        assert store.breaker_snapshot("settings", key) is None
+        assert first.is_alive()
+    finally:
+        release.set()
+        first.join(30)
+    assert hung == [{"retries": 3}]
+    changes = [(e["errcompact.breaker.from"], e["errcompact.breaker.state"]) for e in events(otel, "errcompact.breaker")
+               if "errcompact.breaker.from" in e]  # fmt: skip
+    # on the spans in the order they ended: the hung probe's (open → half-open) last
+    assert sorted(changes) == [("closed", "open"), ("half_open", "closed"), ("open", "half_open")]
 
 
 def test_calls_that_differ_only_past_the_recorded_arguments_are_other_calls(make_otel: Callable[..., OTel]) -> None:

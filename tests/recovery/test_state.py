@@ -83,6 +83,31 @@ def test_probe_success_closes_probe_failure_reopens_release_gives_probe_back() -
     assert s.breaker_admit("fetch", "a", 63.0) .allowed
 
 
+def test_the_half_open_probe_is_a_lease_of_probe_timeout_s() -> None:
+    """A probe that never ends (its call hung) holds the half-open breaker for ``probe_timeout_s``, 30 s by
+    default as in the Redis store; then the next caller gets the probe. ``probe_out`` says whether one holds it."""
+    s = InMemoryStateStore()
+    for _ in range(3):
+        fail(s)
+    first = s.breaker_admit("fetch", "a", 31.0)
+    assert first.probe and first.breaker is not None and first.breaker.probe_out
+    refused = s.breaker_admit("fetch", "a", 60.5)
+    assert not refused.allowed and refused.breaker is not None and refused.breaker.probe_out
+    second = s.breaker_admit("fetch", "a", 61.0)  # the first probe's lease has run out
+    assert second.probe and second.breaker is not None and second.breaker.probe_out
+    assert not second.changes  # still half-open: only the probe changed hands
+    assert not s.breaker_admit("fetch", "a", 62.0).allowed  # the second probe's lease holds
+    reopened = fail(s, now=63.0)
+    assert reopened.snapshot is not None and reopened.snapshot.state == "open" and not reopened.snapshot.probe_out
+
+    short = InMemoryStateStore(probe_timeout_s=0.3)
+    for _ in range(3):
+        fail(short)
+    assert short.breaker_admit("fetch", "a", 31.0).probe
+    assert not short.breaker_admit("fetch", "a", 31.2).allowed
+    assert short.breaker_admit("fetch", "a", 31.4).probe
+
+
 def test_bounded() -> None:
     s = InMemoryStateStore(max_entries=4)
     for i in range(50):
