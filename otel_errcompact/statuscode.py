@@ -28,7 +28,9 @@ import urllib.error
 from collections.abc import Mapping
 from typing import Any
 
+from otel_errcompact.classify import RETRYABLE_STATUS
 from otel_errcompact.digest import DedupKey, Digest
+from otel_errcompact.recovery.classify import classify_text
 
 __all__ = ["EXIT_CODE", "HTTP_STATUS", "code_attributes", "status_label", "with_status"]
 
@@ -57,7 +59,8 @@ def _codes_of(exc: BaseException) -> dict[str, int]:
 
 def code_attributes(exc: BaseException) -> dict[str, int]:
     """``{"http.response.status_code": 500}`` or ``{"process.exit.code": 2}`` for an exception (or the
-    exception it was raised from) that carries one; ``{}`` otherwise. Never raises."""
+    exception it was raised from, or while handling, as its traceback shows them) that carries one; ``{}``
+    otherwise. Never raises."""
     seen: BaseException | None = exc
     try:
         for _ in range(_MAX_CHAIN):
@@ -66,7 +69,9 @@ def code_attributes(exc: BaseException) -> dict[str, int]:
             codes = _codes_of(seen)
             if codes:
                 return codes
-            seen = seen.__cause__ or seen.__context__
+            # the exception it was raised from, or raised while handling, unless the user detached it
+            # (``raise … from None``): a detached exception's code is not this failure's
+            seen = seen.__cause__ or (None if seen.__suppress_context__ else seen.__context__)
     except Exception:  # a property on a third-party exception that raises: no code, no harm
         return {}
     return {}
@@ -96,10 +101,24 @@ def with_status(digest: Digest, attributes: Mapping[str, Any]) -> Digest:
     head = f"[{digest.type}]"
     line = f"[{new_type}]{digest.line[len(head):]}" if digest.line.startswith(head) else digest.line
     parts = digest.key_parts
-    return dataclasses.replace(
+    digest = dataclasses.replace(
         digest,
         type=new_type,
         line=line,
         status=code,
         key_parts=DedupKey.build(new_type, parts.where, parts.message),
+    )
+    return _classified_by_status(digest, code) if kind == "HTTP" else digest
+
+
+def _classified_by_status(digest: Digest, code: int) -> Digest:
+    """An HTTP failure's class from its status, as the HTTP parser's digests get it: the text the compactor
+    read (``HTTP Error 503: Service Unavailable`` in a traceback) does not always say that a 5xx is worth
+    repeating, and a digest classed without its status counts a 503 as stuck."""
+    klass = classify_text(digest.type, digest.cause, code, "http", code in RETRYABLE_STATUS)
+    return dataclasses.replace(
+        digest,
+        retryable=klass.retryable,
+        error_class=klass.error_class,
+        retry_after_s=klass.retry_after_s if klass.retry_after_s is not None else digest.retry_after_s,
     )

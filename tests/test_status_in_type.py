@@ -43,15 +43,23 @@ AGENT = textwrap.dedent(
     def plain(key):
         return {}[key]
 
+    @ec.tool
+    def detached(code):
+        try:
+            subprocess.run(["bash", "-c", f"exit {code}"], check=True)
+        except subprocess.CalledProcessError:
+            raise ValueError("config has no 'target' entry") from None
+
     out = {}
     with ec.conversation("conv-codes"):
         for name, tool, arg in [("exit1", run, 1), ("exit2", run, 2), ("urllib500", fetch_urllib, 500),
                                 ("urllib503", fetch_urllib, 503), ("httpx500", fetch_httpx, 500),
                                 ("httpx502", fetch_httpx, 502), ("requests404", fetch_requests, 404),
-                                ("plain", plain, "k")]:
+                                ("plain", plain, "k"), ("detached3", detached, 3), ("detached4", detached, 4)]:
             result = tool(arg)
-            out[name] = {"text": str(result), "key": result.outcome.digest.key,
-                         "status": result.outcome.digest.status}
+            digest = result.outcome.digest
+            out[name] = {"text": str(result), "key": digest.key, "status": digest.status,
+                         "class": digest.error_class}
     print(json.dumps(out))
     ec.shutdown()
     """
@@ -90,6 +98,25 @@ def test_codes_are_part_of_the_type_and_the_key(tmp_path: Path) -> None:
     # Masking numbers in the message can no longer merge different codes into one class.
     pairs = [("exit1", "exit2"), ("urllib500", "urllib503"), ("httpx500", "httpx502")]
     assert all(out[a]["key"] != out[b]["key"] for a, b in pairs)
+    # A 5xx is worth repeating, as the HTTP parser's own digests say; a 404 is not.
+    assert [out[k]["class"] for k in ("urllib500", "urllib503", "httpx502", "requests404")] == [
+        "transient", "transient", "transient", "permanent"]
+
+
+def test_a_code_from_a_detached_exception_is_not_the_failures(tmp_path: Path) -> None:
+    """``raise … from None`` detaches the exception handled: its exit code is not this failure's, and the
+    same error from the same line stays one class whatever the detached command exited with."""
+    env = env_without_otel()
+    with loopback_server(_Status) as base:
+        proc = subprocess.run(
+            [sys.executable, "-c", AGENT, str(tmp_path / "t.sqlite3"), base],
+            env=env, capture_output=True, text=True, timeout=120, check=False,
+        )
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert out["detached3"]["text"].startswith("Error: [ValueError] at <string>:"), out["detached3"]["text"]
+    assert out["detached3"]["status"] is None
+    assert out["detached3"]["key"] == out["detached4"]["key"]
 
 
 def test_the_trajectory_record_keeps_the_code_and_the_raw_error(tmp_path: Path) -> None:
