@@ -3,7 +3,7 @@
 - OpenTelemetry GenAI: ``gen_ai.operation.name`` = ``execute_tool`` / ``invoke_agent``, ``gen_ai.tool.name``,
   ``gen_ai.tool.call.id``, ``gen_ai.tool.call.arguments``, ``gen_ai.conversation.id``, ``error.type``;
 - OpenInference (Arize): ``openinference.span.kind`` = ``TOOL`` / ``AGENT``, ``tool.name``,
-  ``tool.parameters``, ``session.id``;
+  ``input.value``, ``session.id``;
 - OpenLLMetry (Traceloop): ``traceloop.span.kind`` = ``tool`` / ``agent``, ``traceloop.entity.name``,
   ``traceloop.entity.input``.
 
@@ -69,11 +69,14 @@ AGENT_KINDS = ("agent", "workflow")
 CONVERSATION_ATTRIBUTES = (GEN_AI_CONVERSATION_ID, "session.id", "traceloop.association.properties.session_id")
 """Where the three conventions record the conversation (session), in order of preference."""
 AGENT_NAME_ATTRIBUTES = (GEN_AI_AGENT_NAME, "agent.name", "traceloop.entity.name")
-"""Where the agent's name is recorded, in order of preference."""
+"""Where the agent's name is recorded, in order of preference (``traceloop.entity.name`` names the span's
+own entity: an agent's name only on an agent or workflow span, see :func:`agent_name`)."""
 TOOL_CALL_ID_ATTRIBUTES = (GEN_AI_TOOL_CALL_ID, "tool_call.id", "tool.call_id")
 """Where the model-assigned id of a tool call is recorded, in order of preference."""
-TOOL_ARGUMENTS_ATTRIBUTES = (GEN_AI_TOOL_CALL_ARGUMENTS, "tool.parameters", "input.value", "traceloop.entity.input")
-"""Where a tool call's arguments are recorded (opt-in in all three conventions), in order of preference."""
+TOOL_ARGUMENTS_ATTRIBUTES = (GEN_AI_TOOL_CALL_ARGUMENTS, "input.value", "traceloop.entity.input")
+"""Where a tool call's arguments are recorded (opt-in in all three conventions), in order of preference.
+OpenInference's ``tool.parameters`` is not among them: it holds the tool's parameter schema, not the call's
+arguments (``input.value``)."""
 
 
 def is_tool_span(attrs: Mapping[str, Any]) -> bool:
@@ -126,8 +129,12 @@ def conversation_id(attrs: Mapping[str, Any]) -> str | None:
 
 
 def agent_name(attrs: Mapping[str, Any]) -> str | None:
-    """The agent's name, when recorded."""
-    return _first_str(attrs, *AGENT_NAME_ATTRIBUTES)
+    """The agent's name, when recorded. OpenLLMetry's ``traceloop.entity.name`` counts only on its agent
+    and workflow spans: on a tool span it is the tool's name."""
+    name = _first_str(attrs, GEN_AI_AGENT_NAME, "agent.name")
+    if name is None and attrs.get(TRACELOOP_KIND) in AGENT_KINDS:
+        name = _first_str(attrs, "traceloop.entity.name")
+    return name
 
 
 def exception_from_attributes(attrs: Mapping[str, Any]) -> tuple[str | None, str | None, str | None] | None:

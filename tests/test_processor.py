@@ -183,6 +183,20 @@ def test_openinference_and_openllmetry_tool_spans(otel: OTel, attributes: dict[s
     assert exported(otel, span).attributes["errcompact.key"] == record.digest.key  # type: ignore[index]
 
 
+def test_an_openllmetry_tool_failure_takes_its_agents_name(otel: OTel) -> None:
+    """``traceloop.entity.name`` names the span's own entity: the tool's name on the tool span, the
+    agent's on the agent span above it."""
+    with otel.tracer.start_as_current_span(
+        "planner.agent", attributes={"traceloop.span.kind": "agent", "traceloop.entity.name": "planner"}
+    ):
+        failing_tool_span(
+            otel.tracer, parse_config, ("{not json",), name="web_search.tool",
+            attributes={"traceloop.span.kind": "tool", "traceloop.entity.name": "web_search"},
+        )
+    record = only_record(otel)
+    assert (record.tool_name, record.agent_name) == ("web_search", "planner")
+
+
 @pytest.mark.parametrize("batch", [False, True], ids=["simple", "batch"])
 @pytest.mark.parametrize("capture", [True, False], ids=["arguments-captured", "arguments-not-captured"])
 def test_identity_from_other_conventions_and_arguments_only_when_captured(
@@ -198,6 +212,8 @@ def test_identity_from_other_conventions_and_arguments_only_when_captured(
         "agent.name": "researcher",
         "tool_call.id": "call-42",
         "input.value": '{"query": "{not json"}',
+        # OpenInference's tool.parameters is the tool's parameter schema, not the call's arguments
+        "tool.parameters": '{"type": "object", "properties": {"query": {"type": "string"}}}',
     }
     failing_tool_span(otel.tracer, parse_config, ("{not json",), name="search_docs", attributes=attributes)
     record = only_record(otel)
