@@ -734,9 +734,11 @@ class ErrorCompactionProcessor(SpanProcessor):
         self, span: ReadableSpan, span_id: int, parent: Any, attrs: Mapping[str, Any]
     ) -> tuple[str | None, str | None, str | None] | Literal[False] | None:
         """The exception a failed tool span recorded (an event, else one held from a log record), or
-        False when it is not a tool failure (see :func:`_not_a_tool_failure`). Does the span's
-        bookkeeping under one lock: the held exception taken, the span noted as its parent's tool call
-        and, when it failed, its parent as wrapping a failure."""
+        False when it is not a tool failure of its own (see :func:`_not_a_tool_failure`), or when it
+        wraps a tool failure already counted: a framework's tool span around an ``@ec.tool`` call that
+        re-raises, or two instrumentations' spans of one call, fail with the same exception, which is one
+        failure. Does the span's bookkeeping under one lock: the held exception taken, the span noted as
+        its parent's tool call and, when it failed or wraps a failure, its parent as wrapping a failure."""
         events = getattr(span, "_events", None)
         exception = semconv.exception_from_events(span.events if events is None else events)
         with self._lock:
@@ -746,6 +748,9 @@ class ErrorCompactionProcessor(SpanProcessor):
             tool_parents = self._tool_parents
             tool_parents.pop(span_id, None)
             not_a_failure = _not_a_tool_failure(exception, attrs)
+            wrapper = (
+                not not_a_failure and bool(self._failed_parents) and self._failed_parents.pop(span_id, 0) is None
+            )
             if parent is not None:
                 parent_id = parent.span_id
                 tool_parents[parent_id] = None
@@ -756,7 +761,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                     failed_parents[parent_id] = None
                     while len(failed_parents) > _MAX_FAILED_PARENTS:
                         failed_parents.popitem(last=False)
-        return False if not_a_failure else exception
+        return False if not_a_failure or wrapper else exception
 
     def _defer_success(self, span: ReadableSpan, context: Any) -> None:
         """A successful tool span: what the agent's thread must capture now, the rest later.

@@ -413,3 +413,26 @@ def test_framework_span_around_a_wrapped_failure_is_not_a_success(otel: OTel, tm
     ok.end()
     wrapped(missing)
     assert otel.ec.history.escalation("default") is None
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["simple", "batch"])
+def test_a_framework_span_failing_around_a_raising_wrapped_tool_is_one_failure(
+    make_otel: Callable[..., OTel], tmp_path: Path, batch: bool
+) -> None:
+    """``@ec.tool(on_error="raise")`` inside a framework's own tool span: the exception leaves both spans,
+    and both end failed, but it is one failed call, counted once."""
+    otel = make_otel(batch=batch)
+    wrapped = otel.ec.tool(on_error="raise")(_load_settings)
+    missing = str(tmp_path / "settings.json")
+    with otel.ec.conversation("conv-raise"):
+        for _ in range(2):
+            with pytest.raises(FileNotFoundError):  # noqa: SIM117 - the framework's span, then the call
+                with otel.tracer.start_as_current_span(
+                    "load", attributes={"openinference.span.kind": "TOOL", "tool.name": "load"}
+                ):
+                    wrapped(missing)
+    otel.ec.flush()
+    assert [s.status.status_code for s in otel.spans("load")] == [StatusCode.ERROR] * 2
+    assert sorted(r.count or 0 for r in otel.records()) == [1, 2]
+    assert "(×2)" in otel.ec.context("conv-raise")
+    assert otel.ec.history.escalation("conv-raise") is None  # two calls: below the threshold of three
