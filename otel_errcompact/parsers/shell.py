@@ -14,6 +14,10 @@ type                  when
 ``Killed``            SIGKILL (137 or -9), typically the OOM killer or a hard kill
 ``Terminated``        SIGTERM (143 or -15); other signals: ``Interrupted`` (INT), ``Aborted``
                       (ABRT), ``Segfault`` (SEGV), ``BrokenPipe`` (PIPE), else ``signal SIGxxx``
+``BadInterpreter``    the program was found but what runs it was not: its ``#!`` interpreter (bash's
+                      ``bad interpreter: …``, bash 5.2's ``cannot execute: required file not found``,
+                      which also means a missing dynamic loader); dash says ``not found`` as for a
+                      missing command, so its line is read as one
 ``CommandNotFound``   ``nosuchcmd: command not found`` (bash, zsh, dash's ``: not found``), or
                       exit 127
 ``PermissionDenied``  ``Permission denied``, or exit 126 (found but not executable)
@@ -50,7 +54,7 @@ _MAX_LINE = 300
 _MAX_COMMAND = 60
 
 _MARKERS = ("command not found", ": not found", "No such file or directory", "Permission denied",
-            "unbound variable")
+            "unbound variable", "bad interpreter", "required file not found")
 MARKERS = _MARKERS  # see parsers/__init__.py; an exit code tries every parser
 _SHELL_PREFIX = re.compile(
     r"^(?:\S*/)?(?:bash|sh|dash|zsh|ksh|ash|mksh)(?:\[\d+\])?:\s*(?:-c:\s*)?(?:line\s+)?(?:\d+:\s*)?"
@@ -58,6 +62,10 @@ _SHELL_PREFIX = re.compile(
 _NOT_FOUND = re.compile(
     r"(?P<cmd>[^\s:]+): (?:command )?not found$|^command not found: (?P<zsh>\S+)$"
 )
+# A script's interpreter is missing or cannot run: bash 5.1 and earlier print ``./x.sh: /usr/bin/interp: bad
+# interpreter: No such file or directory``, bash 5.2 ``./x.sh: cannot execute: required file not found``. A
+# missing one exits 127 as a command not on PATH does, but the cure differs (the ``#!`` line, not PATH).
+_BAD_INTERPRETER = ("bad interpreter", "cannot execute: required file not found")
 _SYNTAX = re.compile(r"(?i)syntax error|unexpected EOF while looking for matching|unexpected end of file")
 _SYNTAX_WORDS = ("syntax error", "unexpected")  # each alternative of _SYNTAX contains one, lowercased
 # Phrases that name a failure specifically, then generic failure words, matched on the lower-cased line
@@ -187,6 +195,8 @@ def _is_progress(line: str) -> bool:
 
 
 def _classify(line: str) -> str | None:
+    if any(phrase in line for phrase in _BAD_INTERPRETER):
+        return "BadInterpreter"  # first: its line also says ``No such file`` or ``Permission denied``
     # Each regex runs only where the words it needs occur: its scan backtracks at every position.
     not_found = _NOT_FOUND.search(line) if "not found" in line else None
     if not_found and (not_found.group("zsh") or "command not found" in line or line.count(":") == 1):

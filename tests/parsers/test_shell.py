@@ -37,6 +37,49 @@ def test_permission_denied(tmp_path: Path) -> None:
     assert d.cause == "./deploy.sh: Permission denied"
 
 
+def test_missing_interpreter_is_not_a_missing_command(tmp_path: Path) -> None:
+    """A script whose ``#!`` interpreter is missing exits 127 as a command not on PATH does, but the cure
+    differs (the ``#!`` line, not PATH): it is its own class, and the line keeps what the shell said."""
+    script = write(tmp_path, "deploy.sh", "#!/usr/bin/nonexistent-interp\necho deploying\n")
+    script.chmod(0o755)
+    result, bad = _bash(tmp_path, "./deploy.sh")
+    _, missing = _bash(tmp_path, "deploy.sh")
+    assert result.returncode == 127 and missing.status == 127
+    assert (bad.type, missing.type) == ("BadInterpreter", "CommandNotFound")
+    assert missing.cause == "deploy.sh: command not found"
+    assert bad.key != missing.key
+    # bash 5.2 no longer names the interpreter (``cannot execute: required file not found``); earlier
+    # releases do (``/usr/bin/nonexistent-interp: bad interpreter: No such file or directory``).
+    said = ("/usr/bin/nonexistent-interp: bad interpreter" if "bad interpreter" in result.output
+            else "cannot execute: required file not found")
+    assert bad.cause.startswith(f"./deploy.sh: {said}")
+
+    # /bin/sh (dash on Debian) says ``not found`` for both: the script's path still tells them apart.
+    sh_keys = set()
+    for command, name in (("./deploy.sh", "./deploy.sh"), ("deploy.sh", "deploy.sh")):
+        ran = run(command, cwd=tmp_path, shell=True)
+        digest = compact_text(ran.output, exit_code=ran.returncode, command=command)
+        assert ran.returncode == 127 and digest.cause.startswith(f"{name}: ")
+        sh_keys.add(digest.key)
+    assert len(sh_keys) == 2
+
+
+def test_interpreter_that_cannot_run_is_named(tmp_path: Path) -> None:
+    """bash names a ``#!`` interpreter that is there but cannot run (``bad interpreter: Permission
+    denied``, exit 126): the interpreter is the cause, and two interpreters are two classes."""
+    keys = set()
+    for name in ("interp-a", "interp-b"):
+        folder = tmp_path / name
+        write(folder, name, "not a program\n")  # present, not executable
+        write(folder, "job.sh", f"#!{folder / name}\necho job\n").chmod(0o755)
+        result, d = _bash(folder, "./job.sh")
+        assert result.returncode == 126
+        assert d.type == "BadInterpreter"
+        assert d.cause.startswith("./job.sh: ") and f"{name}: bad interpreter: Permission denied" in d.cause
+        keys.add(d.key)
+    assert len(keys) == 2
+
+
 def test_missing_file(tmp_path: Path) -> None:
     result, d = _bash(tmp_path, "cat missing.txt")
     assert result.returncode == 1
