@@ -5,8 +5,10 @@ line around the one block that matters: a ``CMake Error at FILE:LINE (command):`
 indented message. The digest keeps the command (as the location's function) and the message's first
 paragraph (and the next one when the first ends with a colon, as in ``Cannot find source file:`` ⏎
 ``missing.c``), so the package, source file or command CMake could not find survives; the location is
-the CMakeLists line. A ``CMake Error:`` without a position (a missing source folder, a bad generator)
-keeps its own line.
+the CMakeLists line. A parse error has no command (``CMake Error at CMakeLists.txt:3:`` ⏎ ``Parse error.
+Expected "(", got identifier …``): its location is the file and line alone, and it is the first block
+because the ``include`` that read the file fails after it. A ``CMake Error:`` without a position (a
+missing source folder, a bad generator) keeps its own line.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ __all__ = ["MARKERS", "parse"]
 
 MARKERS = ("CMake Error",)
 _MAX_PARAGRAPH = 400
-_AT = re.compile(r"^CMake Error at (?P<file>.+?):(?P<line>\d+) \((?P<command>[\w:]+)\):[ \t]*$", re.M)
+_AT = re.compile(r"^CMake Error at (?P<file>.+?):(?P<line>\d+)(?: \((?P<command>[\w:]+)\))?:[ \t]*$", re.M)
 _PLAIN = re.compile(r"^CMake Error(?: in (?P<file>[^:\n]+))?: (?P<msg>.+)$", re.M)
 
 
@@ -31,7 +33,7 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     if at is not None:
         message = _message(text[at.end():])
         # The command is the location's function (``in find_package``): the cause need not repeat it.
-        cause = message or f"{at['command']} failed"
+        cause = message or (f"{at['command']} failed" if at["command"] else "error")
         location = Frame(at["file"], int(at["line"]), at["command"])
         return Parsed("CMake Error", cause, "cmake", location=location, status=hints.exit_code)
     plain = _PLAIN.search(text)

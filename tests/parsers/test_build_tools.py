@@ -94,6 +94,37 @@ def test_cmake_missing_source_keeps_the_file_name(tmp_path: Path) -> None:
     assert len(keys) == 2
 
 
+@needs_cmake
+def test_cmake_parse_error_names_file_line_and_what_was_expected(tmp_path: Path) -> None:
+    """A parse error's header has no command (``CMake Error at CMakeLists.txt:3:``): the file, the line
+    and what the parser expected are kept, and two parse errors are two classes."""
+    digests = {}
+    for name, body in (("paren", "add_executable(app main.c\n"), ("stray", "this is stray text\n")):
+        folder = tmp_path / name
+        write(folder, "CMakeLists.txt", f"cmake_minimum_required(VERSION 3.10)\nproject(demo NONE)\n{body}")
+        out, _, d = _sh(folder, "cmake -S . -B build")
+        assert "CMake Error at CMakeLists.txt:3:\n" in out
+        assert (d.type, d.format) == ("CMake Error", "cmake")
+        assert d.location is not None and (d.location.file, d.location.line) == ("CMakeLists.txt", 3)
+        assert d.cause.startswith("Parse error.")
+        digests[name] = d
+    assert 'Function missing ending ")"' in digests["paren"].cause
+    assert 'Expected "(", got identifier with text "is"' in digests["stray"].cause
+    assert digests["paren"].key != digests["stray"].key
+
+
+@needs_cmake
+def test_cmake_parse_error_in_an_included_file_is_the_cause(tmp_path: Path) -> None:
+    """The ``include`` that read a file with a parse error fails after it: the parse error is the cause."""
+    write(tmp_path, "CMakeLists.txt", "cmake_minimum_required(VERSION 3.10)\nproject(demo NONE)\n"
+                                      "include(extra.cmake)\n")
+    write(tmp_path, "extra.cmake", "# extra settings\nset(EXTRA 1\n")
+    out, _, d = _sh(tmp_path, "cmake -S . -B build")
+    assert "CMake Error at CMakeLists.txt:3 (include)" in out
+    assert d.location is not None and (d.location.file, d.location.line) == ("extra.cmake", 2)
+    assert d.cause.startswith("Parse error.") and 'Function missing ending ")"' in d.cause
+
+
 @pytest.mark.skipif(not Path("/bin/sh").exists(), reason="no /bin/sh")
 def test_dash_cd_and_syntax_errors(tmp_path: Path) -> None:
     _, _, cd = _sh(tmp_path, f"cd {tmp_path}/build && ls")
