@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Install everything the test suite needs on a fresh machine (Python 3.11, pip, git and apt), then run it.
 # The real-error tests run real toolchains: gcc/g++, javac/java, node, go, rustc, tsc (npm), bash, curl,
-# and the build, package and VCS tools agents run: make, cmake, git, pip, apt-get, npm, flake8, ruff, Django.
+# and the build, package and VCS tools agents run: make, cmake, mvn, git, pip, apt-get, npm, flake8, ruff, Django.
 # The end-to-end tests start a real OTLP receiver (Arize Phoenix) on 127.0.0.1; the integration tests run
 # LangGraph and the OpenAI Agents SDK offline with scripted models and OpenInference instrumentation.
 # valgrind: the instruction-count benchmark's reading of callgrind's files is tested on a real run.
@@ -33,6 +33,7 @@ command -v curl >/dev/null 2>&1 || need+=(curl)
 command -v openssl >/dev/null 2>&1 || need+=(openssl)
 command -v make >/dev/null 2>&1 || need+=(make)
 command -v cmake >/dev/null 2>&1 || need+=(cmake)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 command -v git >/dev/null 2>&1 || need+=(git)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)

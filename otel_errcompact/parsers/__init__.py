@@ -4,7 +4,8 @@ Each module holds one format and one function ``parse(text, hints) -> Parsed | N
 is one new module and one line in ``PARSERS``. Order matters where formats nest: pytest output embeds
 Python tracebacks, so it is tried first; the JVM, node and Go parsers come before the HTTP parser because
 their stack traces can quote a status code; compiler parsers come before the shell parser because a
-failing compiler also exits non-zero. ``fallback`` is not in the tuple: the compactor uses it (or an LLM
+failing compiler also exits non-zero; Maven's comes before the JVM's because with ``-e`` its error line is
+followed by a Java stack trace of Maven's own. ``fallback`` is not in the tuple: the compactor uses it (or an LLM
 summariser, when one is configured) only when no parser matched.
 
 A parser module may also define ``MARKERS: tuple[str, ...]``: substrings at least one of which occurs in
@@ -30,6 +31,7 @@ from otel_errcompact.parsers import (
     jvm,
     linter,
     make,
+    maven,
     mypy,
     node,
     node_test,
@@ -51,6 +53,7 @@ PARSERS: tuple[tuple[str, Parser], ...] = (
     ("linter", linter.parse),
     ("ipython", ipython.parse),
     ("python", python.parse),
+    ("maven", maven.parse),
     ("jvm", jvm.parse),
     ("node-test", node_test.parse),
     ("node", node.parse),
