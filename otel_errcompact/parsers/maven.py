@@ -4,7 +4,7 @@ Maven ends a failed build with ``[ERROR]`` lines. When offline mode (``mvn -o``)
 artifact the local repository lacks, the first one is long and names the artifact last:
 
     [ERROR] Failed to execute goal on project app: Could not resolve dependencies for project
-    demo:app:jar:1.0: Cannot access central (https://repo.maven.apache.org/maven2) in offline mode and the
+    demo:app:jar:1.0: Cannot access central (<the repository URL>) in offline mode and the
     artifact com.google.guava:guava:jar:33.0.0-jre has not been downloaded from it before. -> [Help 1]
 
 Cut to the digest's length that line keeps the project and loses the artifact, so every missing
