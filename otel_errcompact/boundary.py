@@ -451,18 +451,36 @@ class ToolBoundary:
                 {"errcompact.breaker.state": "open", "errcompact.breaker.refused": True,
                  "errcompact.key": b.key if b else "", "errcompact.count": b.failures if b else 0},
             )  # fmt: skip
+            refusal = self._refusal(span, name, scope, text)
         # The agent asked again for a call known to fail: that is the same class once more for the
         # history (a loop against an open breaker still escalates), though the tool did not run.
         digest = self._digests.get(b.key) if b is not None else None
         escalated = False
         if digest is not None:
-            observation = self.history.observe(scope, digest)
-            escalated = observation.escalation is not None
+            outcome = self._pipeline.handle_repeat(refusal, digest)
+            escalated = outcome.observation.escalation is not None
             if escalated:
                 text += " — error threshold breached: stop retrying this step."
         if self._processor is not None:
             self._processor.note_returned_error(text)
         return ToolErrorText(text, None, circuit_open=True, escalated=escalated)
+
+    @staticmethod
+    def _refusal(span: trace.Span, name: str, scope: str, text: str) -> Failure:
+        """The :class:`Failure` of a call the breaker refused, on its span: its record holds the refusal."""
+        context = span.get_span_context()
+        return Failure(
+            scope=scope,
+            raw_error=text,
+            source="tool",
+            tool_name=name,
+            conversation_id=current_conversation(),
+            trace_id=f"{context.trace_id:032x}" if context.is_valid else None,
+            span_id=f"{context.span_id:016x}" if context.is_valid else None,
+            span_name=f"execute_tool {name}",
+            error_type="circuit_open",
+            attributes={"errcompact.circuit_open": True},
+        )
 
     # The breaker hears how a call went while its tool span is still live, so its state changes are
     # events on that span: the admission's change at the start, the success or failure at the end.

@@ -181,6 +181,21 @@ class ErrorPipeline:
             record_id = self._audit(failure, digest, observation, values)
         return self._told(failure, _new_outcome(digest=digest, observation=observation, record_id=record_id))
 
+    def handle_repeat(self, failure: Failure, digest: Digest) -> Outcome:
+        """A call the circuit breaker refused (``failure.raw_error`` is the refusal's text), as one more
+        occurrence of the class its ``digest`` names: the tool did not run, so it is no tool failure of its
+        own (no record, no failure listener), but a breach it causes is alerted on like any other: its
+        record holds the refusal and the escalation, and the escalation listeners (span event, metric,
+        review hook) hear of it."""
+        observation = self.history.observe(failure.scope, digest)
+        escalation = observation.escalation
+        if escalation is None:
+            return _new_outcome(digest=digest, observation=observation, record_id=None)
+        record_id = self._audit(failure, digest, observation)
+        for listener in self._on_escalation:
+            _call(listener, escalation, failure)
+        return _new_outcome(digest=digest, observation=observation, record_id=record_id)
+
     def digest_of(self, failure: Failure) -> Digest:
         """Step 1: the digest of ``failure``'s raw error, its HTTP status or exit code joined to the type."""
         # The exception's type and message are not passed: a traceback's last line names them, and

@@ -305,6 +305,40 @@ def test_a_refused_call_that_breaches_the_threshold_says_so_in_its_flag(make_ote
     assert otel.ec.history.escalation("c2") is not None
 
 
+def test_a_breach_a_refused_call_causes_is_an_escalation_like_any_other(make_otel: Callable[..., OTel]) -> None:
+    """A refused call that breaches the threshold is alerted on as any breach is: an event on the agent's
+    span, the escalation metric, the review hook, and a trajectory record holding the refusal (the other
+    refusals count in the history only: the tool did not run)."""
+    reviewed: list[Any] = []
+    otel = make_otel(
+        retry=RetryPolicy(attempts=1),
+        breaker=BreakerPolicy(threshold=3, cooldown_s=30),
+        thresholds=Thresholds(consecutive=5, budget=None, action="human"),
+        human_review=reviewed.append,
+    )
+
+    @otel.ec.tool
+    def load(user_id: str) -> Any:
+        return {}[user_id]
+
+    with otel.tracer.start_as_current_span(
+        "invoke_agent support", attributes={"gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "c1"}
+    ):
+        results = [load("u1") for _ in range(5)]  # three failures open the breaker; two refusals follow
+    otel.ec.flush()
+    assert [r.circuit_open for r in results] == [False, False, False, True, True]  # type: ignore[attr-defined]
+    assert results[4].escalated  # type: ignore[attr-defined]
+    assert [e.count for e in reviewed] == [5]
+    assert otel.metric_sum("errcompact.escalations") == 1
+    (agent,) = otel.spans("invoke_agent support")
+    assert [e.name for e in agent.events] == ["errcompact.escalation"]
+    records = sorted(otel.records(), key=lambda r: r.count or 0)
+    assert [r.count for r in records] == [1, 2, 3, 5]  # the three failures, and the refusal that breached
+    assert records[3].raw_error.startswith("circuit open: [KeyError]")
+    assert records[3].escalation is not None and records[3].escalation["count"] == 5
+    assert otel.metric_sum("errcompact.errors") == 3  # refusals are no tool failures of their own
+
+
 def test_rate_limits_are_not_stuck_but_the_budget_caps_them(make_otel: Callable[..., OTel], upstream: Any) -> None:
     otel = make_otel(retry=RetryPolicy(attempts=1), breaker_threshold=0, thresholds=Thresholds(consecutive=3, budget=6))
     server, url = upstream
