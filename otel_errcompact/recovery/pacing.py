@@ -51,6 +51,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hashlib
 import inspect
 import logging
 import re
@@ -306,9 +307,22 @@ def default_pacer() -> Pacer:
         return _default
 
 
+# The headers model APIs take their key in: a provider's rate limits are per key (per organisation or
+# project behind it), so two keys to one host are two budgets.
+_KEY_HEADERS = ("authorization", "x-api-key", "api-key", "x-goog-api-key")
+
+
 def _host(request: Any) -> str:
+    """The budget a request draws on: its host, and a fingerprint of the API key it sends (a hash: the key
+    itself is never kept, nor shared through a fleet's store)."""
     url = request.url
-    return f"{url.host}:{url.port}" if url.port else str(url.host)
+    host = f"{url.host}:{url.port}" if url.port else str(url.host)
+    headers = request.headers
+    for name in _KEY_HEADERS:
+        key = headers.get(name)
+        if key:
+            return f"{host}#{hashlib.sha256(key.encode('utf-8', 'surrogateescape')).hexdigest()[:12]}"
+    return host
 
 
 def _settled(request: Any) -> bool:

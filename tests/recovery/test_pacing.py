@@ -236,3 +236,36 @@ def test_requests_dropped_without_a_response_give_their_reservation_back() -> No
             assert client.get(base).status_code == 200
             took.append(time.monotonic() - start)
     assert dropped == 20 and max(took) < 0.5, took
+
+
+class _PerKey(BaseHTTPRequestHandler):
+    """A model API's rate limits, per API key: key A has spent its requests for the next 6 s, key B has
+    nearly all of its own left."""
+
+    def do_GET(self) -> None:
+        spent = self.headers.get("Authorization", "").endswith("key-A")
+        self.send_response(200)
+        self.send_header("x-ratelimit-limit-requests", "10000")
+        self.send_header("x-ratelimit-remaining-requests", "0" if spent else "9999")
+        self.send_header("x-ratelimit-reset-requests", "6s")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def test_two_api_keys_to_one_host_are_two_budgets() -> None:
+    """A provider limits each API key on its own: key A's spent budget does not hold back key B's requests
+    to the same host."""
+    pacer = Pacer()
+    with (
+        loopback_server(_PerKey) as base,
+        pace(httpx.Client(headers={"Authorization": "Bearer sk-key-A"}, timeout=10), pacer) as a,
+        pace(httpx.Client(headers={"Authorization": "Bearer sk-key-B"}, timeout=10), pacer) as b,
+    ):
+        assert b.get(base).status_code == 200 and a.get(base).status_code == 200  # each key reports its budget
+        start = time.monotonic()
+        assert b.get(base).status_code == 200
+        b_waited = time.monotonic() - start
+    assert b_waited < 1.0, b_waited  # not the 6 s key A's budget holds its own requests for
