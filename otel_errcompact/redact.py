@@ -21,7 +21,9 @@ Redacted (each replaced by ``[REDACTED]``, or with only the secret part masked s
   command-line flags: ``password``, ``PGPASSWORD``, ``DB_PASS``, ``secret``, ``SECRET_KEY``, ``secretKey``,
   ``api_key``, ``AccountKey``, ``SharedAccessKey``, ``Ocp-Apim-Subscription-Key``, ``*token``,
   ``client_secret``, ``private_key``, ``credentials``, session cookies (``connect.sid``, ``sessionid``,
-  ``JSESSIONID``) and the like, quoted values with spaces included;
+  ``JSESSIONID``) and the like, quoted values with spaces included; in structured values (a trajectory
+  record's attributes, resource and arguments) the whole value of a key that names a secret
+  (:func:`redact_named`: ``{"db.password": "a b;c"}``);
 - anything matching a pattern registered with :func:`add_pattern` (or ``init(redact_patterns=...)``,
   ``OTEL_ERRCOMPACT_REDACT_PATTERNS``).
 
@@ -32,6 +34,7 @@ error text trips none or one or two.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 import threading
@@ -42,7 +45,8 @@ from dataclasses import dataclass
 from otel_errcompact._forked import new_locks_in_child
 
 __all__ = [
-    "REDACTED", "add_pattern", "add_patterns", "clear_patterns", "neutralize_delimiters", "patterns", "redact",
+    "REDACTED", "add_pattern", "add_patterns", "clear_patterns", "names_secret", "neutralize_delimiters", "patterns",
+    "redact", "redact_named",
 ]
 
 REDACTED = "[REDACTED]"
@@ -124,18 +128,21 @@ def _mask_named(match: re.Match[str]) -> str:
     (``argument --api-key: expected one argument``: a flag takes its value after a space or ``=``,
     never after a colon), and a word of prose after a key whose values are random text
     (``signature: mismatch``)."""
-    value = match.group(2).rstrip(")]}.,")
-    if value.lower() in _ABSENT:
-        return match.group(0)
     key = match.group(1)
+    if _names_the_cause(key, match.group(2).rstrip(")]}.,")):
+        return match.group(0)
     if ":" in key:
         text = match.string
         start = _word_start(text, match.start())
         if text.startswith("--", start) or (text[start] == "-" and (start == 0 or text[start - 1] in " '\"")):
             return match.group(0)
-    if _WORD.fullmatch(value) and not _WORD_KEYS.search(key):
-        return match.group(0)
     return _mask_value(match)
+
+
+def _names_the_cause(key: str, value: str) -> bool:
+    """Whether ``value``, named by the secret-naming ``key``, is no secret but the cause: absent
+    (``None``, ``null``, ``unset``) or a word of prose after a key whose values are random text."""
+    return value.lower() in _ABSENT or (_WORD.fullmatch(value) is not None and not _WORD_KEYS.search(key))
 
 
 def _mask_quoted(match: re.Match[str]) -> str:
@@ -155,8 +162,11 @@ def _mask_flag(match: re.Match[str]) -> str:
     return f"{match.group(1)}{REDACTED}"
 
 
+_COOKIE_VALUE = re.compile(r"=([^;,\s]+)")
+
+
 def _mask_cookies(match: re.Match[str]) -> str:
-    return match.group(1) + re.sub(r"=([^;,\s]+)", f"={REDACTED}", match.group(2))
+    return match.group(1) + _COOKIE_VALUE.sub(f"={REDACTED}", match.group(2))
 
 
 _NOT_WORD = r"(?<![A-Za-z0-9_])"
@@ -177,6 +187,12 @@ _KNOWN_PREFIXES = (
     "xoxs-", "xapp-", "aiza", "sk_live_", "sk_test_", "rk_live_", "rk_test_", "whsec_", "hf_", "npm_", "sg.",
     "ya29.", "glpat-", "gldt-", "glrt-", "glptt-", "eyj",
 )
+
+_SECRET_KEY = re.compile(rf"(?i)(?:{_KEY_WORDS})\Z")
+"""A name that names a secret by the key words of the key/value rules, which must end it as they must end
+a key before ``=`` or ``:`` (``db.password``, ``x-api-key``, ``client_secret``; ``max_tokens`` names none)."""
+_COOKIE_KEY = re.compile(r"(?i)cookie\Z")
+"""A name that names cookies (``Cookie``, ``http.response.header.set-cookie``): the cookie rule's key."""
 
 _RULES: tuple[_Rule, ...] = (
     _Rule(
@@ -454,6 +470,37 @@ def redact(text: str) -> str:
     for pattern in _user_rules:
         text = pattern.sub(_mask_user, text)
     return text
+
+
+@functools.lru_cache(maxsize=1024)
+def names_secret(key: str) -> bool:
+    """Whether ``key`` (a mapping's key, an attribute's name) names a secret, by the rules :func:`redact`
+    masks ``key=value`` by: a secret-naming key word ends it, or it names cookies. Remembered, since the
+    same few attribute names come back with every record.
+
+    >>> names_secret("db.password"), names_secret("http.request.header.x-api-key"), names_secret("max_tokens")
+    (True, True, False)
+    """
+    return _SECRET_KEY.search(key) is not None or _COOKIE_KEY.search(key) is not None
+
+
+def redact_named(key: str, value: str) -> str:
+    """``value`` redacted as the value of ``key``. After a key that names a secret the whole value is
+    masked: in text a bare value ends at a space, quote or separator, but a structured value has no end
+    to guess (``{"password": "a b;c"}``). What :func:`redact` keeps after such a key is kept here too:
+    an absent value (``None``, ``unset``), a word of prose after a key whose values are random text
+    (``token: expired``), an empty one, and the names of cookies.
+
+    >>> redact_named("db.password", "hunter2 prod"), redact_named("token", "expired")
+    ('[REDACTED]', 'expired')
+    >>> redact_named("http.request.header.cookie", "theme=dark; sid=31d4d96e")
+    'theme=[REDACTED]; sid=[REDACTED]'
+    """
+    if not value or not names_secret(key):
+        return redact(value)
+    if _SECRET_KEY.search(key) is None:  # a cookie header: its values, not its names
+        return redact(_COOKIE_VALUE.sub(f"={REDACTED}", value))
+    return value if _names_the_cause(key, value) else REDACTED
 
 
 def _redact_known(text: str, low: str, present: AbstractSet[str]) -> str:

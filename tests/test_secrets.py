@@ -32,15 +32,27 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 import pytest
 import redis
+from opentelemetry.exporter.otlp.proto.http import Compression
+from opentelemetry.exporter.otlp.proto.http._log_exporter import OTLPLogExporter
+from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+from opentelemetry.proto.common.v1.common_pb2 import AnyValue
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import BatchLogRecordProcessor
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import StatusCode
 
+import otel_errcompact
 from otel_errcompact import compact_text
 from otel_errcompact.redact import REDACTED, add_pattern, clear_patterns, patterns, redact
+from otel_errcompact.sinks import JSONLSink, RedactingSink, TrajectoryStore, read_jsonl
+from otel_errcompact.trajectory import TrajectoryRecord
 from tests.conftest import OTel
 from tests.realerrors import loopback_server
 
@@ -354,6 +366,134 @@ def test_redaction_at_rest_keeps_the_local_store_free_of_secrets(
     assert key not in records[0].to_json()
     assert REDACTED in records[0].raw_error
     assert key not in jsonl.read_text(encoding="utf-8")
+
+
+class OTLPLogReceiver(BaseHTTPRequestHandler):
+    """An OTLP/HTTP log receiver: keeps the body of every ``/v1/logs`` export as it came over the wire."""
+
+    exports: ClassVar[list[bytes]] = []
+
+    def do_POST(self) -> None:
+        type(self).exports.append(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+def _plain(value: AnyValue) -> Any:
+    """An OTLP ``AnyValue`` as the Python value it encodes."""
+    kind = value.WhichOneof("value")
+    if kind == "kvlist_value":
+        return {pair.key: _plain(pair.value) for pair in value.kvlist_value.values}
+    if kind == "array_value":
+        return [_plain(item) for item in value.array_value.values]
+    return getattr(value, kind) if kind else None
+
+
+def _trajectory_bodies(exports: list[bytes]) -> list[dict[str, Any]]:
+    """The bodies of the ``errcompact.trajectory`` log records in the OTLP exports."""
+    bodies: list[dict[str, Any]] = []
+    for export in exports:
+        request = ExportLogsServiceRequest.FromString(export)
+        for resource_logs in request.resource_logs:
+            for scope_logs in resource_logs.scope_logs:
+                bodies += [_plain(r.body) for r in scope_logs.log_records if r.event_name == "errcompact.trajectory"]
+    return bodies
+
+
+@pytest.mark.parametrize("at_rest", [False, True], ids=["store keeps them", "redacted at rest"])
+def test_secrets_named_by_their_attribute_name_never_reach_the_otlp_log(
+    at_rest: bool, api: str, tmp_path: Path
+) -> None:
+    """An HTTP tool span records the header it sent (``http.request.header.x-api-key``, a sequence) and a
+    database password; a resource attribute carries an access token. None of the values has a known
+    shape: only the name says it is a secret, so only the name can keep it out of the export, as
+    ``x-api-key: …`` in text. The store keeps them (the audit copy), unless redaction at rest is on."""
+    api_key, password, token = rand(14), "hunter2-" + rand(8), rand(24)
+    OTLPLogReceiver.exports.clear()
+    with loopback_server(OTLPLogReceiver) as receiver:
+        tracer_provider = TracerProvider(
+            resource=Resource.create({"service.name": "checkout-agent", "collector.access_token": token})
+        )
+        logger_provider = LoggerProvider()
+        logger_provider.add_log_record_processor(
+            BatchLogRecordProcessor(
+                OTLPLogExporter(endpoint=f"{receiver}/v1/logs", timeout=10, compression=Compression.NoCompression)
+            )
+        )
+        ec = otel_errcompact.init(
+            tracer_provider=tracer_provider, logger_provider=logger_provider, meter_provider=MeterProvider(),
+            sqlite_path=tmp_path / "t.sqlite3", redact_at_rest=at_rest,
+        )
+        try:
+            tracer = tracer_provider.get_tracer("tests.agent")
+            with pytest.raises(httpx.HTTPStatusError), tracer.start_as_current_span(
+                "execute_tool fetch_order",
+                attributes={
+                    "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "fetch_order",
+                    "http.request.header.x-api-key": (api_key,), "db.password": password,
+                },
+            ):
+                http_status(Env(api, _closed_port(), tmp_path), f"{api}/orders/42", headers={"x-api-key": api_key})
+            assert ec.flush(30.0)
+            assert logger_provider.force_flush(30_000)
+            with TrajectoryStore(tmp_path / "t.sqlite3") as store:
+                stored = [store.get(summary.record_id) for summary in store.list(limit=100)]
+        finally:
+            ec.shutdown()
+            logger_provider.shutdown()
+            tracer_provider.shutdown()
+
+    bodies = _trajectory_bodies(OTLPLogReceiver.exports)
+    assert bodies and all("401 Unauthorized" in body["raw_error"] for body in bodies)
+    for body in bodies:
+        assert body["attributes"]["http.request.header.x-api-key"] == [REDACTED]
+        assert body["attributes"]["db.password"] == REDACTED
+        assert body["resource"]["collector.access_token"] == REDACTED
+        assert body["resource"]["service.name"] == "checkout-agent"
+        assert body["attributes"]["gen_ai.tool.name"] == "fetch_order"
+    for secret in (api_key, password, token):
+        assert not any(secret.encode() in export for export in OTLPLogReceiver.exports), secret
+
+    assert len(stored) == 1 and stored[0] is not None
+    attributes, resource = stored[0].attributes, stored[0].resource
+    if at_rest:
+        assert (attributes["db.password"], resource["collector.access_token"]) == (REDACTED, REDACTED)
+        assert attributes["http.request.header.x-api-key"] == [REDACTED]
+    else:  # the audit copy: every value as the span carried it
+        assert (attributes["db.password"], resource["collector.access_token"]) == (password, token)
+        assert attributes["http.request.header.x-api-key"] == [api_key]
+
+
+def test_structured_arguments_are_redacted_by_their_keys(tmp_path: Path) -> None:
+    """A record of one's own with structured arguments, written through ``RedactingSink`` to a real JSONL
+    file: a value under a secret-naming key is masked whole, in a nested mapping or list too, though
+    neither ``hunter2 prod;eu`` nor a PIN looks like a secret; what names no secret stays."""
+    password, api_key = "hunter2 prod;" + rand(6), rand(12)
+    try:
+        {"eu-west": 1}["us-east"]
+    except KeyError:
+        raw = traceback.format_exc()
+    arguments = {
+        "user": "bob", "password": password, "max_tokens": 4096, "api_key": None,
+        "options": {"headers": {"X-Api-Key": [api_key]}, "pin_password": 4711, "retry": True},
+    }
+    path = tmp_path / "own.jsonl"
+    sink = RedactingSink(JSONLSink(path))
+    sink.write([TrajectoryRecord(source="api", raw_error=raw, tool_arguments=arguments)])
+    sink.close()
+    written = path.read_text(encoding="utf-8")
+    assert password not in written and api_key not in written and "4711" not in written
+    (record,) = read_jsonl(path)
+    assert record.tool_arguments == {
+        "user": "bob", "password": REDACTED, "max_tokens": 4096, "api_key": None,
+        "options": {"headers": {"X-Api-Key": [REDACTED]}, "pin_password": REDACTED, "retry": True},
+    }
+    assert "KeyError: 'us-east'" in record.raw_error
 
 
 @pytest.mark.parametrize("source", ["init", "environment"])

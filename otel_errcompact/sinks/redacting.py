@@ -7,8 +7,11 @@ way: ``RedactingSink(MySink())``.
 
 Every free-text field is passed through :func:`otel_errcompact.redact.redact`: the raw error, the
 exception message and stack, the status description, the span name, the tool arguments (each string
-inside them when they are structured) and string attribute values. Ids, timestamps and the digest (already
-redacted by the compactor) are left as they are.
+inside them when they are structured), and the attribute and resource values. A structured value is
+redacted by its key as well as by its text, as ``password=…`` is in text: under a key that names a
+secret (``db.password``, ``http.request.header.x-api-key``, ``{"api_key": …}``) the whole value is masked,
+however plain it looks, since nothing but its name says that ``hunter2`` is a secret. Ids,
+timestamps and the digest (already redacted by the compactor) are left as they are.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from otel_errcompact.redact import redact
+from otel_errcompact.redact import REDACTED, names_secret, redact, redact_named
 from otel_errcompact.sinks._base import TrajectorySink
 from otel_errcompact.trajectory import TrajectoryRecord
 
@@ -26,17 +29,30 @@ _TEXT_FIELDS = ("raw_error", "exception_message", "exception_stacktrace", "statu
 _MAX_DEPTH = 32
 
 
-def _redact_value(value: Any, depth: int = 0) -> Any:
-    """Strings redacted, containers walked (bounded depth: a deeper value is dropped, not shipped raw)."""
+def _redact_value(value: Any, depth: int = 0, named: str | None = None) -> Any:
+    """Strings redacted, containers walked (bounded depth: a deeper value is dropped, not shipped raw).
+
+    ``named`` is the nearest key above ``value`` that names a secret: everything under it is masked, the
+    items of a list (an HTTP header attribute is a sequence) and of a mapping (``credentials: {…}``) too,
+    and a number (a PIN); ``None`` and booleans say whether it is set, and stay."""
     if isinstance(value, str):
-        return redact(value)
+        return redact(value) if named is None else redact_named(named, value)
     if depth >= _MAX_DEPTH:
         return "[REDACTED: nested too deep]"
     if isinstance(value, dict):
-        return {key: _redact_value(item, depth + 1) for key, item in value.items()}
+        return {
+            key: _redact_value(item, depth + 1, named or _naming(key)) for key, item in value.items()
+        }
     if isinstance(value, (list, tuple)):
-        return [_redact_value(item, depth + 1) for item in value]
+        return [_redact_value(item, depth + 1, named) for item in value]
+    if named is not None and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return REDACTED
     return value
+
+
+def _naming(key: object) -> str | None:
+    """``key`` when it names a secret (:func:`otel_errcompact.redact.names_secret`), else ``None``."""
+    return key if isinstance(key, str) and names_secret(key) else None
 
 
 def redact_record(record: TrajectoryRecord) -> TrajectoryRecord:
@@ -44,6 +60,8 @@ def redact_record(record: TrajectoryRecord) -> TrajectoryRecord:
 
     >>> redact_record(TrajectoryRecord(source="api", raw_error="api_key=abc123")).raw_error
     'api_key=[REDACTED]'
+    >>> redact_record(TrajectoryRecord(source="api", attributes={"db.password": "hunter2 prod"})).attributes
+    {'db.password': '[REDACTED]'}
     """
     update: dict[str, Any] = {}
     for name in _TEXT_FIELDS:
@@ -54,6 +72,8 @@ def redact_record(record: TrajectoryRecord) -> TrajectoryRecord:
         update["tool_arguments"] = _redact_value(record.tool_arguments)
     if record.attributes:
         update["attributes"] = _redact_value(record.attributes)
+    if record.resource:
+        update["resource"] = _redact_value(record.resource)
     return record.model_copy(update=update)
 
 
