@@ -5,7 +5,7 @@ facets, sorting, filters, a JSON API and read-only SQL, and it opens the store r
 adds is configuration only (``metadata``): the table's facets and sort order, and three canned queries,
 
 - **conversations**: each conversation with its failures, distinct classes, escalations and a link to its
-  failures;
+  failures (the id percent-encoded in it, so that one holding '#', '&', '+' or a space opens its own);
 - **failures**: one conversation's failures in order, each with its digest, count, escalation, the end of
   its raw error (where the exception line is), a link to the full record (the raw error, byte for byte) and
   a link to its trace;
@@ -45,6 +45,26 @@ def _sql_string(text: str) -> str:
     return "'" + text.replace("'", "''") + "'"
 
 
+_QUERY_ESCAPES = (
+    ("%", "%25"),  # first: the escapes that follow add a '%' that must stay one
+    ("&", "%26"), ("#", "%23"), ("+", "%2B"),
+    (" ", "%20"), ("\t", "%09"), ("\n", "%0A"), ("\r", "%0D"), ("\v", "%0B"), ("\f", "%0C"),
+)
+"""What a value in a query string must have percent-encoded to arrive whole: '&' ends it, '#' starts the
+fragment, '+' reads as a space, '%' starts an escape; and Datasette makes no link of a value holding
+whitespace (browsers drop tabs and line breaks from a URL besides)."""
+
+
+def _query_value(column: str) -> str:
+    """SQL for the column's value percent-encoded as a query-string value (SQLite has no function for it);
+    every other character arrives as it is (a browser encodes the rest of a URL itself)."""
+    sql = column
+    for character, escape in _QUERY_ESCAPES:
+        literal = _sql_string(character) if character.isprintable() else f"char({ord(character)})"
+        sql = f"replace({sql}, {literal}, '{escape}')"
+    return sql
+
+
 def _link(template: str, column: str) -> str:
     """SQL for the template with the column's value substituted (NULL when the column is NULL)."""
     substituted = f"replace({_sql_string(template)}, '{{trace_id}}', {column})"
@@ -55,8 +75,9 @@ def metadata(base_url: str, trace_url: str = DEFAULT_TRACE_URL) -> dict[str, Any
     """Datasette metadata for a store served at ``base_url`` (e.g. ``http://127.0.0.1:8001``)."""
     base = base_url.rstrip("/")
     record_link = f"{_sql_string(f'{base}/{DATABASE}/trajectory/')} || id"  # Datasette's row URL: the key
-    failures_link = (
-        f"{_sql_string(f'{base}/{DATABASE}/failures?conversation=')} || coalesce(conversation_id, scope)"
+    failures_link = (  # percent-encoded: a '#', '&' or '+' in the id would open another conversation
+        f"{_sql_string(f'{base}/{DATABASE}/failures?conversation=')} || "
+        f"{_query_value('coalesce(conversation_id, scope)')}"
     )
     trace = _link(trace_url, "trace_id")
     return {

@@ -18,11 +18,14 @@ import sqlite3
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.conftest import OTel
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
@@ -184,3 +187,46 @@ def test_a_viewer_stopped_with_sigterm_takes_its_server_and_folder_with_it(viewe
         for pid in children:  # an orphan left by a failure above must not outlive the test
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
+
+
+CONVERSATIONS = ("support#42", "tom&jerry", "c++ help", "sale 50%25", "a=b?c/d")
+"""Conversation ids are the application's: a ticket after '#', names with '&', '+' or a space, a '%'."""
+
+
+def test_each_conversation_link_opens_that_conversations_failures(
+    make_otel: Callable[..., OTel], tmp_path: Path
+) -> None:
+    """A person clicks a conversation and sees its failures: the link carries the id whole, where a '#'
+    or '&' cut it short and a '+' became a space (another, empty conversation opened), and an id with a
+    space was no link at all."""
+    db = tmp_path / "store.sqlite3"
+    otel = make_otel(sqlite_path=db)
+    for number, conversation in enumerate(CONVERSATIONS):
+
+        @otel.ec.tool(name=f"lookup_{number}")
+        def lookup(key: str) -> int:
+            return {"known": 1}[key]
+
+        with otel.ec.conversation(conversation):
+            lookup(f"missing-{number}")
+    assert len(otel.records()) == len(CONVERSATIONS)  # flushed: all are in the store the viewer opens
+
+    port = _free_port()
+    server = _start_viewer(db, port)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        page = _render(f"{base}/trajectories/conversations", tmp_path / "profile")
+        links = [html.unescape(h) for h in re.findall(r'href="([^"]*/failures\?conversation=[^"]*)"', page)]
+        assert len(links) == len(CONVERSATIONS), links
+        opened: dict[str, str] = {}
+        for link in links:
+            text = _text(_render(link, tmp_path / "profile"))
+            tools = [f"lookup_{n}" for n in range(len(CONVERSATIONS)) if re.search(rf"\blookup_{n}\b", text)]
+            assert len(tools) == 1, f"{link} shows the failures of {tools}:\n{text[:2000]}"
+            opened[tools[0]] = link
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+    for number, conversation in enumerate(CONVERSATIONS):
+        query = urllib.parse.urlsplit(opened[f"lookup_{number}"]).query
+        assert urllib.parse.parse_qs(query) == {"conversation": [conversation]}
