@@ -64,6 +64,13 @@ class ExportGate:
         self.processors: tuple[SpanProcessor, ...] | None = None
         """The provider's processors when :meth:`refresh` last found every other one wrapped; None
         while deferring is not possible."""
+        rebuild_in_child(self._after_fork_in_child)
+
+    def _after_fork_in_child(self) -> None:
+        """In a process forked from this one: the failures waiting for their digest are the parent's (the
+        child's history drops them, and its batch processors their spans). Left here, every export of the
+        child would wait for digests no thread makes. Cleared in place: the processor shares the dict."""
+        self.pending.clear()
 
     def _current(self) -> tuple[SpanProcessor, ...] | None:
         active = getattr(self._provider, "_active_span_processor", None)
