@@ -227,7 +227,8 @@ class ToolBoundary:
             attrs = getattr(current, "attributes", None) or {}
             conversation_id = semconv.conversation_id(attrs)
             if conversation_id is None and self._processor is not None:
-                conversation_id = self._processor.anchor_conversation(span_context.trace_id)
+                # the current span is the parent of a tool span started here: its own agent's conversation
+                conversation_id = self._processor.anchor_conversation(span_context.trace_id, span_context.span_id)
         return semconv.scope_for(conversation_id, span_context.trace_id, in_trace)
 
     def check(self, scope: str | None = None) -> None:

@@ -6,8 +6,9 @@ Thin by design: recognising spans is :mod:`otel_errcompact.semconv`, the work is
 - the failed tool span is handled in ``_on_ending`` (the SDK's last call before the span becomes
   read-only) so its ``errcompact.digest``, ``errcompact.key`` and ``errcompact.count`` attributes reach every
   exporter; SDKs that do not call ``_on_ending`` get the same handling in ``on_end``, minus the annotation;
-- a breach adds an ``errcompact.escalation`` event to the innermost *live* agent span of the trace
-  (``invoke_agent``), else to the trace's live local root span;
+- a breach adds an ``errcompact.escalation`` event to the failed tool span's own agent span
+  (``invoke_agent``): the innermost live agent span among its anchors (see :func:`_lineage`), else its
+  live local root span;
 - exceptions recorded as log records (``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs``) are held by span id
   until that span ends, then used as its raw error.
 
@@ -171,6 +172,52 @@ def _conversation_in(attrs: Mapping[str, Any]) -> str | None:
     return None
 
 
+def _lineage(anchors: Mapping[int, Span], parent_id: int) -> list[Span] | None:
+    """The anchors (a trace's agent and root spans by span id) a span whose parent is ``parent_id``
+    belongs to, innermost first; None when its parent is not one of them.
+
+    Why: two agents of one trace can run at the same time (a fan-out under one root span, on tasks or
+    threads), so the newest anchor of the trace is as often another agent's as the span's own. The
+    ancestry is read from the parents' span ids: the parent, its parent while that is an anchor too, and
+    so on up to a local root. When the outermost one found has a parent in this process that is no anchor
+    (a span in between), the anchors started before it follow, newest first, as its ancestors are among
+    them; those sharing its parent are left out (its siblings, the other agents of a fan-out)."""
+    span = anchors.get(parent_id)
+    if span is None:
+        return None
+    own = [span]
+    while len(own) < len(anchors):  # bounded: real spans have no parent cycle
+        try:
+            parent = span._parent  # the SDK's field: the public property is a Python call
+        except AttributeError:
+            parent = span.parent
+        if parent is None or parent.is_remote:
+            return own  # a local root: nothing above it is in this process
+        above = anchors.get(parent.span_id)
+        if above is None:
+            break
+        own.append(above)
+        span = above
+    else:
+        return own
+    # Above the outermost one found is a span in between: its ancestors are among the anchors started
+    # before it (a parent starts before its children), save those that are its siblings.
+    sibling_of = parent.span_id
+    older: list[Span] = []
+    for anchor in anchors.values():
+        if anchor is span:
+            break
+        try:
+            anchor_parent = anchor._parent
+        except AttributeError:
+            anchor_parent = anchor.parent
+        if anchor_parent is None or anchor_parent.span_id != sibling_of:
+            older.append(anchor)
+    older.reverse()
+    own.extend(older)
+    return own
+
+
 def _utc_from_ns(ns: int) -> datetime:
     """OTel's nanoseconds since the epoch as an aware UTC datetime, exact to the microsecond.
 
@@ -226,9 +273,11 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._capture_arguments = capture_arguments
         self._lock = threading.Lock()
         new_locks_in_child(self, "_lock")
-        # Trace id -> its live agent/root spans. Written without the lock (single dict and list operations
-        # are atomic under the GIL); the lock serialises sweeps (see _register_anchor, _evict_anchors).
-        self._anchors: dict[int, dict[Span, None]] = {}  # trace id -> its anchor spans, oldest first
+        # Trace id -> its live agent/root spans by span id, oldest first (by span id: a span finds the
+        # anchor that is its parent with one look-up, see _lineage). Written without the lock (single dict
+        # and list operations are atomic under the GIL); the lock serialises sweeps (see _register_anchor,
+        # _evict_anchors).
+        self._anchors: dict[int, dict[int, Span]] = {}
         # Trace id -> when its anchors were last touched, least recently touched first (re-inserted on
         # each touch), so a sweep reads the eviction candidates from the front.
         self._anchor_touched: dict[int, float] = {}
@@ -400,10 +449,10 @@ class ErrorCompactionProcessor(SpanProcessor):
                 attrs = _attributes_of(span)
                 if attrs.get(_OPERATION) in _MODEL_OPERATIONS:
                     self._model_span_ended(span, attrs)
-            span_id = context.span_id
-            for live in list(self._anchors.get(context.trace_id) or ()):
-                if live.context.span_id == span_id:  # the copy is not the object registered: found by id
-                    self._forget_anchor(live)
+            anchors = self._anchors.get(context.trace_id)
+            live = anchors.get(context.span_id) if anchors else None  # the copy is not the span registered
+            if live is not None:
+                self._forget_anchor(live)
         except Exception:
             _log.exception("otel-errcompact: on_end failed")
 
@@ -437,8 +486,13 @@ class ErrorCompactionProcessor(SpanProcessor):
             if matters is not None and not matters(span, attrs):
                 continue
             if not looked_up:
-                context = span.context
-                anchor, looked_up = (self._live_anchor(context.trace_id) if context is not None else None), True
+                context, parent = span.context, span.parent
+                anchor = (
+                    self._live_anchor(context.trace_id, parent.span_id if parent is not None else 0)
+                    if context is not None
+                    else None
+                )
+                looked_up = True
             listener(span, anchor)
 
     def shutdown(self) -> None:
@@ -595,7 +649,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             return
         anchors = self._anchors.get(context.trace_id)  # _defer_success, inlined
         successes = self._successes
-        successes.append((self._resolve, (span, list(anchors) if anchors else None)))
+        successes.append((self._resolve, (span, dict(anchors) if anchors else None)))
         if len(successes) >= SUCCESS_QUEUE_BOUND:
             self._successes_backlogged()
 
@@ -688,7 +742,8 @@ class ErrorCompactionProcessor(SpanProcessor):
                 arguments = None
                 attributes = _record_attributes(attrs, without_arguments=True)
         if conversation is None or agent is None:
-            anchor_conversation, anchor_agent = self._anchor_facts(trace_id)
+            parent_id = parent.span_id if parent is not None else 0
+            anchor_conversation, anchor_agent = self._anchor_facts(trace_id, parent_id)
             conversation = conversation or anchor_conversation
             agent = agent or anchor_agent
         try:
@@ -767,16 +822,16 @@ class ErrorCompactionProcessor(SpanProcessor):
         """A successful tool span: what the agent's thread must capture now, the rest later.
 
         Captured: the span (its ids, parent, attributes and name stay readable) and a copy of the
-        trace's live anchors, which may end before the success is resolved. Resolved later
+        trace's live anchors by span id, which may end before the success is resolved. Resolved later
         (:meth:`_resolve_success`), in order with the other successes and before the next failure is
         counted, by the history (see ``ErrorHistory.defer_success``)."""
         if self._pending:
             with self._lock:
                 self._pending.pop(context.span_id, None)
         anchors = self._anchors.get(context.trace_id)
-        self.pipeline.history.defer_success(self._resolve, (span, list(anchors) if anchors else None))
+        self.pipeline.history.defer_success(self._resolve, (span, dict(anchors) if anchors else None))
 
-    def _resolve_success(self, captured: tuple[ReadableSpan, list[Span] | None]) -> str | None:
+    def _resolve_success(self, captured: tuple[ReadableSpan, dict[int, Span] | None]) -> str | None:
         """The scope whose consecutive counter a successful tool span resets, and its count in the
         call metric; None for a span that only wraps a failure (see ``_failed_parents``). Runs for
         every successful tool call (off the agent's thread when the metrics thread takes it, else in
@@ -793,6 +848,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         tool_parents = self._tool_parents
         # A tool span around a tool span (a framework's span around an @ec.tool span) is one call.
         wraps_a_call = span_id in tool_parents and tool_parents.pop(span_id, 0) is None
+        parent_id = 0
         if parent is not None:
             parent_id = parent.span_id
             if parent_id not in tool_parents:  # a parent's later tool calls find it there already
@@ -801,14 +857,17 @@ class ErrorCompactionProcessor(SpanProcessor):
                     tool_parents.popitem(last=False)
         if (span_id in self._failed_parents or self._returned_errors) and self._wraps_a_failure(span_id, attrs):
             return None
-        # _conversation_in, then the newest anchor recording one (live or not: the copy was taken
-        # while they were live), inlined and unrolled
+        # _conversation_in, then the first of the span's own anchors recording one (live or not: the
+        # copy was taken while they were live), inlined and unrolled. Its own: the parent and its anchor
+        # ancestors when the parent is an anchor (see _lineage), else the newest first.
         if _CONVERSATION_1 in attrs or _CONVERSATION_2 in attrs or _CONVERSATION_3 in attrs:
             conversation = semconv.conversation_id(attrs)
         else:
             conversation = None
         if conversation is None and anchors:
-            for anchor in reversed(anchors):
+            # one anchor (an agent run alone in its trace): it is the span's own, no walk
+            own = _lineage(anchors, parent_id) if parent_id and len(anchors) > 1 else None
+            for anchor in own if own is not None else reversed(anchors.values()):
                 try:
                     anchor_attrs: Mapping[str, Any] = anchor._attributes._dict  # type: ignore[union-attr]
                 except AttributeError:
@@ -878,16 +937,16 @@ class ErrorCompactionProcessor(SpanProcessor):
             context: Any = span._context  # a started span has one
         except AttributeError:
             context = span.context
-        trace_id = context.trace_id
+        trace_id, span_id = context.trace_id, context.span_id
         anchors_by_trace = self._anchors
-        fresh = {span: None}
+        fresh = {span_id: span}
         anchors = anchors_by_trace.setdefault(trace_id, fresh)
         self._anchor_spans[span] = trace_id
         if anchors is fresh:  # a new trace (a root span): created with its anchor in it, nothing to re-check
             self._anchor_touched[trace_id] = _monotonic()
             over = len(anchors_by_trace) > self._max_anchor_traces  # only a new trace adds to the count
         else:
-            self._add_to_trace(trace_id, span, anchors)
+            self._add_to_trace(trace_id, span_id, span, anchors)
             over = False
         until_sweep = self._until_sweep - 1
         self._until_sweep = until_sweep
@@ -896,42 +955,50 @@ class ErrorCompactionProcessor(SpanProcessor):
             with self._lock:
                 self._evict_anchors()
 
-    def _add_to_trace(self, trace_id: int, span: Span, anchors: dict[Span, None]) -> None:
+    def _add_to_trace(self, trace_id: int, span_id: int, span: Span, anchors: dict[int, Span]) -> None:
         """Register an agent span in a trace that already has anchors (see :meth:`_register_anchor`)."""
-        anchors[span] = None
+        anchors[span_id] = span
         anchors_by_trace = self._anchors
         if anchors_by_trace.get(trace_id) is not anchors:
             with self._lock:  # dropped meanwhile: register again
-                anchors_by_trace.setdefault(trace_id, {})[span] = None
+                anchors_by_trace.setdefault(trace_id, {})[span_id] = span
         touched = self._anchor_touched
         touched.pop(trace_id, None)  # re-inserted: the least recently touched stay in front
         touched[trace_id] = _monotonic()
         if len(anchors) > _MAX_ANCHORS_PER_TRACE:
             self._drop_oldest_anchor(anchors)
 
-    def _drop_oldest_anchor(self, anchors: dict[Span, None]) -> None:
+    def _drop_oldest_anchor(self, anchors: dict[int, Span]) -> None:
         try:
             oldest = next(iter(anchors))
         except (StopIteration, RuntimeError):
             return
-        if anchors.pop(oldest, 0) is None:
-            self._anchor_spans.pop(oldest, None)
+        span = anchors.pop(oldest, None)
+        if span is not None:
+            self._anchor_spans.pop(span, None)
             self._note_evicted(1)
 
-    def _live_anchor(self, trace_id: int) -> Span | None:
-        """The innermost live agent span of the trace, else its newest live root span."""
-        anchors = self._anchors_of(trace_id)
+    def _live_anchor(self, trace_id: int, parent_id: int = 0) -> Span | None:
+        """The innermost live agent span among the anchors of a span whose parent is ``parent_id`` (see
+        :meth:`_anchors_of`), else the first of them, a live root span."""
+        anchors = self._anchors_of(trace_id, parent_id)
         agents = (s for s in anchors if semconv.is_agent_span(_attributes_of(s)))
         return next(agents, anchors[0] if anchors else None)
 
-    def _anchors_of(self, trace_id: int) -> list[Span]:
-        """The trace's live agent and root spans, newest first (a copy); touches the trace (a failure's
-        look-up)."""
+    def _anchors_of(self, trace_id: int, parent_id: int = 0) -> list[Span]:
+        """The live agent and root spans of a span in ``trace_id`` whose parent is ``parent_id``, innermost
+        first (a copy): its own (see :func:`_lineage`) when its parent is one of them, else all of the
+        trace's, newest first. Touches the trace (a failure's look-up)."""
         anchors = self._anchors.get(trace_id)
         if not anchors:
             return []
-        snapshot = list(anchors)
-        snapshot.reverse()
+        copied = dict(anchors)  # one C-level copy: registrations on other threads may change the original
+        own = _lineage(copied, parent_id) if parent_id and len(copied) > 1 else None
+        if own is not None:
+            snapshot = own
+        else:
+            snapshot = list(copied.values())
+            snapshot.reverse()
         for span in snapshot:  # an anchor is forgotten when it ends: an ended one here is rare
             try:
                 ended = span._end_time  # the SDK's field: the public property is a Python call
@@ -982,7 +1049,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                 break
             touched.pop(trace_id, None)
             popped = anchors_by_trace.pop(trace_id, None)
-            for span in list(popped) if popped else ():
+            for span in list(popped.values()) if popped else ():
                 self._anchor_spans.pop(span, None)
                 evicted += 1
         if evicted:
@@ -998,17 +1065,21 @@ class ErrorCompactionProcessor(SpanProcessor):
             )
         self.evicted_anchors += count
 
-    def anchor_conversation(self, trace_id: int) -> str | None:
-        """The conversation id recorded on the trace's live agent or root spans, if any. Lock-free: a
-        successful tool span asks this too."""
+    def anchor_conversation(self, trace_id: int, parent_id: int = 0) -> str | None:
+        """The conversation id recorded on the live agent or root spans of a span in ``trace_id`` whose
+        parent is ``parent_id`` (its own, see :func:`_lineage`, when its parent is one of them; else the
+        trace's), if any. Lock-free: every call through the tool boundary asks this."""
         anchors = self._anchors.get(trace_id)
-        return self._conversation_of(list(anchors)) if anchors else None
+        if not anchors:
+            return None
+        copied = dict(anchors)  # one C-level copy: registrations on other threads may change the original
+        own = _lineage(copied, parent_id) if parent_id and len(copied) > 1 else None
+        return self._conversation_of(own if own is not None else reversed(copied.values()))
 
     @staticmethod
-    def _conversation_of(anchors: list[Span]) -> str | None:
-        """The conversation id on the newest live one of ``anchors`` (a copy, oldest first) that records
-        one."""
-        for span in reversed(anchors):
+    def _conversation_of(anchors: Iterable[Span]) -> str | None:
+        """The conversation id on the first live one of ``anchors`` (innermost first) that records one."""
+        for span in anchors:
             if span.end_time is not None:
                 continue
             try:
@@ -1020,15 +1091,15 @@ class ErrorCompactionProcessor(SpanProcessor):
                 return found
         return None
 
-    def _anchor_facts(self, trace_id: int) -> tuple[str | None, str | None]:
-        """The conversation id and the agent name a failed tool span takes from its trace's live anchors
-        when it records neither: the newest live anchor that records a conversation, and the innermost
-        live agent span's name. One pass, newest first, over one copy of the anchors for both; the
-        look-up touches the trace (see :meth:`_touch`)."""
+    def _anchor_facts(self, trace_id: int, parent_id: int) -> tuple[str | None, str | None]:
+        """The conversation id and the agent name a failed tool span whose parent is ``parent_id`` takes
+        from its live anchors (see :meth:`_anchors_of`) when it records neither: the innermost anchor that
+        records a conversation, and the innermost agent span's name. One pass, innermost first, over one
+        copy of the anchors for both; the look-up touches the trace (see :meth:`_touch`)."""
         conversation: str | None = None
         agent: str | None = None
         agent_seen = conversation_seen = False
-        for span in self._anchors_of(trace_id):
+        for span in self._anchors_of(trace_id, parent_id):
             try:
                 attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
             except AttributeError:
@@ -1058,7 +1129,11 @@ class ErrorCompactionProcessor(SpanProcessor):
         anchors = anchors_by_trace.get(trace_id)
         if anchors is None:
             return
-        anchors.pop(span, None)
+        try:
+            context: Any = span._context  # the SDK's field: the public property is a Python call
+        except AttributeError:
+            context = span.context
+        anchors.pop(context.span_id, None)
         if anchors:
             return
         popped = anchors_by_trace.pop(trace_id, None)
@@ -1079,7 +1154,8 @@ class ErrorCompactionProcessor(SpanProcessor):
         if failure.tool_name:
             attributes[semconv.GEN_AI_TOOL_NAME] = tool_label(failure.tool_name)
         event = Event("errcompact.escalation", attributes)
-        anchor = self._live_anchor(trace_id)
+        parent_id = int(failure.parent_span_id, 16) if failure.parent_span_id else 0
+        anchor = self._live_anchor(trace_id, parent_id)
         if anchor is not None and _add_unless_ended(anchor, event):
             return
         # Counted after the agent span ended (its digest made after the span did, or the agent's thread

@@ -203,8 +203,8 @@ def test_an_agent_span_that_ends_while_its_escalation_is_added_still_carries_it(
     if moment == "found live":
         look_up = processor._live_anchor
 
-        def found_then_ended(trace_id: int) -> Any:
-            found = look_up(trace_id)
+        def found_then_ended(trace_id: int, parent_id: int = 0) -> Any:
+            found = look_up(trace_id, parent_id)
             agent_span.end()
             return found
 

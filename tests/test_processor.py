@@ -7,12 +7,16 @@ real ``LoggerProvider``, metrics through an ``InMemoryMetricReader``, records in
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import json
 import logging
 import threading
+import time
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from datetime import UTC
 from typing import Any
@@ -618,6 +622,117 @@ def test_escalation_goes_to_the_innermost_live_agent_span(otel: OTel) -> None:
     assert [e.name for e in exported(otel, outer).events] == []
     assert {r.agent_name for r in otel.records()} == {"researcher"}
     assert {r.scope for r in otel.records()} == {"conv-nested"}
+
+
+class Turns:
+    """Lets concurrent agents (tasks or threads) take their steps in one set order: step ``n`` waits
+    until step ``n - 1`` is done, so the test does not depend on a scheduler's order."""
+
+    def __init__(self, count: int) -> None:
+        self._done = [threading.Event() for _ in range(count + 1)]
+        self._done[0].set()
+
+    def take(self, step: int) -> None:
+        assert self._done[step - 1].wait(30), f"step {step - 1} never ran"
+
+    def done(self, step: int) -> None:
+        self._done[step].set()
+
+    async def take_async(self, step: int) -> None:
+        deadline = time.monotonic() + 30
+        while not self._done[step - 1].is_set():
+            assert time.monotonic() < deadline, f"step {step - 1} never ran"
+            await asyncio.sleep(0.001)
+
+
+def test_agents_running_at_once_in_one_trace_each_count_in_their_own_conversation(otel: OTel) -> None:
+    """``asyncio.gather`` of two conversations' agent runs under one batch root span: conv-A's agent
+    starts first, so conv-B's is the newest live agent span of the trace while conv-A's tools run.
+    Each tool call, failed or successful, still counts in its own agent's conversation: conv-A's
+    success does not reset conv-B's consecutive count, and each breach is on its own agent span."""
+    tracer = otel.tracer
+    last = 10
+    turns = Turns(last)
+    script = {  # (step, action): the steps of both runs, in the order they are taken
+        "conv-A": [(1, "start"), (5, "ok"), (6, "fail"), (8, "fail"), (9, "fail"), (10, "settle")],
+        "conv-B": [(2, "start"), (3, "fail"), (4, "fail"), (7, "fail")],
+    }
+    spans: dict[str, Span] = {}
+
+    async def run(conversation: str) -> None:
+        (first, _), *steps = script[conversation]
+        await turns.take_async(first)
+        with agent(tracer, conversation) as span:
+            spans[conversation] = span
+            turns.done(first)
+            for step, action in steps:
+                await turns.take_async(step)
+                if action == "ok":
+                    ok_tool_span(tracer)
+                elif action == "fail":
+                    failing_tool_span(tracer)
+                else:  # count what the digest thread has not yet, while both agent spans are live
+                    processor = otel.ec.processor
+                    assert processor is not None
+                    processor.settle()
+                turns.done(step)
+            await turns.take_async(last + 1)  # both agent runs stay open to the end
+
+    async def main() -> None:
+        with tracer.start_as_current_span("nightly batch"):
+            await asyncio.gather(run("conv-A"), run("conv-B"))
+
+    asyncio.run(main())
+    records = otel.records()
+    assert sorted(r.scope for r in records) == ["conv-A"] * 3 + ["conv-B"] * 3
+    assert {r.conversation_id for r in records if r.scope == "conv-A"} == {"conv-A"}
+    for conversation in ("conv-A", "conv-B"):
+        escalation = otel.ec.history.escalation(conversation)
+        assert escalation is not None and escalation.reason == "consecutive" and escalation.count == 3
+        events = [e for e in exported(otel, spans[conversation]).events if e.name == "errcompact.escalation"]
+        assert len(events) == 1, conversation
+
+
+def test_agents_running_at_once_on_threads_name_their_own_failures_and_carry_their_own_escalation(
+    otel: OTel,
+) -> None:
+    """An orchestrator fans out to two sub-agents on a thread pool: the researcher starts first, so the
+    writer is the newest live agent span of the trace while the researcher's tool fails. The records
+    still name the researcher, and the breach is an event on the researcher's span only."""
+    tracer = otel.tracer
+    last = 6
+    turns = Turns(last)
+    script = {
+        "researcher": [(1, "start"), (3, "fail"), (4, "fail"), (5, "fail"), (6, "settle")],
+        "writer": [(2, "start")],
+    }
+    spans: dict[str, Span] = {}
+
+    def run(name: str) -> None:
+        (first, _), *steps = script[name]
+        turns.take(first)
+        with agent(tracer, None, name=name) as span:
+            spans[name] = span
+            turns.done(first)
+            for step, action in steps:
+                turns.take(step)
+                if action == "fail":
+                    failing_tool_span(tracer)
+                else:  # count what the digest thread has not yet, while both agent spans are live
+                    processor = otel.ec.processor
+                    assert processor is not None
+                    processor.settle()
+                turns.done(step)
+            turns.take(last + 1)  # both sub-agents stay open to the end
+
+    with agent(tracer, None, name="orchestrator") as orchestrator, ThreadPoolExecutor(2) as pool:
+        runs = [pool.submit(contextvars.copy_context().run, run, name) for name in script]
+        for done in runs:
+            done.result(60)
+    assert [r.agent_name for r in otel.records()] == ["researcher"] * 3
+    assert [e.name for e in exported(otel, spans["researcher"]).events] == ["errcompact.escalation"]
+    assert [e.name for e in exported(otel, spans["writer"]).events] == []
+    assert [e.name for e in exported(otel, orchestrator).events] == []
 
 
 def test_record_times_are_the_span_times_to_the_microsecond(otel: OTel) -> None:

@@ -103,9 +103,9 @@ def test_a_model_span_listener_is_asked_before_any_anchor_look_up(otel: OTel) ->
     looked_up: list[int] = []
     live_anchor = processor._live_anchor
 
-    def spy(trace_id: int) -> Span | None:
+    def spy(trace_id: int, parent_id: int = 0) -> Span | None:
         looked_up.append(trace_id)
-        return live_anchor(trace_id)
+        return live_anchor(trace_id, parent_id)
 
     def matters(span: ReadableSpan, attrs: Mapping[str, Any]) -> bool:
         return "error.type" in attrs
