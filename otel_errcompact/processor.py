@@ -68,7 +68,6 @@ _ModelSpanListener = tuple[
 
 _MAX_PENDING_EXCEPTIONS = 4096
 _MAX_FAILED_PARENTS = 4096
-_MAX_ENDED_ANCHORS = 256
 _MAX_RETURNED_ERRORS = 256
 _OUTPUT_ATTRIBUTES = ("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
 # The part of a returned error text that survives JSON escaping unchanged, for matching it in outputs.
@@ -320,10 +319,9 @@ class ErrorCompactionProcessor(SpanProcessor):
         # Set by defer_digests when failed spans' digests are made after the span ended.
         self._gate: ExportGate | None = None
         self._digests: DigestThread | None = None
-        self._pending_digests: dict[int, DeferredFailure] = {}  # the gate's, once there is one
-        # Trace id -> an anchor span that ended while failures' digests were still to be made: an
-        # escalation counted later still goes on it (it is exported only after, see ExportGate).
-        self._ended_anchors: OrderedDict[int, Span] = OrderedDict()
+        # The gate's, once there is one. Each failure's subject is (its span, the span an escalation it
+        # causes goes on), both read on the agent's thread when the failure is deferred (see _process).
+        self._pending_digests: dict[int, DeferredFailure] = {}
         pipeline.add_escalation_listener(self._add_escalation_event)
 
     @property
@@ -558,11 +556,15 @@ class ErrorCompactionProcessor(SpanProcessor):
             context = span.context
         gate = self._gate
         if gate is not None and is_tool and writable is not None and context is not None and gate.open():
-            # Finished later (see otel_errcompact.deferred): only the raw record is made now.
-            values = self._record_values(span, context, attrs)
-            if values is None:
+            # Finished later (see otel_errcompact.deferred): only the raw record is made now, and the span
+            # an escalation goes on is found now, among the anchors that are live now (when the failure is
+            # counted, its agent span may have ended: an escalation still goes on it, see
+            # _add_escalation_event).
+            found = self._record_values(span, context, attrs, target=True)
+            if found is None:
                 return
-            deferred = self.pipeline.defer(values, self._digested, writable)
+            values, target = found
+            deferred = self.pipeline.defer(values, self._digested, (writable, target))
             span_id = context.span_id
             gate.pending[span_id] = deferred
             if deferred.finished:  # already, by another thread
@@ -573,9 +575,10 @@ class ErrorCompactionProcessor(SpanProcessor):
             return
         if is_tool:
             # The record read off the span is the one stored: the pipeline does not lay it out again.
-            values = self._record_values(span, context, attrs) if context is not None else None
-            if values is None:
+            found = self._record_values(span, context, attrs) if context is not None else None
+            if found is None:
                 return
+            values = found[0]
             outcome = self.pipeline.handle(failure_of_values(values), values=values)
         else:
             failure = self.failure_of(span)
@@ -587,16 +590,12 @@ class ErrorCompactionProcessor(SpanProcessor):
 
     def _digested(self, deferred: DeferredFailure, outcome: Outcome | None) -> None:
         """A deferred failure is counted: its digest goes on the span, which the export may now send."""
-        span: Span = deferred.subject
+        span: Span = deferred.subject[0]
         try:
             if outcome is not None:
                 _annotate(span, _annotations(outcome))
         finally:
-            pending = self._pending_digests
-            pending.pop(span.context.span_id, None)
-            if not pending and self._ended_anchors:  # every escalation is counted: they are not needed
-                with self._lock:
-                    self._ended_anchors.clear()
+            self._pending_digests.pop(span.context.span_id, None)
 
     def defer_digests(self, provider: TracerProvider) -> bool:
         """Make failed spans' digests after the span ended, off the agent's thread, when ``provider``
@@ -609,18 +608,6 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._pending_digests = gate.pending
         self._gate = gate
         return True
-
-    def _keep_ended_anchor(self, span: Span, trace_id: int) -> None:
-        """Remember an ending anchor of a trace while failures' digests are still to be made (bounded);
-        the first agent span to end is kept, the innermost one."""
-        with self._lock:
-            kept = self._ended_anchors.get(trace_id)
-            if kept is None or (
-                not semconv.is_agent_span(_attributes_of(kept)) and semconv.is_agent_span(_attributes_of(span))
-            ):
-                self._ended_anchors[trace_id] = span
-            while len(self._ended_anchors) > _MAX_ENDED_ANCHORS:
-                self._ended_anchors.popitem(last=False)
 
     def settle(self) -> None:
         """Finish every failure whose digest is still to be made (see :meth:`defer_digests`)."""
@@ -704,18 +691,25 @@ class ErrorCompactionProcessor(SpanProcessor):
 
     def _failure(self, span: ReadableSpan, context: Any, attrs: Mapping[str, Any]) -> Failure | None:
         """The :class:`Failure` of a tool span known to have failed (see :meth:`_record_values`)."""
-        values = self._record_values(span, context, attrs)
-        if values is None:
+        found = self._record_values(span, context, attrs)
+        if found is None:
             return None
+        values = found[0]
         # JsonableAttributes: the pipeline takes them as they are, without converting them again
         values["attributes"] = JsonableAttributes(values["attributes"])
         return failure_of_values(values)
 
-    def _record_values(self, span: ReadableSpan, context: Any, attrs: Mapping[str, Any]) -> dict[str, Any] | None:
+    def _record_values(
+        self, span: ReadableSpan, context: Any, attrs: Mapping[str, Any], *, target: bool = False
+    ) -> tuple[dict[str, Any], Span | None] | None:
         """The raw trajectory record of a tool span known to have failed, as its field values (see
         ``pipeline.record_values``), built on the agent's thread: every value is read once, in the form
         the record takes (hex ids, UTC datetimes, a bounded, JSON-able copy of the attributes), so the
-        pipeline can use it without validating it again; None when the span is not a tool failure."""
+        pipeline can use it without validating it again; None when the span is not a tool failure.
+
+        With the values, the span an escalation it causes goes on (see :meth:`_anchor_facts`): found in
+        the same pass over the anchors as the conversation and agent when the span records neither, else
+        looked up only when ``target`` asks for it (None otherwise, and when the trace has no anchor)."""
         span_id = context.span_id
         try:  # the SDK's fields: each public property is a Python call
             parent = span._parent
@@ -741,11 +735,14 @@ class ErrorCompactionProcessor(SpanProcessor):
             else:
                 arguments = None
                 attributes = _record_attributes(attrs, without_arguments=True)
+        anchor: Span | None = None
         if conversation is None or agent is None:
             parent_id = parent.span_id if parent is not None else 0
-            anchor_conversation, anchor_agent = self._anchor_facts(trace_id, parent_id)
+            anchor_conversation, anchor_agent, anchor = self._anchor_facts(trace_id, parent_id)
             conversation = conversation or anchor_conversation
             agent = agent or anchor_agent
+        elif target:
+            anchor = self._live_anchor(trace_id, parent.span_id if parent is not None else 0)
         try:
             status = span._status
         except AttributeError:
@@ -758,7 +755,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         # semconv.scope_for, with the trace id already in hex
         in_trace = parent is not None and trace_hex
         scope = conversation or (f"trace:{trace_hex}" if in_trace else semconv.DEFAULT_SCOPE)
-        return record_values(
+        values = record_values(
             new_record_id(),
             "span",
             _now(UTC),
@@ -784,6 +781,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             attributes,
             self._resource_of(resource),
         )
+        return values, anchor
 
     def _exception_of(
         self, span: ReadableSpan, span_id: int, parent: Any, attrs: Mapping[str, Any]
@@ -1091,15 +1089,19 @@ class ErrorCompactionProcessor(SpanProcessor):
                 return found
         return None
 
-    def _anchor_facts(self, trace_id: int, parent_id: int) -> tuple[str | None, str | None]:
+    def _anchor_facts(self, trace_id: int, parent_id: int) -> tuple[str | None, str | None, Span | None]:
         """The conversation id and the agent name a failed tool span whose parent is ``parent_id`` takes
         from its live anchors (see :meth:`_anchors_of`) when it records neither: the innermost anchor that
-        records a conversation, and the innermost agent span's name. One pass, innermost first, over one
-        copy of the anchors for both; the look-up touches the trace (see :meth:`_touch`)."""
+        records a conversation, and the innermost agent span's name; and the span an escalation goes on,
+        that agent span, else the innermost anchor (as :meth:`_live_anchor` finds it). One pass, innermost
+        first, over one copy of the anchors for all three; the look-up touches the trace (see
+        :meth:`_touch`)."""
         conversation: str | None = None
         agent: str | None = None
+        target: Span | None = None
         agent_seen = conversation_seen = False
-        for span in self._anchors_of(trace_id, parent_id):
+        anchors = self._anchors_of(trace_id, parent_id)
+        for span in anchors:
             try:
                 attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
             except AttributeError:
@@ -1107,13 +1109,13 @@ class ErrorCompactionProcessor(SpanProcessor):
             # semconv.is_agent_span, agent_name and conversation_id (as _conversation_of reads it),
             # each answered without a call when the GenAI attribute holds it, as it usually does
             if not agent_seen and (attrs.get(_OPERATION) in _AGENT_OPERATIONS or semconv.is_agent_span(attrs)):
-                agent, agent_seen = _first_text(attrs, _AGENT_NAME, semconv.agent_name), True
+                agent, agent_seen, target = _first_text(attrs, _AGENT_NAME, semconv.agent_name), True, span
             if not conversation_seen:
                 conversation = _first_text(attrs, _CONVERSATION_ID, semconv.conversation_id)
                 conversation_seen = conversation is not None
             if agent_seen and conversation_seen:
                 break
-        return conversation, agent
+        return conversation, agent, target if agent_seen else (anchors[0] if anchors else None)
 
     def _forget_anchor(self, span: Span) -> None:
         """Drop an ending anchor span, without the lock; the trace goes with its last anchor.
@@ -1123,8 +1125,6 @@ class ErrorCompactionProcessor(SpanProcessor):
         trace_id = self._anchor_spans.pop(span, None)
         if trace_id is None:  # evicted meanwhile
             return
-        if self._pending_digests:
-            self._keep_ended_anchor(span, trace_id)
         anchors_by_trace = self._anchors
         anchors = anchors_by_trace.get(trace_id)
         if anchors is None:
@@ -1154,23 +1154,35 @@ class ErrorCompactionProcessor(SpanProcessor):
         if failure.tool_name:
             attributes[semconv.GEN_AI_TOOL_NAME] = tool_label(failure.tool_name)
         event = Event("errcompact.escalation", attributes)
-        parent_id = int(failure.parent_span_id, 16) if failure.parent_span_id else 0
-        anchor = self._live_anchor(trace_id, parent_id)
-        if anchor is not None and _add_unless_ended(anchor, event):
+        target = self._deferred_target(failure)
+        if target is None:  # counted as the span ended (or its target was not found then): live anchors
+            parent_id = int(failure.parent_span_id, 16) if failure.parent_span_id else 0
+            anchor = self._live_anchor(trace_id, parent_id)
+            if anchor is not None:
+                _add_unless_ended(anchor, event)
             return
-        # Counted after the agent span ended (its digest made after the span did, or the agent's thread
-        # ended it meanwhile): the SDK refuses a new event on an ended span, but it is not exported yet
-        # (see ExportGate), and its events are the list the exported copy reads.
-        if not self._ended_anchors:
+        if _add_unless_ended(target, event):
             return
-        with self._lock:
-            ended = self._ended_anchors.get(trace_id)
-        if ended is None:
-            return
+        # Counted after its agent span ended (the agent's thread ended it before the digest thread came
+        # to the failure): the SDK refuses a new event on an ended span, but this one is not exported yet,
+        # as an export waits for the digests still to be made, this failure's among them (see
+        # ExportGate), and its events are the list the exported copy reads.
         try:
-            ended._events.append(event)  # type: ignore[attr-defined]
+            target._events.append(event)  # type: ignore[attr-defined]
         except Exception:
             _log.debug("otel-errcompact: could not add the escalation event", exc_info=True)
+
+    def _deferred_target(self, failure: Failure) -> Span | None:
+        """The span a deferred failure's escalation goes on, found when it was deferred (see
+        :meth:`_process`); None for a failure counted as its span ended, or not found then."""
+        pending = self._pending_digests
+        if not pending or not failure.span_id:
+            return None
+        deferred = pending.get(int(failure.span_id, 16))
+        if deferred is None:  # counted by another thread before the agent's thread noted it as pending
+            return None
+        target: Span | None = deferred.subject[1]
+        return target
 
 
 def _add_unless_ended(span: Span, event: Event) -> bool:

@@ -187,9 +187,9 @@ def test_an_agent_span_that_ends_while_its_escalation_is_added_still_carries_it(
     moment: str,
 ) -> None:
     """The digest thread adds the escalation while the agent's thread may end the agent span: here the
-    span ends at the worst moments, right after the processor found it among the live anchors, or right
-    after it asked the span whether it is still recording. The event must not be dropped, and the SDK
-    must not log its ended-span warning into the host's logs."""
+    span ends at the worst moments, right after the processor took it as the span the escalation goes
+    on, or right after it asked the span whether it is still recording. The event must not be dropped,
+    and the SDK must not log its ended-span warning into the host's logs."""
     otel = make_otel(batch=True, thresholds=Thresholds(consecutive=3, budget=None, action="human"))
     processor = otel.ec.processor
     assert processor is not None
@@ -201,14 +201,15 @@ def test_an_agent_span_that_ends_while_its_escalation_is_added_still_carries_it(
         for _ in range(3):
             failing_tool_span(otel.tracer)
     if moment == "found live":
-        look_up = processor._live_anchor
+        look_up = processor._deferred_target
 
-        def found_then_ended(trace_id: int, parent_id: int = 0) -> Any:
-            found = look_up(trace_id, parent_id)
+        def found_then_ended(failure: Any) -> Any:
+            found = look_up(failure)
+            assert found is agent_span and found.end_time is None
             agent_span.end()
             return found
 
-        monkeypatch.setattr(processor, "_live_anchor", found_then_ended)
+        monkeypatch.setattr(processor, "_deferred_target", found_then_ended)
     else:
         recording = agent_span.is_recording
 
@@ -226,6 +227,39 @@ def test_an_agent_span_that_ends_while_its_escalation_is_added_still_carries_it(
     events = [e for e in exported(otel, agent_span).events if e.name == "errcompact.escalation"]
     assert len(events) == 1
     assert (events[0].attributes or {})["errcompact.reason"] == "consecutive"
+
+
+@pytest.mark.parametrize("still_open", ["request root span", "sibling agent span"])
+def test_an_escalation_counted_after_its_agent_span_ended_is_on_it_while_other_anchors_are_open(
+    make_otel: Callable[..., OTel], held: None, still_open: str
+) -> None:
+    """The agent span ends before the failures are counted, while another span that could take the
+    event is still open: the web request's root span around the agent (it writes the response), or
+    another agent of the trace (a fan-out). The breach is an event on the agent span whose tool failed,
+    as it is when the digest is made inside ``span.end()``, and on no other span."""
+    otel = make_otel(batch=True, thresholds=Thresholds(consecutive=3, budget=None, action="human"))
+    tracer = otel.tracer
+    with tracer.start_as_current_span("POST /chat") as root:
+        other = None
+        if still_open == "sibling agent span":
+            writer = {"gen_ai.operation.name": "invoke_agent", "gen_ai.agent.name": "writer"}
+            other = tracer.start_span("invoke_agent writer", attributes=writer)
+        with agent(tracer, None, name="support") as agent_span:
+            for _ in range(3):
+                failing_tool_span(tracer)
+        assert _pending(otel) == 3  # the agent span ended first
+        processor = otel.ec.processor
+        assert processor is not None
+        processor.settle()  # counted now, the root span (and the other agent's) still open
+        assert _pending(otel) == 0
+        if other is not None:
+            other.end()
+    events = [e for e in exported(otel, agent_span).events if e.name == "errcompact.escalation"]
+    assert len(events) == 1
+    assert (events[0].attributes or {})["errcompact.reason"] == "consecutive"
+    assert [e.name for e in exported(otel, root).events] == []
+    if other is not None:
+        assert [e.name for e in exported(otel, other).events] == []
 
 
 def test_a_halted_root_that_ended_before_the_breach_was_counted_is_exported_as_an_error(
