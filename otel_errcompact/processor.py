@@ -1206,7 +1206,10 @@ def _add_unless_ended(span: Span, event: Event) -> bool:
     return True
 
 
-_NOT_FAILURES = frozenset({"ErrorBudgetExceeded", "CancelledError", "KeyboardInterrupt", "GeneratorExit"})
+_NOT_FAILURES = frozenset(
+    # RunHalted: the Agents SDK bridge's ErrorBudgetExceeded (otel_errcompact.integrations.openai_agents)
+    {"ErrorBudgetExceeded", "RunHalted", "CancelledError", "KeyboardInterrupt", "GeneratorExit"}
+)
 _HALT_TYPE = f"{ErrorBudgetExceeded.__module__}.{ErrorBudgetExceeded.__qualname__}"
 
 

@@ -103,13 +103,13 @@ class AgentsBridge:
     def failure_error_function(self, ctx: RunContextWrapper[Any], error: Exception) -> str:
         """The tool output for a failed call: the digest of ``error`` with its count. Raises
         :class:`RunHalted` on the failure that breaches a ``halt`` threshold (and on a standing breach)."""
+        framework_span = trace.get_current_span()
         if isinstance(error, ErrorBudgetExceeded):  # an @ec.tool inside refused to run: stop the run
-            raise RunHalted(error.escalation) from None
+            raise _halted(framework_span, error.escalation) from None
         scope = self._scope(ctx)
-        self._check(scope)
+        self._check(scope, framework_span)  # a parallel call of a turn that already breached
         tool_ctx = ctx if isinstance(ctx, ToolContext) else None
         name = tool_ctx.tool_name if tool_ctx is not None else "tool"
-        framework_span = trace.get_current_span()
         with (
             conversation(scope),
             self.ec.tool_call(
@@ -194,11 +194,26 @@ class AgentsBridge:
             return f"agents:{trace_id}"
         return self.ec.boundary.current_scope()
 
-    def _check(self, scope: str) -> None:
+    def _check(self, scope: str, tool_span: trace.Span | None = None) -> None:
+        """Raise :class:`RunHalted` on a standing breach of ``scope``; ``tool_span`` is the SDK's span of
+        the tool call the halt stops, if any (see :func:`_halted`)."""
         try:
             self.ec.check(scope)
         except ErrorBudgetExceeded as exc:
-            raise RunHalted(exc.escalation) from None
+            raise _halted(tool_span, exc.escalation) from None
+
+
+_RUN_HALTED_TYPE = f"{RunHalted.__module__}.{RunHalted.__qualname__}"
+
+
+def _halted(tool_span: trace.Span | None, escalation: Escalation) -> RunHalted:
+    """The halt that stops a run inside a tool call. The SDK ends that call's span with an error whose
+    message is the halt's: naming the halt as the span's ``error.type`` tells the span processor that it
+    is not one more tool failure (as it is for the other calls of a turn of parallel calls, which reach
+    :meth:`AgentsBridge.failure_error_function` after the one that breached)."""
+    if isinstance(tool_span, SdkSpan) and tool_span.is_recording():
+        tool_span.set_attribute(semconv.ERROR_TYPE, _RUN_HALTED_TYPE)
+    return RunHalted(escalation)
 
 
 def _mark_handled(span: trace.Span, outcome: Any) -> None:

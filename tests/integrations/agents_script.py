@@ -29,10 +29,12 @@ INSTRUCTIONS = "Answer questions about orders."
 
 class ScriptedModel(Model):
     """Calls the tools of ``script`` in turn, then answers in prose; keeps the instructions and input of
-    every call."""
+    every call. ``parallel``: how many calls of the turn's tool one response asks for at once (the
+    model's parallel tool calls; ids ``call_<turn>_<i>``)."""
 
-    def __init__(self, script: tuple[str, ...] = SCRIPT) -> None:
+    def __init__(self, script: tuple[str, ...] = SCRIPT, *, parallel: int = 1) -> None:
         self.script = list(script)
+        self.parallel = parallel
         self.calls = 0
         self.instructions: list[str | None] = []
         self.inputs: list[str | list[TResponseInputItem]] = []
@@ -57,14 +59,18 @@ class ScriptedModel(Model):
         if self.script:
             name = self.script.pop(0)
             n = self.calls
-            call = ResponseFunctionToolCall(
-                type="function_call",
-                id=f"fc_{n}",
-                call_id=f"call_{n}",
-                name=name,
-                arguments=json.dumps(arguments_for(name)),
-            )
-            return ModelResponse(output=[call], usage=Usage(), response_id=None)
+            ids = [f"{n}"] if self.parallel == 1 else [f"{n}_{i}" for i in range(self.parallel)]
+            calls = [
+                ResponseFunctionToolCall(
+                    type="function_call",
+                    id=f"fc_{i}",
+                    call_id=f"call_{i}",
+                    name=name,
+                    arguments=json.dumps(arguments_for(name)),
+                )
+                for i in ids
+            ]
+            return ModelResponse(output=list(calls), usage=Usage(), response_id=None)
         text = ResponseOutputText(type="output_text", text=GIVE_UP, annotations=[])
         message = ResponseOutputMessage(
             id="msg_final", type="message", role="assistant", status="completed", content=[text]

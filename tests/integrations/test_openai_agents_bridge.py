@@ -112,6 +112,29 @@ def test_the_run_stops_at_the_threshold(traced: Callable[..., OTel], fns: list[C
     assert "error threshold breached" in (root.status.description or "")
 
 
+def test_parallel_calls_the_halt_stopped_are_not_counted(
+    traced: Callable[..., OTel], fns: list[Callable[..., Any]]
+) -> None:
+    """One turn of six parallel calls (the model's default): the third failure breaches and halts, and the
+    calls of the turn that reach ``failure_error_function`` after it are stopped by the standing breach.
+    The SDK ends their spans with the halt's message as the error: those are not tool failures, so
+    nothing is counted beyond the three, in no other scope, and there is one escalation."""
+    otel = traced(consecutive=3)
+    bridge = AgentsBridge(otel.ec)
+    model = ScriptedModel(("count_orders",), parallel=6)
+    with pytest.raises(RunHalted) as raised:
+        bridge.run_sync(bridged_agent(bridge, fns, model), "How many orders?", run_config=RunConfig(group_id="chat-42"))
+    assert raised.value.escalation.scope == "chat-42" and model.calls == 1
+
+    assert [(r.scope, r.count) for r in otel.records()] == [("chat-42", 1), ("chat-42", 2), ("chat-42", 3)]
+    assert otel.ec.history.scopes() == ["chat-42"]
+    assert otel.metric_sum("errcompact.escalations") == 1
+    sdk_spans = [s for s in otel.spans("count_orders") if (s.attributes or {}).get("openinference.span.kind") == "TOOL"]
+    halted = [s for s in sdk_spans if (s.attributes or {}).get("error.type") == f"{RunHalted.__module__}.RunHalted"]
+    assert halted and all(s.status.status_code is StatusCode.ERROR for s in halted)
+    assert "error threshold breached" in (halted[0].status.description or "")
+
+
 def test_the_block_is_in_the_instructions_and_counts_are_exact(
     traced: Callable[..., OTel], fns: list[Callable[..., Any]], db: Path
 ) -> None:
