@@ -22,7 +22,10 @@ Wiring (``create_react_agent``; a hand-built graph uses the same two pieces)::
   ``[RECENT ERRORS]`` block through ``llm_input_messages``: the block is rebuilt for every model call
   and never stored in the graph state, so it replaces the previous one instead of accumulating.
 - The scope is the config's ``thread_id`` (``configurable.thread_id``), so threads never share a
-  history; without one, the library's default scope rules apply (trace, else ``default``).
+  history; without one, the library's default scope rules apply (trace, else ``default``), read under the
+  instrumentation's span of the run when there is one: each run is then its own scope. A run with neither a
+  thread nor a trace shares ``default`` with every other such run, and a halt there stops them all (the
+  bridge logs that once).
 - With OpenInference's LangChain instrumentation active, the library's ``execute_tool`` span is a
   child of the instrumentation's ``tools`` node span, so it and the escalation event sit in the
   graph's trace; a halt propagates as an exception, so the graph's spans end with status ERROR.
@@ -30,11 +33,14 @@ Wiring (``create_react_agent``; a hand-built graph uses the same two pieces)::
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from opentelemetry import context as otel_context
 from opentelemetry import trace
 
+from otel_errcompact import semconv
 from otel_errcompact.api import ErrCompact
 from otel_errcompact.boundary import ToolErrorText
 from otel_errcompact.exceptions import ErrorBudgetExceeded
@@ -55,6 +61,8 @@ except ImportError as error:  # not installed, or older than ToolNode(wrap_tool_
 __all__ = ["BLOCK_NAME", "LangGraphBridge", "thread_scope", "with_block"]
 
 ToolResult = ToolMessage | Command[Any]
+
+_log = logging.getLogger("otel_errcompact")
 
 BLOCK_NAME = "errcompact_recent_errors"
 """The ``name`` of the SystemMessage that carries the block, so it can be recognised and replaced."""
@@ -97,6 +105,7 @@ class LangGraphBridge:
     def __init__(self, ec: ErrCompact, *, agent_name: str | None = None) -> None:
         self.ec = ec
         self.agent_name = agent_name
+        self._warned_shared_scope = False
 
     # -- tools ---------------------------------------------------------------------------------------
 
@@ -119,13 +128,14 @@ class LangGraphBridge:
     def _bridged(self, request: ToolCallRequest) -> BridgedCall[ToolResult]:
         """The call as both interceptors hand it to the bridge: ToolNode's own error messages are failures."""
         call = request.tool_call
+        parent = _framework_span()
         return BridgedCall(
             name=str(call["name"]),
             call_id=call.get("id"),
             arguments=call.get("args"),
-            scope=self._scope(request),
+            scope=self._scope_of(_config_of(request), parent),
             agent_name=self._agent_name(request),
-            parent=_framework_span(),
+            parent=parent,
             halt=_halt,
             data_error=_error_text,
             model_text=_langgraph_text,
@@ -161,16 +171,41 @@ class LangGraphBridge:
             config: RunnableConfig | None = get_config()
         except RuntimeError:
             config = None
-        return thread_scope(config) or self.ec.boundary.current_scope()
+        return self._scope_of(config, _framework_span())
 
-    def _scope(self, request: ToolCallRequest) -> str:
-        runtime = request.runtime
-        config = getattr(runtime, "config", None) if runtime is not None else None
-        return thread_scope(config) or self.ec.boundary.current_scope()
+    def _scope_of(self, config: RunnableConfig | None, span: trace.Span | None) -> str:
+        """The run's ``thread_id``; else the library's default rules, applied under ``span`` (the
+        instrumentation's span of the run, which is not in the OpenTelemetry context): the run's trace,
+        so that a run without a thread is not counted with every other one in ``default``."""
+        scope = thread_scope(config)
+        if scope is not None:
+            return scope
+        token = None
+        if span is not None and span.get_span_context().is_valid:
+            token = otel_context.attach(trace.set_span_in_context(span))
+        try:
+            scope = self.ec.boundary.current_scope()
+        finally:
+            if token is not None:
+                otel_context.detach(token)
+        if scope == semconv.DEFAULT_SCOPE:
+            self._shared_scope_noted()
+        return scope
+
+    def _shared_scope_noted(self) -> None:
+        """Log, once per bridge, that runs with neither a thread nor a trace share one scope."""
+        if self._warned_shared_scope or not self.ec.settings.enabled:
+            return
+        self._warned_shared_scope = True
+        _log.warning(
+            "otel-errcompact: a LangGraph run with no configurable.thread_id, outside any trace, counts its "
+            "tool failures in the scope %r shared by every such run: a halt there stops them all; pass a "
+            "thread_id, or trace the runs (logged once)",
+            semconv.DEFAULT_SCOPE,
+        )
 
     def _agent_name(self, request: ToolCallRequest) -> str | None:
-        runtime = request.runtime
-        config = getattr(runtime, "config", None) if runtime is not None else None
+        config = _config_of(request)
         metadata = (config or {}).get("metadata") or {}
         name = metadata.get("lc_agent_name")
         return str(name) if name else self.agent_name
@@ -186,6 +221,13 @@ def with_block(messages: Sequence[AnyMessage], block: str) -> list[AnyMessage]:
     while at < len(kept) and isinstance(kept[at], SystemMessage):
         at += 1
     return [*kept[:at], SystemMessage(content=block, name=BLOCK_NAME), *kept[at:]]
+
+
+def _config_of(request: ToolCallRequest) -> RunnableConfig | None:
+    """The config of the graph run a tool call belongs to (from the call's runtime)."""
+    runtime = request.runtime
+    config: RunnableConfig | None = getattr(runtime, "config", None) if runtime is not None else None
+    return config
 
 
 def _messages_of(state: Any) -> Sequence[AnyMessage]:

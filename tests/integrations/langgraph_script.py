@@ -46,16 +46,23 @@ def scripted_model(script: tuple[str, ...] = SCRIPT) -> ScriptedChatModel:
     return ScriptedChatModel(responses=[*calls, AIMessage(content=GIVE_UP)])
 
 
-def build_agent(tools: Any, model: ScriptedChatModel, **kwargs: Any) -> Any:
-    """``create_react_agent`` with an in-memory checkpointer, so a thread's state can be read back."""
+def build_agent(tools: Any, model: ScriptedChatModel, *, stateless: bool = False, **kwargs: Any) -> Any:
+    """``create_react_agent`` with an in-memory checkpointer, so a thread's state can be read back;
+    ``stateless``: without one (its runs take no ``thread_id``)."""
+    checkpointer = None if stateless else InMemorySaver()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # create_react_agent is deprecated in favour of langchain's create_agent
-        return create_react_agent(model, tools, name=AGENT, checkpointer=InMemorySaver(), **kwargs)
+        return create_react_agent(model, tools, name=AGENT, checkpointer=checkpointer, **kwargs)
 
 
 def invoke(agent: Any, thread: str = THREAD) -> dict[str, Any]:
     config = {"configurable": {"thread_id": thread}}
     return dict(agent.invoke({"messages": [HumanMessage(QUESTION)]}, config=config))
+
+
+def invoke_stateless(agent: Any) -> dict[str, Any]:
+    """One run of a ``stateless`` agent: no ``thread_id``."""
+    return dict(agent.invoke({"messages": [HumanMessage(QUESTION)]}))
 
 
 def history(agent: Any, thread: str = THREAD) -> list[BaseMessage]:

@@ -90,6 +90,27 @@ def test_the_block_rides_on_the_system_prompt_of_each_call(traced: Callable[...,
     assert not [m for m in result["messages"] if isinstance(m, SystemMessage)]
 
 
+def test_runs_without_a_thread_are_scoped_by_their_trace(traced: Callable[..., OTel], tools: list[Any]) -> None:
+    """A stateless agent (no checkpointer, no ``thread_id``): a halted run does not stop the next one, and
+    the block of each model call is the one of its own run."""
+    otel = traced(consecutive=3)
+    bridge = LangGraphBridge(otel.ec, agent_name=AGENT)
+
+    def stateless(model: Any) -> Any:
+        return create_agent(model, tools, system_prompt=SYSTEM, middleware=[bridge.middleware()], name=AGENT)
+
+    with pytest.raises(ErrorBudgetExceeded) as raised:
+        stateless(scripted_model()).invoke({"messages": [HumanMessage(QUESTION)]})
+    [first_root] = [s for s in otel.spans() if s.parent is None]
+    assert raised.value.escalation.scope == f"trace:{first_root.context.trace_id:032x}"
+
+    model = scripted_model(("count_orders",))
+    result = stateless(model).invoke({"messages": [HumanMessage(QUESTION)]})
+    assert result["messages"][-1].content == GIVE_UP and len(model.seen) == 2
+    assert "[RECENT ERRORS]" not in str(model.seen[0][0].content)
+    assert "\n1 tool failure(s)" in str(model.seen[1][0].content)
+
+
 def test_create_agent_without_the_middleware_raises_the_first_tool_error(
     traced: Callable[..., OTel], tools: list[Any]
 ) -> None:

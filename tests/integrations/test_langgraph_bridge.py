@@ -35,6 +35,7 @@ from tests.integrations.langgraph_script import (  # noqa: E402
     build_agent,
     history,
     invoke,
+    invoke_stateless,
     scripted_model,
 )
 from tests.integrations.orders import TOOL_FILE, failing_line, make_count_orders  # noqa: E402
@@ -189,6 +190,48 @@ def test_threads_are_separate_scopes(traced: Callable[..., OTel], tools: list[An
     with pytest.raises(ErrorBudgetExceeded):
         invoke(build_agent(bridge.tool_node(tools), model_a, pre_model_hook=bridge.pre_model_hook), "thread-a")
     assert model_a.seen == []
+
+
+def test_runs_without_a_thread_are_scoped_by_their_trace(
+    traced: Callable[..., OTel], tools: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stateless agent (no checkpointer, no ``thread_id``): each run is counted in its own trace, so a
+    halted run does not stop the next one, and the pre-model hook reads the scope its tools count in."""
+    otel = traced(consecutive=3)
+    bridge = LangGraphBridge(otel.ec, agent_name=AGENT)
+    with pytest.raises(ErrorBudgetExceeded) as raised:
+        invoke_stateless(
+            build_agent(bridge.tool_node(tools), scripted_model(), stateless=True, pre_model_hook=bridge.pre_model_hook)
+        )
+    [first_root] = [s for s in otel.spans() if s.parent is None]
+    assert raised.value.escalation.scope == f"trace:{first_root.context.trace_id:032x}"
+
+    model = scripted_model(("count_orders",))
+    agent = build_agent(bridge.tool_node(tools), model, stateless=True, pre_model_hook=bridge.pre_model_hook)
+    assert invoke_stateless(agent)["messages"][-1].content == GIVE_UP
+    assert len(model.seen) == 2
+    [second_root] = [s for s in otel.spans() if s.parent is None and s is not first_root]
+    second = f"trace:{second_root.context.trace_id:032x}"
+    assert sorted(otel.ec.history.scopes()) == sorted([raised.value.escalation.scope, second])
+    block = next(m for m in model.seen[1] if isinstance(m, SystemMessage) and m.name == BLOCK_NAME)
+    assert str(block.content).splitlines()[1].startswith("1 tool failure(s)")
+    assert not [r for r in caplog.records if "thread_id" in r.getMessage()]
+
+
+def test_runs_with_neither_thread_nor_trace_are_named_once(
+    make_otel: Callable[..., OTel], tools: list[Any], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Without a thread and outside any trace, runs can only share the ``default`` scope: the bridge
+    says so once, naming the remedy."""
+    otel = make_otel(thresholds=Thresholds(consecutive=20, budget=None))
+    bridge = LangGraphBridge(otel.ec, agent_name=AGENT)
+    for _ in range(2):
+        model = scripted_model(("count_orders",))
+        agent = build_agent(bridge.tool_node(tools), model, stateless=True, pre_model_hook=bridge.pre_model_hook)
+        invoke_stateless(agent)
+    assert otel.ec.history.scopes() == ["default"]
+    [warning] = [r for r in caplog.records if r.name == "otel_errcompact" and "thread_id" in r.getMessage()]
+    assert warning.levelname == "WARNING" and "'default'" in warning.getMessage()
 
 
 def test_handle_tool_errors_true_is_still_stopped_by_the_pre_model_hook(
