@@ -68,7 +68,9 @@ def _bridged(ec: ErrCompact, spec: BridgedCall[T]) -> Iterator[ToolCall]:
                 ec.check(spec.scope)
             except ErrorBudgetExceeded as exc:
                 raise spec.halt(exc.escalation) from None
-            with ec.tool_call(spec.name, call_id=spec.call_id, arguments=spec.arguments) as call:
+            # "digest" whatever on_tool_error says: the bridge is the framework's error handling, and
+            # the framework must get the digest or the halt, never the tool's raw exception
+            with ec.tool_call(spec.name, call_id=spec.call_id, arguments=spec.arguments, on_error="digest") as call:
                 if spec.agent_name:
                     call.span.set_attribute(semconv.GEN_AI_AGENT_NAME, spec.agent_name)
                 call.model_text = spec.model_text

@@ -102,7 +102,10 @@ class AgentsBridge:
 
     def failure_error_function(self, ctx: RunContextWrapper[Any], error: Exception) -> str:
         """The tool output for a failed call: the digest of ``error`` with its count. Raises
-        :class:`RunHalted` on the failure that breaches a ``halt`` threshold (and on a standing breach)."""
+        :class:`RunHalted` on the failure that breaches a ``halt`` threshold (and on a standing breach).
+        With the library switched off, the SDK's own text, as without the bridge."""
+        if not self.ec.settings.enabled:
+            return default_tool_error_function(ctx, error)
         framework_span = trace.get_current_span()
         if isinstance(error, ErrorBudgetExceeded):  # an @ec.tool inside refused to run: stop the run
             raise _halted(framework_span, error.escalation) from None
@@ -116,6 +119,7 @@ class AgentsBridge:
                 name,
                 call_id=tool_ctx.tool_call_id if tool_ctx is not None else None,
                 arguments=tool_ctx.tool_arguments if tool_ctx is not None else None,
+                on_error="digest",  # whatever on_tool_error says: the tool output is the digest, or the halt
             ) as call,
         ):
             call.model_text = lambda _exc: default_tool_error_function(ctx, error)  # the savings basis

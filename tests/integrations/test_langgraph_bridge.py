@@ -234,6 +234,23 @@ def test_runs_with_neither_thread_nor_trace_are_named_once(
     assert warning.levelname == "WARNING" and "'default'" in warning.getMessage()
 
 
+def test_on_tool_error_raise_leaves_the_bridge_digesting(
+    traced: Callable[..., OTel], tools: list[Any], db: Path
+) -> None:
+    """``on_tool_error="raise"`` is for ``@ec.tool`` and ``ec.tool_call``: the bridge still feeds back
+    digests and halts at the threshold instead of letting the tool's raw exception out of the graph."""
+    otel = traced(consecutive=3, on_tool_error="raise")
+    bridge = LangGraphBridge(otel.ec, agent_name=AGENT)
+    model = scripted_model()
+    agent = build_agent(bridge.tool_node(tools), model, pre_model_hook=bridge.pre_model_hook)
+    with pytest.raises(ErrorBudgetExceeded):
+        invoke(agent)
+    assert len(model.seen) == 3
+    fed_back = tool_messages(history(agent))
+    assert [m.status for m in fed_back] == ["error", "error"]
+    assert str(fed_back[1].content).endswith(f"{where(db)} (×2)")
+
+
 def test_handle_tool_errors_true_is_still_stopped_by_the_pre_model_hook(
     traced: Callable[..., OTel], tools: list[Any]
 ) -> None:

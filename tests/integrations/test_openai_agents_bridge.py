@@ -194,6 +194,37 @@ def test_scope_follows_session_group_and_conversation(
     assert again.calls == 0
 
 
+def test_on_tool_error_raise_leaves_the_bridge_digesting(
+    traced: Callable[..., OTel], fns: list[Callable[..., Any]], db: Path
+) -> None:
+    """``on_tool_error="raise"`` is for ``@ec.tool`` and ``ec.tool_call``: the bridge still feeds back
+    digests and halts at the threshold instead of crashing the run at the first failure."""
+    otel = traced(consecutive=3, on_tool_error="raise")
+    bridge = AgentsBridge(otel.ec)
+    model = ScriptedModel()
+    with pytest.raises(RunHalted):
+        bridge.run_sync(bridged_agent(bridge, fns, model), "How many orders?", run_config=RunConfig(group_id="chat-3"))
+    assert model.calls == 3
+    last_output = model.inputs[-1][-1]  # what the model was sent after the second failure
+    assert isinstance(last_output, dict) and str(last_output["output"]).endswith(f"{where(db)} (×2)")
+
+
+def test_switched_off_the_bridge_answers_as_the_sdk_does(
+    make_otel: Callable[..., OTel], fns: list[Callable[..., Any]]
+) -> None:
+    """``enabled=False`` (``OTEL_ERRCOMPACT_ENABLED=false``): the run goes on with the SDK's own failure
+    text, as it does without the bridge, instead of stopping at the first failure."""
+    otel = make_otel(enabled=False)
+    bridge = AgentsBridge(otel.ec)
+    model = ScriptedModel(("count_orders", "count_orders"))
+    result = bridge.run_sync(
+        bridged_agent(bridge, fns, model), "How many orders?", run_config=RunConfig(tracing_disabled=True)
+    )
+    assert result.final_output == GIVE_UP
+    assert outputs(result) == [SDK_DEFAULT_TOOL_ERROR] * 2
+    assert model.instructions == [INSTRUCTIONS] * 3
+
+
 # -- the SDK's own failure handling, without the bridge --------------------------------------------------
 
 
