@@ -28,14 +28,20 @@ Wiring::
 - The scope is, like the SDK's own run grouping: the ``conversation_id``, else the session's id, else
   ``RunConfig.group_id``, else the run's trace. :meth:`AgentsBridge.run` / :meth:`AgentsBridge.run_sync`
   take ``Runner.run``'s arguments and set the scope from them; a plain ``Runner.run`` gets the scope
-  from ``group_id`` (read from the tool's run config or the SDK's current trace).
+  from ``group_id`` (read from the tool's run config or the SDK's current trace). With the SDK's tracing
+  off, a plain run's model calls learn the group only from the run's first failed tool call (the SDK
+  hands instructions no run config): before it, no block, and a breached group is stopped at that tool
+  call rather than before the model call.
 - With OpenInference's openai-agents instrumentation active, the library's ``execute_tool`` span is a
   child of the SDK's function span, and the escalation event lands on the agent's span.
 """
 
 from __future__ import annotations
 
+import logging
+import threading
 import traceback
+import weakref
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -62,6 +68,7 @@ except ImportError as error:
 __all__ = ["AgentsBridge", "RunHalted", "run_scope"]
 
 T = TypeVar("T")
+_log = logging.getLogger("otel_errcompact")
 
 
 class RunHalted(ErrorBudgetExceeded, AgentsException):
@@ -93,6 +100,8 @@ class AgentsBridge:
 
     def __init__(self, ec: ErrCompact) -> None:
         self.ec = ec
+        self._runs = _RunScopes()
+        self._warned_unscoped = False
 
     # -- tools -----------------------------------------------------------------------------------------
 
@@ -146,6 +155,8 @@ class AgentsBridge:
 
         def build(ctx: RunContextWrapper[Any], agent: Agent[Any]) -> str:
             scope = self._scope(ctx)
+            if scope == semconv.DEFAULT_SCOPE:
+                self._unscoped_model_call_noted()
             self._check(scope)
             text = base(ctx, agent) if callable(base) else base
             block = self.ec.context(scope)
@@ -185,8 +196,12 @@ class AgentsBridge:
         explicit = current_conversation()
         if explicit:
             return explicit
-        run_config = getattr(ctx, "run_config", None)
+        run_config = getattr(ctx, "run_config", None)  # a ToolContext's; the wrapper instructions get has none
         found = run_scope(run_config=run_config if isinstance(run_config, RunConfig) else None)
+        if found:
+            self._runs.remember(ctx, found)
+            return found
+        found = self._runs.recall(ctx)
         if found:
             return found
         current = get_current_trace()
@@ -198,6 +213,19 @@ class AgentsBridge:
             return f"agents:{trace_id}"
         return self.ec.boundary.current_scope()
 
+    def _unscoped_model_call_noted(self) -> None:
+        """Log, once per bridge, that a model call's scope could not be told (see :class:`_RunScopes`)."""
+        if self._warned_unscoped or not self.ec.settings.enabled:
+            return
+        self._warned_unscoped = True
+        _log.warning(
+            "otel-errcompact: an Agents SDK model call with no trace and no scope set by AgentsBridge.run: "
+            "it is in the scope %r until a tool call of the run fails and shows the run's group_id, so a "
+            "breached group is stopped only at its first tool call; start runs with AgentsBridge.run / "
+            "run_sync (logged once)",
+            semconv.DEFAULT_SCOPE,
+        )
+
     def _check(self, scope: str, tool_span: trace.Span | None = None) -> None:
         """Raise :class:`RunHalted` on a standing breach of ``scope``; ``tool_span`` is the SDK's span of
         the tool call the halt stops, if any (see :func:`_halted`)."""
@@ -205,6 +233,45 @@ class AgentsBridge:
             self.ec.check(scope)
         except ErrorBudgetExceeded as exc:
             raise _halted(tool_span, exc.escalation) from None
+
+
+class _RunScopes:
+    """The scope the tool calls of each run resolved from its ``RunConfig``, for its model calls.
+
+    The SDK hands dynamic instructions a ``RunContextWrapper`` without the run's config, and with its
+    tracing off there is no trace to read the ``group_id`` from: a plain ``Runner.run`` would put its
+    model calls in another scope than its tool calls. Every wrapper of one run (its tool calls'
+    ``ToolContext`` too) shares the run's ``usage`` object, so the scope is remembered by that object, for
+    as long as it lives."""
+
+    def __init__(self) -> None:
+        self._scopes: dict[int, str] = {}
+        self._lock = threading.Lock()
+
+    def remember(self, ctx: RunContextWrapper[Any], scope: str) -> None:
+        usage = getattr(ctx, "usage", None)
+        if usage is None:
+            return
+        key = id(usage)
+        with self._lock:
+            known = self._scopes.get(key)
+            self._scopes[key] = scope
+        if known is None:
+            try:
+                weakref.finalize(usage, self._forget, key)  # before its id can be reused
+            except TypeError:  # not weakly referable: not remembered, rather than kept for ever
+                self._forget(key)
+
+    def recall(self, ctx: RunContextWrapper[Any]) -> str | None:
+        usage = getattr(ctx, "usage", None)
+        if usage is None:
+            return None
+        with self._lock:
+            return self._scopes.get(id(usage))
+
+    def _forget(self, key: int) -> None:
+        with self._lock:
+            self._scopes.pop(key, None)
 
 
 _RUN_HALTED_TYPE = f"{RunHalted.__module__}.{RunHalted.__qualname__}"

@@ -194,6 +194,40 @@ def test_scope_follows_session_group_and_conversation(
     assert again.calls == 0
 
 
+def test_a_plain_run_with_tracing_off_finds_its_group_for_the_model(
+    make_otel: Callable[..., OTel], fns: list[Callable[..., Any]], caplog: pytest.LogCaptureFixture
+) -> None:
+    """A plain ``Runner.run`` with ``group_id`` and the SDK's tracing off: the instructions get no run
+    config and there is no trace, yet once a tool call of the run failed its model calls see the group's
+    block and its breach. Before that failure they cannot (said once); ``bridge.run`` can."""
+    otel = make_otel(consecutive=3)
+    bridge = AgentsBridge(otel.ec)
+    config = RunConfig(group_id="chat-42", tracing_disabled=True)
+    model = ScriptedModel(("count_orders", "count_orders"))
+    Runner.run_sync(bridged_agent(bridge, fns, model), "How many orders?", run_config=config)
+    assert otel.ec.history.scopes() == ["chat-42"]
+    assert model.instructions[0] == INSTRUCTIONS
+    assert "\n1 tool failure(s)" in (model.instructions[1] or "")
+    assert "(×2)" in (model.instructions[2] or "")
+
+    # A tool failure of the next run breaches the group: the run stops before its next model call.
+    second = ScriptedModel(("count_orders", "count_orders"))
+    with pytest.raises(RunHalted):
+        Runner.run_sync(bridged_agent(bridge, fns, second), "again", run_config=config, max_turns=5)
+    assert second.calls == 1
+    # A later plain run is stopped at its first tool call; bridge.run stops it before its first model call.
+    third = ScriptedModel(("count_orders",))
+    with pytest.raises(RunHalted):
+        Runner.run_sync(bridged_agent(bridge, fns, third), "third", run_config=config)
+    assert third.calls == 1
+    fourth = ScriptedModel(("count_orders",))
+    with pytest.raises(RunHalted):
+        bridge.run_sync(bridged_agent(bridge, fns, fourth), "fourth", run_config=config)
+    assert fourth.calls == 0
+    [warning] = [r for r in caplog.records if r.name == "otel_errcompact" and "AgentsBridge.run" in r.getMessage()]
+    assert "group_id" in warning.getMessage()
+
+
 def test_on_tool_error_raise_leaves_the_bridge_digesting(
     traced: Callable[..., OTel], fns: list[Callable[..., Any]], db: Path
 ) -> None:
