@@ -86,13 +86,26 @@ def run_scope(
     """The scope of a run, in the SDK's own grouping order: conversation id, session id, group id."""
     if conversation_id and conversation_id.strip():
         return conversation_id.strip()
-    session_id = getattr(session, "session_id", None) if session is not None else None
-    if isinstance(session_id, str) and session_id.strip():
-        return session_id.strip()
+    session_id = _session_id(session)
+    if session_id is not None:
+        return session_id
     group_id = run_config.group_id if run_config is not None else None
     if group_id and group_id.strip():
         return group_id.strip()
     return None
+
+
+def _session_id(session: Any) -> str | None:
+    """The session's id, or None while it has none: the SDK's ``OpenAIConversationsSession`` raises
+    (ValueError) until its first API call creates the conversation, so its first run is scoped by the
+    group or the trace, and the following runs by the conversation."""
+    if session is None:
+        return None
+    try:
+        session_id = session.session_id
+    except Exception:
+        return None
+    return session_id.strip() if isinstance(session_id, str) and session_id.strip() else None
 
 
 class AgentsBridge:

@@ -8,8 +8,10 @@ Each behaviour is checked in the documented wiring (``bridge.function_tool`` + `
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,8 @@ from agents import (  # noqa: E402
     ToolCallOutputItem,
     function_tool,
 )
+from agents.memory import OpenAIConversationsSession  # noqa: E402
+from openai import AsyncOpenAI  # noqa: E402
 from openinference.instrumentation.openai_agents import OpenAIAgentsInstrumentor  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
 
@@ -36,6 +40,7 @@ from tests.conftest import OTel  # noqa: E402
 from tests.integrations.agents_script import AGENT, INSTRUCTIONS, ScriptedModel  # noqa: E402
 from tests.integrations.failing_tools import GIVE_UP, make_read_invoice  # noqa: E402
 from tests.integrations.orders import TOOL_FILE, failing_line, make_count_orders  # noqa: E402
+from tests.realerrors import loopback_server  # noqa: E402
 
 SDK_DEFAULT_TOOL_ERROR = "An error occurred while running the tool. Please try again."
 
@@ -257,6 +262,53 @@ def test_switched_off_the_bridge_answers_as_the_sdk_does(
     assert result.final_output == GIVE_UP
     assert outputs(result) == [SDK_DEFAULT_TOOL_ERROR] * 2
     assert model.instructions == [INSTRUCTIONS] * 3
+
+
+class _Conversations(BaseHTTPRequestHandler):
+    """The part of OpenAI's Conversations API ``OpenAIConversationsSession`` uses: creating one
+    conversation (``conv_1``), and reading and adding its items (kept nowhere: always none)."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        if self.path.rstrip("/").endswith("/conversations"):
+            self._reply({"id": "conv_1", "object": "conversation", "created_at": 0, "metadata": {}})
+        else:
+            self._reply({"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False})
+
+    def do_GET(self) -> None:
+        self._reply({"object": "list", "data": [], "first_id": None, "last_id": None, "has_more": False})
+
+    def _reply(self, body: dict[str, Any]) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_conversations_session_is_the_scope_once_it_has_an_id(
+    make_otel: Callable[..., OTel], fns: list[Callable[..., Any]]
+) -> None:
+    """``OpenAIConversationsSession`` creates its conversation on its first API call, and its
+    ``session_id`` raises until then: the first run is scoped by its group, the next by the conversation."""
+    otel = make_otel(consecutive=3)
+    bridge = AgentsBridge(otel.ec)
+    config = RunConfig(group_id="chat-5", tracing_disabled=True)
+    with loopback_server(_Conversations) as url:
+        client = AsyncOpenAI(api_key="sk-test", base_url=f"{url}/v1", max_retries=0)
+        session = OpenAIConversationsSession(openai_client=client)
+        first = ScriptedModel(("count_orders",))
+        result = bridge.run_sync(bridged_agent(bridge, fns, first), "first", session=session, run_config=config)
+        assert result.final_output == GIVE_UP and first.calls == 2
+        assert otel.ec.history.scopes() == ["chat-5"]
+        second = ScriptedModel(("count_orders",))
+        bridge.run_sync(bridged_agent(bridge, fns, second), "second", session=session, run_config=config)
+    assert sorted(otel.ec.history.scopes()) == ["chat-5", "conv_1"]
+    assert "[RECENT ERRORS]" in (second.instructions[1] or "") and "(×" not in (second.instructions[1] or "")
 
 
 # -- the SDK's own failure handling, without the bridge --------------------------------------------------
