@@ -38,11 +38,12 @@ Wiring::
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import traceback
 import weakref
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from opentelemetry import trace
@@ -161,17 +162,22 @@ class AgentsBridge:
     # -- the model's input -------------------------------------------------------------------------------
 
     def instructions(
-        self, base: str | Callable[[RunContextWrapper[Any], Agent[Any]], str]
-    ) -> Callable[[RunContextWrapper[Any], Agent[Any]], str]:
+        self, base: str | Callable[[RunContextWrapper[Any], Agent[Any]], str | Awaitable[str]]
+    ) -> Callable[[RunContextWrapper[Any], Agent[Any]], Awaitable[str]]:
         """Dynamic instructions: ``base`` followed by the scope's ``[RECENT ERRORS]`` block, rebuilt for
-        each model call. A standing breach raises :class:`RunHalted` before the model is called."""
+        each model call. A standing breach raises :class:`RunHalted` before the model is called.
 
-        def build(ctx: RunContextWrapper[Any], agent: Agent[Any]) -> str:
+        ``base`` is a string or, as the SDK's own dynamic instructions, a function of the run context and
+        the agent, sync or async. What this returns is async (the SDK awaits it), so that an async
+        ``base`` is awaited here rather than its coroutine sent as the text."""
+
+        async def build(ctx: RunContextWrapper[Any], agent: Agent[Any]) -> str:
             scope = self._scope(ctx)
             if scope == semconv.DEFAULT_SCOPE:
                 self._unscoped_model_call_noted()
             self._check(scope)
-            text = base(ctx, agent) if callable(base) else base
+            made = base(ctx, agent) if callable(base) else base
+            text = await made if inspect.isawaitable(made) else made
             block = self.ec.context(scope)
             return f"{text}\n\n{block}" if block else text
 

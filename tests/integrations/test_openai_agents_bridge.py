@@ -167,6 +167,25 @@ def test_the_block_is_in_the_instructions_and_counts_are_exact(
     assert [r.count for r in otel.records()] == [1, 2, 3, 4, 5, 6, 1, 2, 3, 4]
 
 
+def test_async_base_instructions_are_awaited(make_otel: Callable[..., OTel], fns: list[Callable[..., Any]]) -> None:
+    """``bridge.instructions(base)`` with an async ``base`` (the SDK accepts one): every model call gets
+    the text it returns, with the block after it once something failed."""
+    otel = make_otel(consecutive=10)
+    bridge = AgentsBridge(otel.ec)
+
+    async def base(ctx: Any, agent: Agent[Any]) -> str:
+        return f"{INSTRUCTIONS} You are {agent.name}."
+
+    model = ScriptedModel(("count_orders", "count_orders"))
+    agent = Agent(name=AGENT, instructions=bridge.instructions(base), model=model,
+                  tools=[bridge.function_tool(f) for f in fns])
+    bridge.run_sync(agent, "How many orders?", run_config=RunConfig(group_id="chat-8", tracing_disabled=True))
+    expected = f"{INSTRUCTIONS} You are {AGENT}."
+    assert model.instructions[0] == expected
+    assert len(model.instructions) == 3
+    assert all((sent or "").startswith(f"{expected}\n\n[RECENT ERRORS]") for sent in model.instructions[1:])
+
+
 def test_scope_follows_session_group_and_conversation(
     traced: Callable[..., OTel], fns: list[Callable[..., Any]], tmp_path: Path
 ) -> None:
