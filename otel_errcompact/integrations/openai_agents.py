@@ -39,6 +39,7 @@ Wiring::
 from __future__ import annotations
 
 import inspect
+import json
 import logging
 import threading
 import traceback
@@ -141,7 +142,7 @@ class AgentsBridge:
             self.ec.tool_call(
                 name,
                 call_id=tool_ctx.tool_call_id if tool_ctx is not None else None,
-                arguments=tool_ctx.tool_arguments if tool_ctx is not None else None,
+                arguments=_arguments_of(tool_ctx.tool_arguments) if tool_ctx is not None else None,
                 on_error="digest",  # whatever on_tool_error says: the tool output is the digest, or the halt
             ) as call,
         ):
@@ -252,6 +253,18 @@ class AgentsBridge:
             self.ec.check(scope)
         except ErrorBudgetExceeded as exc:
             raise _halted(tool_span, exc.escalation) from None
+
+
+def _arguments_of(text: str | None) -> Any:
+    """A tool call's arguments, decoded from the JSON text the model sent (``ToolContext.tool_arguments``):
+    the boundary encodes what it is given, and the span and the record must hold the arguments, not a
+    JSON string of their JSON. Text that is not JSON is passed on as it is."""
+    if not text:
+        return None
+    try:
+        return json.loads(text)
+    except Exception:  # not JSON, or nested too deep to decode
+        return text
 
 
 class _RunScopes:

@@ -38,7 +38,7 @@ from otel_errcompact import ErrorBudgetExceeded, Thresholds  # noqa: E402
 from otel_errcompact.openai_agents import AgentsBridge, RunHalted  # noqa: E402
 from tests.conftest import OTel  # noqa: E402
 from tests.integrations.agents_script import AGENT, INSTRUCTIONS, ScriptedModel  # noqa: E402
-from tests.integrations.failing_tools import GIVE_UP, make_read_invoice  # noqa: E402
+from tests.integrations.failing_tools import GIVE_UP, arguments_for, make_read_invoice  # noqa: E402
 from tests.integrations.orders import TOOL_FILE, failing_line, make_count_orders  # noqa: E402
 from tests.realerrors import loopback_server  # noqa: E402
 
@@ -184,6 +184,22 @@ def test_async_base_instructions_are_awaited(make_otel: Callable[..., OTel], fns
     assert model.instructions[0] == expected
     assert len(model.instructions) == 3
     assert all((sent or "").startswith(f"{expected}\n\n[RECENT ERRORS]") for sent in model.instructions[1:])
+
+
+def test_captured_arguments_are_the_call_s_arguments(
+    make_otel: Callable[..., OTel], fns: list[Callable[..., Any]]
+) -> None:
+    """With argument capture on, the record and the library's span hold the arguments the model sent, as
+    a JSON object (the SDK hands them over as JSON text, which is not encoded a second time)."""
+    otel = make_otel(capture_arguments=True)
+    bridge = AgentsBridge(otel.ec)
+    model = ScriptedModel(("count_orders",))
+    bridge.run_sync(bridged_agent(bridge, fns, model), "How many orders?",
+                    run_config=RunConfig(group_id="chat-9", tracing_disabled=True))
+    [record] = otel.records()
+    assert json.loads(record.tool_arguments or "") == arguments_for("count_orders")
+    [span] = otel.spans("execute_tool count_orders")
+    assert json.loads(str((span.attributes or {})["gen_ai.tool.call.arguments"])) == arguments_for("count_orders")
 
 
 def test_scope_follows_session_group_and_conversation(
