@@ -59,9 +59,13 @@ class ConfigurationWarning(UserWarning):
 
 
 class AmbiguousRecordId(ErrCompactError, LookupError):
-    """A record-id prefix matched more than one record; ``candidates`` lists some of them."""
+    """A record-id prefix matched more than one record; ``candidates`` lists some of them, and ``more``
+    says whether others matched too (the message then ends with "…", and only then: a list that
+    names every match is not cut short)."""
 
-    def __init__(self, prefix: str, candidates: Sequence[str]) -> None:
+    def __init__(self, prefix: str, candidates: Sequence[str], *, more: bool = False) -> None:
         self.prefix = prefix
         self.candidates = tuple(candidates)
-        super().__init__(f"record id prefix {prefix!r} is ambiguous: {', '.join(self.candidates)}, …")
+        self.more = more
+        listed = ", ".join(self.candidates) + (", …" if more else "")
+        super().__init__(f"record id prefix {prefix!r} is ambiguous: {listed}")

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 
 import otel_errcompact
 from otel_errcompact.sinks import SQLiteSink, TrajectoryStore
+from otel_errcompact.trajectory import TrajectoryRecord
 from tests.conftest import env_without_otel
 
 ENTRY = Path(sys.executable).with_name("otel-errcompact")
@@ -165,6 +166,25 @@ def test_a_listing_limit_below_one_is_a_usage_error(tmp_path: Path) -> None:
     SQLiteSink(db).close()
     proc = _cli(["trajectories", "list", "--db", str(db), "--limit", "0"], _env(tmp_path))
     assert proc.returncode == 2 and "expected an integer ≥ 1, got 0" in proc.stderr, proc.stderr
+
+
+def test_an_ambiguous_prefix_lists_its_matches_and_marks_only_a_cut_list(tmp_path: Path) -> None:
+    """``show PREFIX`` matching two records names both, and nothing else: a "…" would say there were more.
+    Matching seven, it names five and ends with "…"."""
+    db = tmp_path / "store.db"
+    ids = [f"ab{n:030x}" for n in range(2)] + [f"cd{n:030x}" for n in range(7)]
+    sink = SQLiteSink(db)
+    for record_id in ids:
+        try:
+            {}[record_id]
+        except KeyError:
+            raw = traceback.format_exc()
+        sink.write([TrajectoryRecord(source="tool", raw_error=raw, record_id=record_id)])
+    sink.close()
+    line = _one_line_error(_cli(["trajectories", "show", "ab", "--db", str(db)], _env(tmp_path)))
+    assert line.endswith(f"is ambiguous: {ids[0]}, {ids[1]}"), line
+    line = _one_line_error(_cli(["trajectories", "show", "cd", "--db", str(db)], _env(tmp_path)))
+    assert line.endswith(f"is ambiguous: {', '.join(ids[2:7])}, …"), line
 
 
 # Run as root, the command is held back by a folder's mode only without the capabilities that override it:

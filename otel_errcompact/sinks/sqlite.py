@@ -543,8 +543,8 @@ class TrajectoryStore:
                     " ORDER BY record_id LIMIT 6",
                     (record_id, record_id + _TOP),
                 ).fetchall()
-                if len(ids) > 1:
-                    raise AmbiguousRecordId(record_id, [r[0] for r in ids[:5]])
+                if len(ids) > 1:  # six asked for: a sixth says the five listed are not all
+                    raise AmbiguousRecordId(record_id, [r[0] for r in ids[:5]], more=len(ids) > 5)
                 if ids:
                     row = self._conn.execute(
                         "SELECT record FROM trajectory WHERE record_id = ?", (ids[0][0],)
