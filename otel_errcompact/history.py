@@ -27,6 +27,8 @@ conversation and are not counted.
 from __future__ import annotations
 
 import logging
+import math
+import operator
 import threading
 import time
 from collections import OrderedDict, deque
@@ -61,6 +63,23 @@ _APPLY_BATCH = 64
 """Successes applied per hold of the lock by :meth:`ErrorHistory.apply_successes`."""
 
 
+def _check_integer(owner: str, name: str, value: object, least: int, want: str | None = None) -> None:
+    """Refuse ``value`` for ``owner.name`` unless it is an integer ≥ ``least``, in the words the settings
+    use (``Limits.max_classes=0: expected an integer ≥ 1``). A float is refused even when it compares
+    well: NaN compares false with every bound, so a counter would never reach it."""
+    try:
+        ok = operator.index(value) >= least  # type: ignore[arg-type]
+    except TypeError:
+        ok = False
+    if not ok:
+        raise ConfigurationError(f"{owner}.{name}={value!r}: expected {want or f'an integer ≥ {least}'}")
+
+
+def _positive_number(value: object) -> bool:
+    """True for a finite real number > 0 (not NaN, not infinity, not a bool)."""
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
+
+
 class DeferredObservation(Protocol):
     """A failure counted later (:meth:`ErrorHistory.defer_failure`), in its turn among the others."""
 
@@ -90,10 +109,9 @@ class Thresholds:
     action: Action = "halt"
 
     def __post_init__(self) -> None:
-        if self.consecutive < 1:
-            raise ConfigurationError(f"Thresholds.consecutive must be >= 1, got {self.consecutive}")
-        if self.budget is not None and self.budget < 1:
-            raise ConfigurationError(f"Thresholds.budget must be >= 1 or None, got {self.budget}")
+        _check_integer("Thresholds", "consecutive", self.consecutive, 1)
+        if self.budget is not None:
+            _check_integer("Thresholds", "budget", self.budget, 1, "an integer ≥ 1, or None for no budget")
         if self.action not in ("halt", "human"):
             raise ConfigurationError(f"Thresholds.action must be 'halt' or 'human', got {self.action!r}")
 
@@ -117,12 +135,12 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name in ("max_classes", "max_scopes", "max_lines", "max_values"):
-            if getattr(self, name) < 1:
-                raise ConfigurationError(f"Limits.{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_chars < 200:
-            raise ConfigurationError(f"Limits.max_chars must be >= 200, got {self.max_chars}")
-        if self.idle_seconds <= 0:
-            raise ConfigurationError(f"Limits.idle_seconds must be > 0, got {self.idle_seconds}")
+            _check_integer("Limits", name, getattr(self, name), 1)
+        _check_integer("Limits", "max_chars", self.max_chars, 200)
+        # NaN compares false with everything: `idle_seconds <= 0` let it through, and then every scope
+        # counted as idle (dropped, standing breaches with it) whenever a new one started.
+        if not _positive_number(self.idle_seconds):
+            raise ConfigurationError(f"Limits.idle_seconds={self.idle_seconds!r}: expected a finite number > 0")
 
 
 @dataclass(frozen=True, slots=True)

@@ -341,6 +341,25 @@ def test_invalid_thresholds_and_limits_are_rejected() -> None:
         Limits(max_chars=10)
 
 
+@pytest.mark.parametrize(("make", "named"), [
+    (lambda: Limits(idle_seconds=float("nan")), "Limits.idle_seconds=nan: expected a finite number > 0"),
+    (lambda: Limits(idle_seconds=float("inf")), "Limits.idle_seconds=inf: expected a finite number > 0"),
+    (lambda: Limits(idle_seconds=-1.0), "Limits.idle_seconds=-1.0: expected a finite number > 0"),
+    (lambda: Limits(max_classes=float("nan")), "Limits.max_classes=nan: expected an integer ≥ 1"),
+    (lambda: Limits(max_chars=2.5e3), "Limits.max_chars=2500.0: expected an integer ≥ 200"),
+    (lambda: Thresholds(consecutive=float("nan")), "Thresholds.consecutive=nan: expected an integer ≥ 1"),
+    (lambda: Thresholds(budget=float("nan")), "Thresholds.budget=nan: expected an integer ≥ 1, or None"),
+], ids=["idle-nan", "idle-inf", "idle-negative", "classes-nan", "chars-float", "consecutive-nan", "budget-nan"])
+def test_a_limit_that_no_count_or_clock_can_reach_is_refused_as_its_variable_is(make: Callable[[], object],
+                                                                                named: str) -> None:
+    """NaN compares false with everything: ``Limits(idle_seconds=nan)`` made every conversation idle, so a
+    new conversation's first failure dropped the others with their standing breaches, and a NaN count
+    bound is never reached. The Python API refuses what ``OTEL_ERRCOMPACT_*`` refuses, and says which."""
+    with pytest.raises(ConfigurationError) as refused:
+        make()
+    assert str(refused.value).startswith(named), refused.value
+
+
 def test_a_backlog_is_handed_over_once_even_when_two_threads_pass_the_bound_together() -> None:
     """Two agent threads can both append before either reads the queue's length: each then reads past
     the bound. The backlog must still be handed to ``on_backlog`` (the metrics thread), once, rather
