@@ -309,8 +309,11 @@ class ErrorMetrics:
                 self._count_queued()  # no metrics thread, or it takes no more work: keep the queue bounded
 
     def _after_fork_in_child(self) -> None:
-        """In a process forked from this one: a batch the parent's metrics thread was asked to count is
-        not this process's to wait for (see :mod:`otel_errcompact._forked`)."""
+        """In a process forked from this one (see :mod:`otel_errcompact._forked`): the successful calls
+        queued so far were made by the parent, which counts them; counted here too they would be
+        counted twice. The queue is emptied in place (:meth:`on_success` appends to it), and a batch the
+        parent's metrics thread was asked to count is not this process's to wait for."""
+        self._successes.clear()
         self._drain_asked = False
 
     def _request_drain(self) -> bool:

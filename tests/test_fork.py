@@ -436,6 +436,8 @@ def test_a_sink_that_cannot_be_rebuilt_in_the_child_leaves_the_others_working(tm
     proc = _run_forking(tmp_path, FORK_WITH_A_SINK_THAT_CANNOT_REBUILD, str(db))
     _assert_the_child_failed_and_stored(proc, db, "True")
     assert "could not rebuild" in proc.stderr and "cannot reopen the socket" in proc.stderr, proc.stderr
+
+
 FORK_BEFORE_THE_DIGEST = textwrap.dedent(
     """
     import logging, os, sys
@@ -472,9 +474,54 @@ FORK_BEFORE_THE_DIGEST = textwrap.dedent(
 )
 
 
+FORK_AFTER_SUCCESSFUL_CALLS = textwrap.dedent(
+    """
+    import os, sys
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    import otel_errcompact
+
+    reader = InMemoryMetricReader()
+    ec = otel_errcompact.init(service_name="fork-test", sqlite_path=sys.argv[1], tracer_provider=TracerProvider(),
+                              meter_provider=MeterProvider(metric_readers=[reader]), breaker_threshold=0)
+
+    @ec.tool
+    def echo(x: int) -> int:
+        return x
+
+    def ok_calls() -> int:
+        ec.flush()
+        return sum(point.value for rm in reader.get_metrics_data().resource_metrics for sm in rm.scope_metrics
+                   for m in sm.metrics if m.name == "errcompact.tool.calls" for point in m.data.data_points
+                   if point.attributes["errcompact.outcome"] == "ok")
+
+    with ec.conversation("parent"):
+        for i in range(5):
+            echo(i)  # queued for errcompact.tool.calls, not counted yet
+    pid = os.fork()
+    if pid == 0:
+        with ec.conversation("child"):
+            echo(0)
+        print("child ok", ok_calls(), flush=True)
+        os._exit(0)
+    os.waitpid(pid, 0)
+    print("parent ok", ok_calls(), flush=True)
+    """
+)
+
+
 def test_a_fork_before_a_failures_digest_leaves_the_childs_exports_unblocked(tmp_path: Path) -> None:
     """A failure whose digest the parent's digest thread had not made at the fork is the parent's: the
     child's exports do not wait for it (they waited the whole export timeout, every time, with a warning)."""
     proc = _run_forking(tmp_path, FORK_BEFORE_THE_DIGEST, str(tmp_path / "trajectories.sqlite3"))
     assert "child ['chat model'] []" in proc.stdout, proc.stdout + proc.stderr
     assert "child-exit 0" in proc.stdout
+
+
+def test_a_child_counts_its_own_successful_calls_not_the_parents_queued_ones(tmp_path: Path) -> None:
+    """Successful calls are queued and counted into ``errcompact.tool.calls`` later; those queued at the fork
+    are the parent's, which counts them. The child, which made one call, counts one."""
+    proc = _run_forking(tmp_path, FORK_AFTER_SUCCESSFUL_CALLS, str(tmp_path / "trajectories.sqlite3"))
+    assert proc.stdout.splitlines() == ["child ok 1", "parent ok 5"], proc.stdout + proc.stderr
+
