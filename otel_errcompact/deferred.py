@@ -197,8 +197,8 @@ class DigestThread:
 
     def _after_fork_in_child(self) -> None:
         """In a process forked from this one (see :mod:`otel_errcompact._forked`): the thread again, with
-        a new wake-up lock; the failures queued before the fork are the parent's (the history drops
-        them)."""
+        a new wake-up lock; the failures queued before the fork are the parent's to finish (the history
+        here only counts them)."""
         if not self._stopping:
             self._start()
 

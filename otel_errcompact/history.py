@@ -80,6 +80,15 @@ def _positive_number(value: object) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
+class _Inherited:
+    """A success or failure still queued when this process was forked: the parent's, counted here too."""
+
+    __slots__ = ("item",)
+
+    def __init__(self, item: Any) -> None:
+        self.item = item
+
+
 class DeferredObservation(Protocol):
     """A failure counted later (:meth:`ErrorHistory.defer_failure`), in its turn among the others."""
 
@@ -278,12 +287,22 @@ class ErrorHistory:
         rebuild_in_child(self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
-        """In a process forked from this one (see :mod:`otel_errcompact._forked`): the counts so far are
-        kept; the successes and failures still queued are the parent's to count (their records are in
-        its writer), and the lock is new (a thread of the parent may have held it). The queues are
-        emptied in place: the span processor and the digest thread hold them."""
+        """In a process forked from this one (see :mod:`otel_errcompact._forked`): the history is a copy
+        of the parent's, the successes and failures still queued included, since the parent counts
+        them too (a failure waits for the digest thread a few milliseconds): left out, a breach the
+        parent halts on would be missing here. They stay queued, in their turn before this process's
+        own, marked as inherited: counted into the counters only, as their steps (the record, the
+        listeners, the metrics) are the parent's (see :meth:`_count_inherited`). They are counted at
+        the first operation here, not now: counting may take locks of other objects (the span
+        processor's, when a success is resolved) that are only made new after this. The lock is new
+        (a thread of the parent may have held it); the queue is refilled in place, as the span
+        processor and the digest thread hold it. Failures counted but not finished are the parent's
+        to finish."""
         self._lock = threading.Lock()
-        self._successes.clear()
+        successes = self._successes
+        inherited = [item if isinstance(item, str) else _Inherited(item) for item in successes]
+        successes.clear()
+        successes.extend(inherited)
         self._backlog_asked = False
         self._observed.clear()
 
@@ -374,7 +393,11 @@ class ErrorHistory:
         successes, before the next operation that reads or writes counters (or by
         :meth:`apply_successes`), and returns the scope to reset, or None when it was not a success
         after all. Lets the span processor leave a successful tool call's bookkeeping off the agent's
-        thread. ``resolve`` runs under the history's lock: it must not call back into the history."""
+        thread. ``resolve`` runs under the history's lock: it must not call back into the history.
+
+        In a process forked while the success is queued, it is resolved there too, as
+        ``resolve(item, notify=False)``: the scope only, without telling anyone of the call (the parent
+        does). A ``resolve`` that takes no ``notify`` keyword is not called there."""
         self._successes.append((resolve, item))
         if len(self._successes) >= SUCCESS_QUEUE_BOUND:
             self.backlogged()
@@ -432,6 +455,9 @@ class ErrorHistory:
             if isinstance(success, str):
                 scope: str | None = success
             elif type(success) is not tuple:  # a deferred failure: counted here, in its turn
+                if type(success) is _Inherited:  # queued in the parent, before a fork
+                    self._count_inherited(success.item)
+                    continue
                 observation: Observation | None = None
                 try:
                     observation = self._observe_locked(success.scope, success.digest())
@@ -452,6 +478,30 @@ class ErrorHistory:
                 state.last_key = None
         if not successes:
             self._backlog_asked = False  # the next backlog is asked for again
+
+    def _count_inherited(self, item: Any) -> None:
+        """Count a success or failure the parent process had queued when it forked this one (see
+        :meth:`_after_fork_in_child`), into the counters only (call with the lock held): the parent
+        stores the failure's record, calls the listeners and counts the metrics, so this process does
+        none of it. A deferred success is resolved with ``notify=False`` (the parent tells the success
+        listeners); a resolve that takes no such keyword is not called, and the success is left out."""
+        try:
+            if type(item) is tuple:
+                resolve, captured = item
+                try:
+                    scope = resolve(captured, notify=False)
+                except TypeError:
+                    return
+            else:
+                self._observe_locked(item.scope, item.digest())
+                return
+        except Exception:
+            _log.exception("otel-errcompact: could not count a call queued before the fork")
+            return
+        state = self._scopes.get(scope) if scope is not None else None
+        if state is not None:
+            state.consecutive = 0
+            state.last_key = None
 
     def _finish_observed(self) -> None:
         """Hand each deferred failure counted under the lock its observation, now that the lock is

@@ -829,9 +829,13 @@ class ErrorCompactionProcessor(SpanProcessor):
         anchors = self._anchors.get(context.trace_id)
         self.pipeline.history.defer_success(self._resolve, (span, dict(anchors) if anchors else None))
 
-    def _resolve_success(self, captured: tuple[ReadableSpan, dict[int, Span] | None]) -> str | None:
+    def _resolve_success(
+        self, captured: tuple[ReadableSpan, dict[int, Span] | None], notify: bool = True
+    ) -> str | None:
         """The scope whose consecutive counter a successful tool span resets, and its count in the
-        call metric; None for a span that only wraps a failure (see ``_failed_parents``). Runs for
+        call metric (unless ``notify`` is False: in a forked process the history resolves the
+        successes the parent had queued, which the parent counts); None for a span that only wraps a
+        failure (see ``_failed_parents``). Runs for
         every successful tool call (off the agent's thread when the metrics thread takes it, else in
         a batch on it), so the common case is kept to single dict operations and reads of the SDK's
         fields."""
@@ -886,7 +890,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             if cached[0] != trace_id:
                 cached = self._trace_scope = (trace_id, semconv.scope_for(None, trace_id, in_trace=True))
             scope = cached[1]
-        if not wraps_a_call:
+        if not wraps_a_call and notify:
             tool = attrs.get(_TOOL_NAME)
             if type(tool) is not str or not tool:  # the common case is a plain name in gen_ai.tool.name
                 tool = semconv.tool_name(attrs, span.name)

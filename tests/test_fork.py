@@ -525,3 +525,89 @@ def test_a_child_counts_its_own_successful_calls_not_the_parents_queued_ones(tmp
     proc = _run_forking(tmp_path, FORK_AFTER_SUCCESSFUL_CALLS, str(tmp_path / "trajectories.sqlite3"))
     assert proc.stdout.splitlines() == ["child ok 1", "parent ok 5"], proc.stdout + proc.stderr
 
+
+FORK_BEFORE_THE_DIGEST_THREAD_COUNTS = textwrap.dedent(
+    """
+    import os, sys, threading
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.trace import StatusCode
+    import otel_errcompact
+
+    provider = TracerProvider()
+    provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+    reader = InMemoryMetricReader()
+    ec = otel_errcompact.init(service_name="fork-test", sqlite_path=sys.argv[1], tracer_provider=provider,
+                              meter_provider=MeterProvider(metric_readers=[reader]), consecutive=3, budget=None,
+                              breaker_threshold=0)
+    tracer = provider.get_tracer("agent")
+
+    def tool_span(conversation: str, key: str | None) -> None:  # a framework's execute_tool span
+        with tracer.start_as_current_span("execute_tool lookup", attributes={
+                "gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup",
+                "gen_ai.conversation.id": conversation}) as span:
+            if key is not None:
+                try:
+                    {}[key]
+                except KeyError as exc:
+                    span.record_exception(exc)
+                    span.set_status(StatusCode.ERROR)
+
+    def calls() -> dict[str, int]:
+        ec.flush()
+        return {point.attributes["errcompact.outcome"]: point.value for rm in reader.get_metrics_data().resource_metrics
+                for sm in rm.scope_metrics for m in sm.metrics if m.name == "errcompact.tool.calls"
+                for point in m.data.data_points}
+
+    def header(conversation: str) -> str:  # the block's first line under [RECENT ERRORS]
+        return (ec.context(conversation).splitlines() + ["(no block)"] * 2)[1]
+
+    def halted(conversation: str) -> bool:
+        try:
+            ec.check(conversation)
+        except otel_errcompact.ErrorBudgetExceeded:
+            return True
+        return False
+
+    # The digest thread busy at the fork: a thread inside the history's lock (a success being resolved),
+    # so the failures below are still queued, not counted, when the process forks.
+    inside, release = threading.Event(), threading.Event()
+    ec.history.defer_success(lambda _item: inside.set() or release.wait(), None)
+    threading.Thread(target=ec.history.apply_successes, daemon=True).start()
+    inside.wait(10)
+    for key in ["user_id"] * 3:
+        tool_span("stuck", key)  # the same error three times in a row: a breach
+    for key in ["user_id", "user_id", None, "user_id"]:
+        tool_span("recovering", key)  # a success between: one in a row
+
+    pid = os.fork()
+    if pid == 0:
+        print("child", header("stuck"), halted("stuck"), flush=True)
+        tool_span("recovering", "user_id")
+        print("child", halted("recovering"), calls(), flush=True)
+        ec.shutdown()
+        os._exit(0)
+    release.set()
+    os.waitpid(pid, 0)
+    print("parent", header("stuck"), halted("stuck"), halted("recovering"), calls(), flush=True)
+    """
+)
+
+
+def test_a_child_forked_before_queued_failures_are_counted_counts_them_once(tmp_path: Path) -> None:
+    """A failed span is counted a few milliseconds after it ends, by the digest thread. A worker forked
+    meanwhile starts from a copy of the parent's history, those failures and the successes between them
+    included: a breach the parent halts on halts the worker too, and a success resets the worker's
+    count as it does the parent's. What else the parent does for them (store the records, count them in
+    the metrics) is done once, by the parent."""
+    db = tmp_path / "trajectories.sqlite3"
+    proc = _run_forking(tmp_path, FORK_BEFORE_THE_DIGEST_THREAD_COUNTS, str(db))
+    assert proc.stdout.splitlines() == [
+        "child 3 tool failure(s), 1 distinct: True",
+        "child False {'error': 1}",
+        "parent 3 tool failure(s), 1 distinct: True False {'ok': 1, 'error': 6}",
+    ], proc.stdout + proc.stderr
+    assert {conversation: len(rows) for conversation, rows in _stored(db).items()} == {"stuck": 3, "recovering": 4}
