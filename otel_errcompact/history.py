@@ -13,8 +13,9 @@ standing (``escalation(scope)``) until acknowledged or reset, and ``check(scope)
 :class:`~otel_errcompact.exceptions.ErrorBudgetExceeded` while it stands with the ``halt`` action.
 
 Memory is bounded: at most ``Limits.max_classes`` classes per scope (the least recently seen is folded
-into an "and N more" line), at most ``Limits.max_scopes`` scopes, and scopes idle for
-``Limits.idle_seconds`` are dropped. All methods are thread-safe.
+into an "and N more" line; the keys and counts of as many folded ones are kept, so a folded class that
+fails again resumes its count instead of counting as one more distinct class), at most
+``Limits.max_scopes`` scopes, and scopes idle for ``Limits.idle_seconds`` are dropped. All methods are thread-safe.
 
 Eviction at the scope cap is never silent: a new scope beyond ``max_scopes`` (default 10,000 live
 conversations) drops the least recently active one, which loses its counters and any standing breach.
@@ -129,7 +130,9 @@ class Thresholds:
 class Limits:
     """How much the history may hold and render.
 
-    ``max_classes`` distinct classes per scope (default 32); ``max_scopes`` scopes (default 10,000);
+    ``max_classes`` distinct classes per scope (default 32; past it the least recently seen is folded
+    into an "and N more" line, and the keys and counts of as many folded ones are remembered, so one
+    that fails again resumes its count); ``max_scopes`` scopes (default 10,000);
     ``idle_seconds`` before an untouched scope is dropped (default 3,600); ``max_lines`` class lines in a
     rendered block (default 8) and ``max_chars`` characters in it (default 2,000); ``max_values``
     distinct data values remembered per class (default 16), for the ``(×N, M different values)`` note.
@@ -246,6 +249,10 @@ class _Scope:
     last_key: str | None = None
     folded_classes: int = 0
     folded_failures: int = 0
+    # Keys of folded classes -> their counts, the most recently folded last (at most Limits.max_classes;
+    # None until the first fold): a class that fails again after its fold resumes its count, rather
+    # than counting as one more distinct class from 1.
+    folded: dict[str, int] | None = None
     budget_base: int = 0
     breach: Escalation | None = None
     touched: float = 0.0
@@ -333,9 +340,11 @@ class ErrorHistory:
         entry = state.classes.get(key)
         is_new = entry is None
         if entry is None:
+            count = self._unfold(state, key) if state.folded else 0  # before a fold can forget it
+            is_new = count == 0
             if len(state.classes) >= self.limits.max_classes:
-                self._fold_least_recent(state)
-            entry = _Class(digest, 0, self._seq)
+                self._fold_least_recent(state, self.limits.max_classes)
+            entry = _Class(digest, count, self._seq)
             state.classes[key] = entry
         entry.count += 1
         self._note_value(entry, digest)
@@ -694,13 +703,32 @@ class ErrorHistory:
             values.add(signature)
 
     @staticmethod
-    def _fold_least_recent(state: _Scope) -> None:
+    def _fold_least_recent(state: _Scope, remembered: int) -> None:
+        """Fold the least recently seen class into the "and N more" line, remembering its key and count
+        (the ``remembered`` most recently folded ones; an older one that fails again is counted anew)."""
         victim_key = min(state.classes, key=lambda k: state.classes[k].last_seen)
         victim = state.classes.pop(victim_key)
         state.folded_classes += 1
         state.folded_failures += victim.count
+        folded = state.folded
+        if folded is None:
+            folded = state.folded = {}
+        folded[victim_key] = victim.count
+        if len(folded) > remembered:
+            del folded[next(iter(folded))]
         if state.last_key == victim_key:
             state.last_key = None
+
+    @staticmethod
+    def _unfold(state: _Scope, key: str) -> int:
+        """The count of ``key``'s class if it was folded and is remembered (taken off the folded ones:
+        it is listed again), else 0."""
+        folded = state.folded
+        count = folded.pop(key, 0) if folded else 0
+        if count:
+            state.folded_classes -= 1
+            state.folded_failures -= count
+        return count
 
     def _decide(self, scope: str, state: _Scope, entry: _Class, *, budget_only: bool = False) -> Escalation | None:
         t = self.thresholds

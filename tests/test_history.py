@@ -229,6 +229,28 @@ def test_max_classes_folds_least_recent_with_exact_counts() -> None:
     assert fold == [("2", "3")], block
 
 
+def test_a_folded_class_that_fails_again_resumes_its_count_and_stays_one_distinct_error() -> None:
+    h = ErrorHistory(Thresholds(consecutive=100, budget=None), Limits(max_classes=2))
+    observed = [h.observe("s", _missing_key(name)) for name in ["a", "b", "c", "a", "b", "c", "a"]]
+    block = h.render("s")
+    assert "7 tool failure(s), 3 distinct:" in block, block  # three errors, each folded away and back
+    assert "'a' (×3)" in block and "'c' (×2)" in block, block
+    assert _FOLD_LINE.findall(block) == [("1", "2")], block  # 'b', with both its failures
+    assert [o.count for o in observed] == [1, 1, 1, 2, 2, 2, 3]
+    assert [o.is_new for o in observed] == [True, True, True, False, False, False, False]
+
+
+def test_folded_classes_are_remembered_up_to_max_classes() -> None:
+    """Past ``max_classes`` folded keys, the oldest is forgotten: memory stays bounded, and that class,
+    failing again, is counted afresh."""
+    h = ErrorHistory(Thresholds(consecutive=100, budget=None), Limits(max_classes=2))
+    for name in ["a", "b", "c", "d", "e", "a"]:  # a, b, c folded in turn: a is forgotten when c is
+        h.observe("s", _missing_key(name))
+    block = h.render("s")
+    assert "6 tool failure(s), 6 distinct:" in block, block
+    assert h.observe("s", _missing_key("d")).count == 2  # d is still remembered
+
+
 def test_max_lines_shows_most_recent_classes() -> None:
     h = ErrorHistory(Thresholds(consecutive=100, budget=None), Limits(max_lines=2))
     names = ["alpha", "beta", "gamma", "delta"]
