@@ -8,12 +8,16 @@ does, and read it back as recovery does.
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 
-from otel_errcompact.sinks import SQLiteSink, TrajectoryWriter
+from otel_errcompact.compactor import compact_text
+from otel_errcompact.sinks import JSONLSink, SQLiteSink, TrajectoryStore, TrajectoryWriter, read_jsonl
 from otel_errcompact.sinks import spool as spool_module
 from otel_errcompact.sinks.spool import SUFFIX, Spool, read_segment
 from otel_errcompact.trajectory import TrajectoryRecord
@@ -157,3 +161,90 @@ def test_a_line_past_the_mapping_goes_to_the_segment_made_ready_ahead_without_a_
     writer = TrajectoryWriter([SQLiteSink(tmp_path / "t.db")], spool_dir=folder)
     writer.shutdown(timeout_s=30)
     assert writer.recovered == len(recs) and writer.lost == 0
+
+
+def _descriptors_in(folder: Path) -> int:
+    """This process's open descriptors on files in ``folder`` (a mapping holds one of its own)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):
+            count += os.readlink(f"/proc/self/fd/{fd}").startswith(f"{folder}{os.sep}")
+    return count
+
+
+_PROC_FD = pytest.mark.skipif(not Path("/proc/self/fd").is_dir(), reason="counts descriptors in /proc/self/fd")
+
+
+@_PROC_FD
+def test_a_sink_failure_keeps_the_spool_only_until_the_records_are_stored(tmp_path: Path) -> None:
+    """Another connection holds the store's write lock past the sink's busy timeout: the batch fails.
+    The records stay in the spool and in memory, and the next batch after the lock is released stores
+    them with it, each in its last version; from then on the spool is back to its usual one segment
+    (and the one made ready ahead), instead of keeping every later segment, its blocks and descriptors,
+    for the rest of the process. The sink that did store them is not handed them again."""
+    db, jl, folder = tmp_path / "t.db", tmp_path / "t.jsonl", tmp_path / "t.db-spool"
+    writer = TrajectoryWriter([SQLiteSink(db, busy_timeout_ms=50), JSONLSink(jl)], spool_dir=folder,
+                              schedule_delay_s=0.05)
+    records = iter(_real_record(tmp_path, i) for i in range(1000))
+    for _ in range(5):
+        writer.submit(next(records))
+    assert writer.force_flush(10)
+    usual = (len(_segments(folder)), _descriptors_in(folder))
+
+    other = sqlite3.connect(db, isolation_level=None)
+    other.execute("BEGIN IMMEDIATE")
+    refused = [next(records) for _ in range(5)]
+    for rec in refused:
+        writer.submit(rec)
+    assert not writer.force_flush(10)
+    assert writer.failed == 5
+    time.sleep(0.6)  # past the spool's segment age: a segment per half second would be kept meanwhile
+    refused.append(next(records))
+    writer.submit(refused[-1])
+    assert not writer.force_flush(10)
+    assert (len(_segments(folder)), _descriptors_in(folder)) == usual
+    other.execute("ROLLBACK")
+    other.close()
+
+    amended = refused[0].amended(compact_text(refused[0].raw_error), count=1)
+    writer.submit(amended)  # its digest added: the version the store must end with
+    writer.force_flush(10)
+    time.sleep(0.6)  # the segment holding the refused records is now rotated, and can go
+    later = [next(records) for _ in range(3)]
+    for rec in later:
+        writer.submit(rec)
+    writer.force_flush(10)
+    assert (len(_segments(folder)), _descriptors_in(folder)) == usual
+    assert writer.failed == 6  # counted once, when refused
+
+    with TrajectoryStore(db) as store:
+        assert store.count() == 5 + 6 + 3
+        assert store.get(refused[0].record_id) == amended
+        assert all(store.get(rec.record_id) == rec for rec in [*refused[1:], *later])
+    assert read_jsonl(jl)[5:6] == [amended]
+    assert len(jl.read_bytes().splitlines()) == 5 + 6 + 1 + 3  # one line a version: none written twice
+    writer.shutdown(timeout_s=30)
+    assert not folder.exists(), "everything is stored: the next start has nothing to replay"
+
+
+@_PROC_FD
+def test_a_kept_segment_gives_back_its_mapping_and_unused_blocks_and_keeps_its_lock(tmp_path: Path) -> None:
+    folder = tmp_path / "t.db-spool"
+    spool = Spool(folder, segment_bytes=8192)
+    recs = [_real_record(tmp_path, i) for i in range(6)]
+    for pair in (recs[0:2], recs[2:4], recs[4:6]):
+        for rec in pair:
+            spool.append(_line(rec))
+        spool.rotate()
+    kept = spool.park_before(spool.seq)
+    assert [segment.seq for segment in kept] == [0, 1, 2]
+    before = _descriptors_in(folder)
+    spool.park(kept)
+    assert _descriptors_in(folder) == before - 3  # each mapping's own descriptor
+    paths = _segments(folder)[:3]
+    for path, pair in zip(paths, (recs[0:2], recs[2:4], recs[4:6]), strict=True):
+        assert path.stat().st_size == sum(len(_line(rec)) for rec in pair)  # not its 16 KiB mapping
+        assert _read_ids(path) == [rec.record_id for rec in pair]
+    assert Spool(tmp_path / "t.db-spool").claim_leftovers() == []  # still locked: no other writer replays them
+    assert spool.park_before(spool.seq) == []
+    assert len(spool.release_before(spool.seq)) == 3

@@ -28,7 +28,9 @@ Segments. The spool is a folder of segment files, ``<start-ns>-<pid>-<seq>.spool
 lines (:meth:`TrajectoryRecord.to_storage_json`). The writer thread rotates to a new segment every
 :attr:`Spool.segment_bytes` or :attr:`Spool.segment_age_s` and deletes a closed segment once every record
 in it has been written to every sink. So the folder holds the last second or so of records, not a
-second copy of the store.
+second copy of the store. While a sink fails, the writer keeps the segments holding records it has not
+stored, :meth:`Spool.park`-ed: unmapped, cut to what was written in them, with one descriptor each for
+the lock.
 
 Recovery. A segment left behind by a killed process is replayed into the sinks by the next writer that
 opens the folder (:meth:`Spool.claim_leftovers`), then deleted. Each live writer holds an exclusive
@@ -118,7 +120,7 @@ class _Segment:
     """One open (or rotated, not yet deleted) segment file: its descriptor and, when it could be made,
     its mapping of ``capacity`` bytes."""
 
-    __slots__ = ("capacity", "fd", "map", "path", "populated", "seq")
+    __slots__ = ("capacity", "fd", "map", "path", "populated", "seq", "used")
 
     def __init__(self, seq: int, path: Path, fd: int, segment_bytes: int) -> None:
         self.seq = seq
@@ -127,6 +129,7 @@ class _Segment:
         self.map: mmap.mmap | None = None
         self.capacity = 0
         self.populated = 0  # bytes of the mapping whose pages are mapped in (see Spool.prefault)
+        self.used = -1  # bytes reserved in it, set when it is rotated (past the mapping: more than capacity)
         try:
             _allocate(fd, segment_bytes)
             self.map = mmap.mmap(fd, segment_bytes, access=mmap.ACCESS_WRITE)
@@ -160,6 +163,21 @@ class _Segment:
                 return
             self.populated += size
             time.sleep(0)  # hands the GIL to an agent thread waiting for it
+
+    def park(self) -> None:
+        """Keep the file and its descriptor (which holds the lock: no other writer replays it), not the
+        mapping: unmapped, and cut to the bytes reserved in it, the unused part of its allocated blocks
+        goes back to the file system and the descriptor the mapping held (``mmap`` keeps a duplicate)
+        is closed. Only for a rotated segment with no write in flight (see :meth:`Spool.park_before`)."""
+        mapping, self.map = self.map, None
+        if mapping is None:
+            return
+        with contextlib.suppress(Exception):
+            mapping.close()
+        if 0 <= self.used <= self.capacity:  # past the mapping, records were appended after it: kept whole
+            with contextlib.suppress(OSError):
+                os.ftruncate(self.fd, self.used)
+        self.capacity = self.populated = 0
 
     def close(self) -> None:
         if self.map is not None:
@@ -345,11 +363,16 @@ class Spool:
                 return segment
         raise OSError(f"trajectory spool: segment {seq} is no longer open")
 
-    def due(self) -> bool:
-        """True when the open segment should be rotated (big enough, or old and not empty)."""
+    def due(self, *, by_age: bool = True) -> bool:
+        """True when the open segment should be rotated (big enough, or old and not empty).
+
+        ``by_age=False``: only when big enough. The writer asks so while it keeps segments whose records
+        a sink has not stored yet: none can be deleted meanwhile, and rotating every
+        :attr:`segment_age_s` would keep a file and a descriptor per half second of failures rather
+        than per :attr:`segment_bytes` of them."""
         if self._bytes >= self.segment_bytes:
             return True
-        return self._bytes > 0 and time.monotonic() - self._opened >= self.segment_age_s
+        return by_age and self._bytes > 0 and time.monotonic() - self._opened >= self.segment_age_s
 
     def rotate(self) -> None:
         """Close the open segment for appends (it stays on disk until :meth:`release_before`).
@@ -364,6 +387,7 @@ class Spool:
 
     def _swap_in(self, segment: _Segment) -> None:
         """Make ``segment`` (numbered ``seq + 1``) the open one, the open one a rotated one; under the lock."""
+        self._open.used = self._bytes
         self._closed.append(self._open)
         self._seq = segment.seq
         if self._next is segment:
@@ -386,6 +410,22 @@ class Spool:
         while self._closed and self._closed[0].seq < seq:
             released.append(self._closed.pop(0))
         return released
+
+    def park_before(self, seq: int) -> list[_Segment]:
+        """The rotated segments numbered below ``seq``, still mapped and with no write in flight, that
+        the caller keeps although every record in them has been handed to the sinks (one refused some);
+        :meth:`park` them outside the caller's lock. They stay on the list, for :meth:`release_before`."""
+        pinned = self.pinned
+        if pinned is not None:
+            seq = min(seq, pinned)
+        return [segment for segment in self._closed if segment.seq < seq and segment.map is not None]
+
+    @staticmethod
+    def park(segments: list[_Segment]) -> None:
+        """Unmap the segments :meth:`park_before` returned and give back their unused blocks (see
+        :meth:`_Segment.park`); their files stay until :meth:`release_before` and :meth:`discard`."""
+        for segment in segments:
+            segment.park()
 
     @staticmethod
     def discard(segments: list[_Segment]) -> int:

@@ -30,8 +30,20 @@ evidence); if there is still no room, the *new* record is dropped (not the oldes
 a minute. A record is accepted whatever its size when the queue is empty, so a single huge error is
 never refused.
 
+Sink failures. A sink whose ``write`` raises (another process holding the SQLite store's write lock past
+its busy timeout, a full disk) gets the records it failed on again with its next batch, merged with it
+(the later version of a record wins), on every flush and at shutdown, and every second when no batch
+comes: nothing it refused is lost while the process lives, and the other sinks, which stored them, are
+not handed them twice. Meanwhile the spool keeps its segments from the first one holding such a record
+on (unmapped, their unused blocks given back, rotated by size only), and deletes them once the records
+are stored. Records a sink failed on past the queue's own bounds (``max_queue_size``,
+``max_queue_chars``) are let go from memory; the spool then keeps those segments for the next start,
+which stores them.
+
 Truth. :meth:`~TrajectoryWriter.force_flush` returns ``False`` once any record has been dropped or could
 not be stored by a sink, not only when it timed out: "flushed" means every submitted record is stored.
+A record a sink stored on a later attempt stays counted in :attr:`~TrajectoryWriter.failed`, which
+never goes down.
 
 Shutdown. :meth:`~TrajectoryWriter.shutdown` stops accepting records, lets the worker drain the queue
 completely, flushes and closes every sink on the worker thread (sinks are only ever touched by that one
@@ -79,6 +91,8 @@ _BACKLOG_FACTOR = 8
 """With a backlog of two batches or more, the worker writes up to this many batches in one ``write``."""
 _HOLD_S = 60.0
 """How long a held ``submit`` waits for the process to end (see :meth:`TrajectoryWriter.hold`)."""
+_RETRY_S = 1.0
+"""How often records a sink failed on are handed to it again when no new batch comes to take them."""
 
 
 _Item = TrajectoryRecord | dict[str, Any]
@@ -91,6 +105,28 @@ def _record_id_of(item: object) -> str | None:
         record_id = item.get("record_id")
         return record_id if type(record_id) is str else None
     return item.record_id if isinstance(item, TrajectoryRecord) else None
+
+
+def _merged(unstored: dict[str, tuple[_Item, str | None]], items: Sequence[tuple[_Item, str | None]]
+            ) -> list[tuple[_Item, str | None]]:
+    """A sink's unstored records followed by ``items``; a record in both is written once, as its version
+    in ``items`` (the later one)."""
+    merged = dict(unstored)
+    for item, text in items:
+        record_id = _record_id_of(item)
+        if record_id is not None:
+            merged[record_id] = (item, text)
+    return list(merged.values())
+
+
+def _chars(item: _Item, text: str | None) -> int:
+    """The characters ``item`` holds in memory, roughly: its storage JSON, else its error text."""
+    if text is not None:
+        return len(text)
+    try:
+        return _size(item, None)
+    except Exception:
+        return 0
 
 
 def _size(item: _Item, line: bytes | None) -> int:
@@ -177,7 +213,15 @@ class TrajectoryWriter:
         self._flush_done = 0
         self._held = False
         self._stopped = threading.Event()
-        self._keep_from: int | None = None  # first spool segment holding a record a sink failed on
+        # First spool segment holding a record some sink has not stored: it and the later ones are kept.
+        self._keep_from: int | None = None
+        # Per sink (in self._sinks' order), the records its write raised on, by record_id (latest version):
+        # handed to it again before each later batch of its own (see _write).
+        self._unstored: list[dict[str, tuple[_Item, str | None]]] = [{} for _ in self._sinks]
+        self._retry_at = 0.0  # monotonic time of the next retry when no batch comes
+        # True once a sink's unstored records outgrew the queue's bounds: they were let go from memory,
+        # and the spool keeps every segment from _keep_from on, for the next start to store.
+        self._retry_given_up = False
 
         self._written = 0
         self._failed = 0
@@ -435,7 +479,8 @@ class TrajectoryWriter:
 
     @property
     def failed(self) -> int:
-        """Records a sink could not store (its ``write`` raised, or it quarantined them)."""
+        """Records a sink could not store when first handed them (its ``write`` raised, or it quarantined
+        them); a record stored on a later attempt stays counted."""
         return self._failed + sum(int(getattr(s, "quarantined", 0) or 0) for s in self._sinks)
 
     @property
@@ -527,7 +572,7 @@ class TrajectoryWriter:
             popleft = self._queue.popleft
             batch = [popleft() for _ in range(n)]
             self._queued_chars -= sum(_size(r, e) for r, _, e in batch)
-        if self._spool is not None and self._spool.due():
+        if self._spool is not None and self._spool.due(by_age=self._keep_from is None):
             try:
                 self._spool.rotate()
             except OSError:
@@ -605,6 +650,7 @@ class TrajectoryWriter:
                     if not batch:
                         break
                     self._write_batch(batch)
+                self._write_batch([], retry=True)  # what a sink failed on before: stored if it can be now
                 self._flush_sinks()
                 with self._cond:
                     self._flush_done = flush_ticket
@@ -618,7 +664,7 @@ class TrajectoryWriter:
                 self._report_drops(force=True)
                 self._close_sinks()
                 if self._spool is not None:
-                    # Segments holding a record some sink refused stay for the next start to retry.
+                    # Segments holding a record some sink has not stored stay for the next start to store.
                     self._spool.close(delete=self._keep_from is None)
                 return
 
@@ -630,8 +676,11 @@ class TrajectoryWriter:
             except Exception:
                 self._report("prefault", "trajectory writer: could not prepare the spool segment", exc=True)
 
-    def _write_batch(self, batch: list[tuple[_Item, int, bytes | None]]) -> None:
-        if not batch:
+    def _write_batch(self, batch: list[tuple[_Item, int, bytes | None]], *, retry: bool = False) -> None:
+        """Write ``batch`` (with the records each sink failed on before), then let the spool go of what
+        is stored. An empty batch hands a sink its unstored records when ``retry`` is set (a flush, the
+        shutdown) or :data:`_RETRY_S` has passed since the last retry."""
+        if not batch and not (any(self._unstored) and (retry or self._retry_due())):
             return
         latest: dict[str, tuple[_Item, bytes | None]] = {}
         for item, _, line in batch:
@@ -649,16 +698,47 @@ class TrajectoryWriter:
             first = min((seq for _, seq, _ in batch if seq != _NO_SEGMENT), default=None)
             if first is not None and (self._keep_from is None or first < self._keep_from):
                 self._keep_from = first
+        if self._keep_from is not None and not self._retry_given_up and not any(self._unstored):
+            self._keep_from = None  # every record a sink failed on is stored now
+        self._release()
+
+    def _retry_due(self) -> bool:
+        now = time.monotonic()
+        if now < self._retry_at:
+            return False
+        self._retry_at = now + _RETRY_S
+        return True
+
+    def _release(self) -> None:
+        """Delete the spool segments whose records are all stored; unmap the ones kept meanwhile.
+
+        Every record before the queue's head has been handed to the sinks. When one refused some,
+        the segments from the first holding such a record on are kept, every one of them, not only
+        those holding it: the next start replays the kept segments in order, and a later version
+        of a record (its digest added) must be replayed after the earlier one, not overwritten by it.
+        Kept segments give back their mapping and unused blocks (:meth:`Spool.park
+        <otel_errcompact.sinks.spool.Spool.park>`) and are deleted once the refused records are stored.
+        """
+        spool = self._spool
+        if spool is None:
+            return
         with self._cond:
-            # Every record before the queue's head is now stored: older segments can go.
-            limit = next((seq for _, seq, _ in self._queue if seq != _NO_SEGMENT), self._spool.seq)
-            if self._keep_from is not None:
-                limit = min(limit, self._keep_from)
-            released = self._spool.release_before(limit)
-        self._spool.discard(released)  # file deletions and unmappings: not under the agents' lock
+            limit = next((seq for _, seq, _ in self._queue if seq != _NO_SEGMENT), spool.seq)
+            keep = self._keep_from
+            released = spool.release_before(limit if keep is None else min(limit, keep))
+            parked = spool.park_before(limit) if keep is not None else []
+        # File deletions and unmappings: not under the agents' lock.
+        spool.discard(released)
+        spool.park(parked)
 
     def _write(self, items: Sequence[tuple[_Item, str | None]]) -> bool:
         """Hand the records to every sink; ``True`` when none raised.
+
+        A sink gets the records its write raised on before (``_unstored``) with these, the
+        later version of a record replacing the earlier, so nothing it refused is lost while the
+        process lives, and none of its records goes back to an older version. Past the queue's bounds
+        (``max_queue_size`` records, ``max_queue_chars`` characters) they are let go from memory and
+        left to the spool, for the next start.
 
         A sink with ``write_encoded`` also gets each record's storage JSON when the spool already made
         it on the agent's thread, so the record is serialised once, not once per sink. When every
@@ -666,32 +746,69 @@ class TrajectoryWriter:
         ``write_values`` (SQLite) gets those, and no :class:`TrajectoryRecord` is built for it: the
         model is built only for a sink that needs it, once for all of them.
         """
-        if not items:
-            return True
         values_only = all(type(item) is dict and text is not None for item, text in items)
-        records: list[TrajectoryRecord] | None = None
+        models: tuple[list[TrajectoryRecord], Sequence[tuple[_Item, str | None]]] | None = None
         ok = True
-        for sink in self._sinks:
+        for index, sink in enumerate(self._sinks):
+            unstored = self._unstored[index]
+            todo = _merged(unstored, items) if unstored else items
+            if not todo:
+                continue
             try:
-                write_values = getattr(sink, "write_values", None) if values_only else None
-                if callable(write_values):
-                    write_values(items)
-                    continue
-                if records is None:
-                    records, items = self._records(items)
-                write_encoded = getattr(sink, "write_encoded", None)
-                if callable(write_encoded):
-                    write_encoded([(rec, text) for rec, (_, text) in zip(records, items, strict=True)])
+                if todo is items:
+                    models = self._write_to(sink, items, values_only, models)
                 else:
-                    sink.write(records)
+                    self._write_to(sink, todo, all(type(i) is dict and t is not None for i, t in todo), None)
             except Exception:
                 ok = False
                 self._sink_failures += 1
                 self._failed += len(items)
+                self._hold(index, todo)
                 self._report(f"write:{id(sink)}", "trajectory writer: %r failed to write %d record(s)",
-                             sink, len(items), exc=True)
+                             sink, len(todo), exc=True)
+            else:
+                if unstored:
+                    self._unstored[index] = {}
         self._written += len(items)
         return ok
+
+    def _write_to(self, sink: TrajectorySink, items: Sequence[tuple[_Item, str | None]], values_only: bool,
+                  models: tuple[list[TrajectoryRecord], Sequence[tuple[_Item, str | None]]] | None,
+                  ) -> tuple[list[TrajectoryRecord], Sequence[tuple[_Item, str | None]]] | None:
+        """Write ``items`` to ``sink`` in the form it takes best; returns the records built for it (and
+        the items that made one), or ``models`` as given, for the next sink; raises what the sink raises."""
+        write_values = getattr(sink, "write_values", None) if values_only else None
+        if callable(write_values):
+            write_values(items)
+            return models
+        if models is None:
+            models = self._records(items)
+        records, kept = models
+        write_encoded = getattr(sink, "write_encoded", None)
+        if callable(write_encoded):
+            write_encoded([(rec, text) for rec, (_, text) in zip(records, kept, strict=True)])
+        else:
+            sink.write(records)
+        return models
+
+    def _hold(self, index: int, todo: Sequence[tuple[_Item, str | None]]) -> None:
+        """Keep the records sink ``index`` failed on for its next write, within the queue's bounds."""
+        held: dict[str, tuple[_Item, str | None]] = {}
+        chars = 0
+        for item, text in todo:
+            record_id = _record_id_of(item)
+            if record_id is not None:
+                held[record_id] = (item, text)
+                chars += _chars(item, text)
+        if len(held) <= self._max_queue and chars <= self._max_chars:
+            self._unstored[index] = held
+            return
+        self._unstored[index] = {}
+        if not self._retry_given_up:
+            self._retry_given_up = True
+            _log.warning("trajectory writer: %r has failed on %d record(s) (%d chars), past what is held in "
+                         "memory for it; they stay in the spool for the next start to store", self._sinks[index],
+                         len(held), chars)
 
     def _records(self, items: Sequence[tuple[_Item, str | None]]
                  ) -> tuple[list[TrajectoryRecord], Sequence[tuple[_Item, str | None]]]:
