@@ -481,10 +481,7 @@ class ErrorHistory:
                 except Exception:
                     _log.exception("otel-errcompact: could not resolve a successful tool call")
                     continue
-            state = self._scopes.get(scope) if scope is not None else None
-            if state is not None:
-                state.consecutive = 0
-                state.last_key = None
+            self._reset_streak(scope)
         if not successes:
             self._backlog_asked = False  # the next backlog is asked for again
 
@@ -507,6 +504,11 @@ class ErrorHistory:
         except Exception:
             _log.exception("otel-errcompact: could not count a call queued before the fork")
             return
+        self._reset_streak(scope)
+
+    def _reset_streak(self, scope: str | None) -> None:
+        """A successful tool call in ``scope`` (None: one that counts in no scope) ends its run of
+        consecutive failures (call with the lock held)."""
         state = self._scopes.get(scope) if scope is not None else None
         if state is not None:
             state.consecutive = 0

@@ -77,15 +77,20 @@ class _Status(BaseHTTPRequestHandler):
         return
 
 
-def test_codes_are_part_of_the_type_and_the_key(tmp_path: Path) -> None:
-    env = env_without_otel()
+def _run_agent(tmp_path: Path) -> dict[str, Any]:
+    """Run ``AGENT`` against a loopback server; what each of its tool calls returned, by name."""
     with loopback_server(_Status) as base:
         proc = subprocess.run(
             [sys.executable, "-c", AGENT, str(tmp_path / "t.sqlite3"), base],
-            env=env, capture_output=True, text=True, timeout=120, check=False,
+            env=env_without_otel(), capture_output=True, text=True, timeout=120, check=False,
         )
     assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out: dict[str, Any] = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out
+
+
+def test_codes_are_part_of_the_type_and_the_key(tmp_path: Path) -> None:
+    out = _run_agent(tmp_path)
     assert out["exit1"]["text"].startswith("Error: [CalledProcessError exit 1] at <string>:")
     assert out["exit2"]["text"].startswith("Error: [CalledProcessError exit 2] at <string>:")
     assert out["urllib500"]["text"].startswith("Error: [HTTPError 500] at <string>:")
@@ -106,14 +111,7 @@ def test_codes_are_part_of_the_type_and_the_key(tmp_path: Path) -> None:
 def test_a_code_from_a_detached_exception_is_not_the_failures(tmp_path: Path) -> None:
     """``raise … from None`` detaches the exception handled: its exit code is not this failure's, and the
     same error from the same line stays one class whatever the detached command exited with."""
-    env = env_without_otel()
-    with loopback_server(_Status) as base:
-        proc = subprocess.run(
-            [sys.executable, "-c", AGENT, str(tmp_path / "t.sqlite3"), base],
-            env=env, capture_output=True, text=True, timeout=120, check=False,
-        )
-    assert proc.returncode == 0, proc.stderr
-    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    out = _run_agent(tmp_path)
     assert out["detached3"]["text"].startswith("Error: [ValueError] at <string>:"), out["detached3"]["text"]
     assert out["detached3"]["status"] is None
     assert out["detached3"]["key"] == out["detached4"]["key"]
