@@ -58,7 +58,7 @@ from otel_errcompact.recovery.loop import ModelAdapter, RecoveryLoop
 from otel_errcompact.recovery.observe import MODEL_SPAN_SIGNALS, RecoveryTelemetry
 from otel_errcompact.recovery.pacing import Pacer, pace
 from otel_errcompact.recovery.retry import RetryPolicy
-from otel_errcompact.recovery.state import InMemoryStateStore, RecoveryStateStore
+from otel_errcompact.recovery.state import RecoveryStateStore
 from otel_errcompact.redact import add_patterns
 from otel_errcompact.sinks import OTLPLogSink, TrajectorySink, TrajectoryWriter
 from otel_errcompact.sinks.redacting import RedactingSink
@@ -538,6 +538,9 @@ def _build(
     owned: list[Any] = []
     # Files first: a refused path must fail init() before any provider or thread exists.
     file_sinks, has_store = _trajectory_sinks(config, overrides)
+    # The recovery state store too (redis-py missing fails here): its outage counter is wired below.
+    breaker_policy, retry_policy, state_store = recovery
+    store = state_store or fleet_store(config.redis_url)
     resource = Resource.create({"service.name": service_name} if service_name else {})
 
     # Traces: the caller's, the application's global SDK provider, or a new one.
@@ -660,9 +663,9 @@ def _build(
             lp.add_log_record_processor(ExceptionLogProcessor(processor))
 
     tracer = (tp or trace_api.get_tracer_provider()).get_tracer(_SCOPE_NAME)
-    breaker_policy, retry_policy, state_store = recovery
     fleet_metrics = FleetMetrics(mp.get_meter(_SCOPE_NAME)) if config.enabled else None
-    store = state_store or (fleet_store(config.redis_url, fleet_metrics) if config.enabled else InMemoryStateStore())
+    if fleet_metrics is not None and state_store is None:
+        fleet_metrics.watch(store)
     if breaker_policy is None and config.breaker_threshold > 0:
         breaker_policy = BreakerPolicy(config.breaker_threshold, config.breaker_cooldown_s)
     breakers = CircuitBreakers(breaker_policy, store)

@@ -40,6 +40,8 @@ def genai_content_capture() -> bool:
 
 _DAY = 86_400.0
 """Seconds in a day: the bound of the duration settings."""
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+"""The URL schemes redis-py's ``Redis.from_url`` accepts."""
 
 
 class Settings(BaseSettings):
@@ -118,6 +120,25 @@ class Settings(BaseSettings):
                 re.compile(pattern)
             except re.error as exc:
                 raise ValueError(f"redact pattern {pattern!r} does not compile: {exc}") from None
+        return value
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis_url_parses(cls, value: str | None) -> str | None:
+        """Checked here, not when the store is built: ``init()`` must refuse a URL redis-py cannot read
+        before it attaches anything, and say which setting to fix."""
+        if value is None:
+            return None
+        if not value.startswith(_REDIS_SCHEMES):
+            raise ValueError("a Redis URL starting with redis://, rediss:// or unix:// (such as redis://host:6379/0)")
+        try:
+            from redis.connection import parse_url
+        except ImportError:  # the store's own import error says which extra to install
+            return value
+        try:
+            parse_url(value)  # type: ignore[no-untyped-call]
+        except ValueError as exc:  # a port or a query argument redis-py cannot read
+            raise ValueError(f"redis-py cannot read it: {exc}") from None
         return value
 
     @field_validator("sqlite_path", "jsonl_path", "budget", "redis_url", mode="before")

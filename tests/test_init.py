@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import textwrap
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 
 import otel_errcompact
@@ -137,6 +141,7 @@ def _real_traceback() -> list[str]:
         ("OTEL_ERRCOMPACT_CONSECUTIVE", "0", "consecutive"),
         ("OTEL_ERRCOMPACT_ACTION", "explode", "action"),
         ("OTEL_ERRCOMPACT_SCHEDULE_DELAY_S", "-1", "schedule_delay_s"),
+        ("OTEL_ERRCOMPACT_REDIS_URL", "localhost:6379", "redis_url"),  # no scheme: redis-py refuses it
     ],
 )
 def test_a_bad_env_value_raises_configuration_error_naming_it(
@@ -157,6 +162,41 @@ def test_a_bad_argument_raises_configuration_error_naming_it(tmp_path: Path) -> 
     with pytest.raises(ConfigurationError, match="max_chars"):
         otel_errcompact.init(sqlite_path=tmp_path / "x.sqlite3", max_chars=10)
     assert otel_errcompact.instance() is None
+
+
+@pytest.mark.parametrize("url", ["localhost:6379", "redis://127.0.0.1:port/0", "redis://127.0.0.1/0?socket_timeout=soon"])
+def test_a_bad_redis_url_fails_init_before_anything_is_attached(tmp_path: Path, url: str) -> None:
+    """The URL is read when the settings are: init() fails with nothing attached or started, and the
+    corrected call is the one that sees the provider's failed tool spans."""
+    provider = TracerProvider()
+    exporter = InMemorySpanExporter()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    threads = {t.name for t in threading.enumerate()}
+    with pytest.raises(ConfigurationError, match=rf"redis_url={re.escape(repr(url))}: expected"):
+        otel_errcompact.init(tracer_provider=provider, sqlite_path=tmp_path / "refused.sqlite3", redis_url=url)
+    assert otel_errcompact.instance() is None
+    assert len(provider._active_span_processor._span_processors) == 1
+    assert {t.name for t in threading.enumerate()} - threads == set()
+
+    db = tmp_path / "fixed.sqlite3"
+    ec = otel_errcompact.init(tracer_provider=provider, sqlite_path=db)
+    try:
+        with provider.get_tracer("tests.agent").start_as_current_span(
+            "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool"}
+        ) as span:
+            try:
+                json.loads("{")
+            except ValueError as exc:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR))
+        assert "[JSONDecodeError]" in ec.context("default")
+        assert ec.flush()
+        with TrajectoryStore(db) as store:
+            assert store.count() == 1
+        (ended,) = exporter.get_finished_spans()
+        assert ended.attributes is not None and ended.attributes["errcompact.count"] == 1
+    finally:
+        ec.shutdown()
 
 
 def test_init_is_idempotent(otel: OTel) -> None:

@@ -51,6 +51,13 @@ class FleetMetrics:
     def on_degraded(self, reason: str) -> None:
         self._degraded.add(1, {"errcompact.reason": reason[:64]})
 
+    def watch(self, store: RecoveryStateStore) -> None:
+        """Count ``store``'s outages, when it is a store that falls back (one :func:`fleet_store` built).
+        ``init()`` builds the store before any provider exists, so that a store it cannot build fails
+        it with nothing attached; the counter comes later, from the meter."""
+        if isinstance(store, FailoverStateStore):
+            store.on_degraded = self.on_degraded
+
 
 def fleet_store(redis_url: str | None, metrics: FleetMetrics | None = None) -> RecoveryStateStore:
     """The shared store for ``redis_url``, or this process's own state when it is empty."""

@@ -422,7 +422,9 @@ class FailoverStateStore:
         self.primary = primary
         self.fallback: RecoveryStateStore = fallback or InMemoryStateStore()
         self.retry_s = retry_s
-        self._on_degraded = on_degraded
+        self.on_degraded = on_degraded
+        """Called with the exception's type name at the first failure of each outage; ``init()`` sets it
+        once its meter exists (see :meth:`FleetMetrics.watch <otel_errcompact.recovery.fleet.FleetMetrics.watch>`)."""
         self._clock = clock
         self._lock = threading.Lock()
         new_locks_in_child(self, "_lock")
@@ -446,9 +448,10 @@ class FailoverStateStore:
                     "state until it answers again",
                     type(exc).__name__, exc,
                 )
-                if self._on_degraded is not None:
+                on_degraded = self.on_degraded
+                if on_degraded is not None:
                     try:
-                        self._on_degraded(type(exc).__name__)
+                        on_degraded(type(exc).__name__)
                     except Exception:
                         _log.debug("otel-errcompact: degraded listener failed", exc_info=True)
             return getattr(self.fallback, name)(*args, **kwargs)

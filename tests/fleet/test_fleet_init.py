@@ -5,9 +5,11 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from tests.fleet.conftest import RedisServer
+from tests.conftest import OTel
+from tests.fleet.conftest import RedisServer, free_port
 
 AGENT = Path(__file__).with_name("fleet_agent.py")
 ROOT = Path(__file__).resolve().parents[2]
@@ -34,3 +36,16 @@ def test_failures_in_two_workers_open_the_breaker_for_both(redis_server: RedisSe
     third = _worker(redis_server.url, 1, run_log)  # a fresh worker never runs the tool
     assert "circuit open" in third[0] and "(×3)" in third[0]
     assert run_log.read_text().count("ran") == 3
+
+
+def test_a_worker_that_cannot_reach_redis_counts_the_outage(make_otel: Callable[..., OTel]) -> None:
+    """init() builds the shared store before its meter exists; the outage counter is still its own."""
+    otel = make_otel(redis_url=f"redis://127.0.0.1:{free_port()}/0")
+
+    @otel.ec.tool
+    def lookup(key: str) -> int:
+        return {"a": 1}[key]
+
+    assert str(lookup("b")).startswith("Error: [KeyError]")
+    (point,) = otel.metric_points("errcompact.state.degraded")
+    assert point.value == 1 and point.attributes["errcompact.reason"] == "ConnectionError"
