@@ -117,11 +117,13 @@ class BackgroundQueue(Generic[T]):
                 self._flush_wanted -= 1
 
     def shutdown(self, timeout_s: float = 10.0) -> None:
-        """Handle what is queued, then stop the thread."""
+        """Handle what is queued, then stop the thread. Called from the handler itself (a review hook
+        that shuts the library down), it does not wait: the thread ends once the handler returns."""
         with self._cond:
             self._closed = True
             self._cond.notify_all()
-        self._thread.join(timeout_s)
+        if threading.current_thread() is not self._thread:
+            self._thread.join(timeout_s)
 
     def _due(self) -> bool:
         """Whether the worker has something to do now. A flush or a wake-up with nothing queued is not:

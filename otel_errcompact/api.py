@@ -70,7 +70,8 @@ __all__ = ["ErrCompact", "HumanReviewHook", "init", "instance"]
 _log = logging.getLogger("otel_errcompact")
 
 HumanReviewHook = Callable[[Escalation], None]
-"""Called (on a background thread) with each breach when the action is ``human``."""
+"""Called (on a background thread) with each breach when the action is ``human``. It may call
+``shutdown()`` (a reviewer who stops the agent): the shutdown does not wait for the hook's own thread."""
 
 _INSTANCE: ErrCompact | None = None
 _INSTANCE_LOCK = threading.Lock()
@@ -327,30 +328,47 @@ class ErrCompact:
             self._shutdown_done.set()
 
     def _shut_down(self) -> None:
+        """Each step on its own: one that fails (a sink's close, a review hook's thread) is logged and
+        the rest still run, and the handle stops being the instance whatever happened, so that the next
+        ``init()`` builds a new one instead of returning this one half shut down."""
         global _INSTANCE
         # One deadline for everything this handle started: the SDK's provider shutdowns take no timeout
         # and wait out their exporters' retries, so they run on helper threads (see _bounded).
         deadline = Deadline(self.settings.shutdown_timeout_s)
-        if self.processor is not None:
-            # Detach from providers this handle does not own: a later init() on them must not find
-            # its failures already claimed (annotated) by this handle's processor.
-            self.processor.shutdown()
-        if self.writer is not None:  # the audit trail first: it gets the most of the deadline
-            self.writer.shutdown(deadline.remaining())
-        if self._review_queue is not None:
-            self._review_queue.shutdown(deadline.remaining())
-        if self._metrics is not None:
-            self._metrics.shutdown(deadline.remaining())
-        uninstall_sigterm_flush()
-        for provider in self._owned_providers:
-            name = type(provider).__name__
-            if not call_within(provider.shutdown, deadline.remaining(), f"otel_errcompact.shutdown.{name}"):
-                _log.warning("otel-errcompact: %s did not shut down within OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S="
-                             "%gs (is the OTLP endpoint reachable?); not waiting for it",
-                             name, self.settings.shutdown_timeout_s)
-        with _INSTANCE_LOCK:
-            if _INSTANCE is self:
-                _INSTANCE = None
+        try:
+            processor, writer, review_queue, metrics = self.processor, self.writer, self._review_queue, self._metrics
+            if processor is not None:
+                # Detach from providers this handle does not own: a later init() on them must not find
+                # its failures already claimed (annotated) by this handle's processor.
+                _step("the span processor", processor.shutdown)
+            if writer is not None:  # the audit trail first: it gets the most of the deadline
+                _step("the trajectory writer", lambda: writer.shutdown(deadline.remaining()))
+            if review_queue is not None:
+                _step("the review queue", lambda: review_queue.shutdown(deadline.remaining()))
+            if metrics is not None:
+                _step("the metrics", lambda: metrics.shutdown(deadline.remaining()))
+            _step("the SIGTERM handler", uninstall_sigterm_flush)
+            for provider in self._owned_providers:
+                _step(type(provider).__name__, functools.partial(self._shut_down_provider, provider, deadline))
+        finally:
+            with _INSTANCE_LOCK:
+                if _INSTANCE is self:
+                    _INSTANCE = None
+
+    def _shut_down_provider(self, provider: Any, deadline: Deadline) -> None:
+        name = type(provider).__name__
+        if not call_within(provider.shutdown, deadline.remaining(), f"otel_errcompact.shutdown.{name}"):
+            _log.warning("otel-errcompact: %s did not shut down within OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S="
+                         "%gs (is the OTLP endpoint reachable?); not waiting for it",
+                         name, self.settings.shutdown_timeout_s)
+
+
+def _step(what: str, action: Callable[[], object]) -> None:
+    """Run one step of a shutdown; an exception is logged, never raised into the host."""
+    try:
+        action()
+    except Exception:
+        _log.exception("otel-errcompact: shutting down %s failed; the rest of the shutdown goes on", what)
 
 
 def _shut_down_at_multiprocessing_exit(handle: ErrCompact) -> None:

@@ -28,6 +28,7 @@ from opentelemetry.sdk._logs import LoggingHandler
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Span, Status, StatusCode, Tracer
 
+import otel_errcompact
 from otel_errcompact import ErrorBudgetExceeded, Escalation, Thresholds
 from otel_errcompact.sinks.sqlite import TrajectoryStore
 from otel_errcompact.trajectory import TrajectoryRecord
@@ -472,6 +473,48 @@ def test_human_action_calls_the_hook_once_and_does_not_raise(make_otel: Callable
 
     with otel.ec.conversation("conv-human"):
         assert lookup("u-1") == "ann"
+
+
+def test_a_review_hook_that_shuts_the_library_down_stops_it_whole(make_otel: Callable[..., OTel]) -> None:
+    """A reviewer who stops the agent at a breach: ``shutdown()`` runs on the review thread itself,
+    returns, and leaves no handle behind; the next ``init()`` starts afresh."""
+    done = threading.Event()
+    raised: list[BaseException] = []
+
+    def review(_escalation: Escalation) -> None:
+        try:
+            otel.ec.shutdown()
+        except BaseException as exc:
+            raised.append(exc)
+        finally:
+            done.set()
+
+    otel = make_otel(thresholds=Thresholds(consecutive=2, action="human"), human_review=review)
+    with agent(otel.tracer, "conv-stop"):
+        for _ in range(2):
+            failing_tool_span(otel.tracer)
+    assert done.wait(30)
+    assert raised == []
+    assert otel_errcompact.instance() is None
+    with TrajectoryStore(otel.sqlite_path) as store:
+        assert store.count() == 2  # the writer was drained before the hook's shutdown returned
+    for thread in threading.enumerate():
+        if thread.name == "otel-errcompact-review":
+            thread.join(30)  # it ends once the hook returned
+            assert not thread.is_alive()
+
+    again = otel_errcompact.init(
+        tracer_provider=otel.tracer_provider, logger_provider=otel.logger_provider,
+        meter_provider=otel.meter_provider, sqlite_path=otel.sqlite_path.with_name("again.sqlite3"),
+    )
+    try:
+        assert again is not otel.ec
+        with agent(otel.tracer, "conv-again"):
+            failing_tool_span(otel.tracer)
+        assert "[KeyError]" in again.context("conv-again")
+        assert again.flush()
+    finally:
+        again.shutdown()
 
 
 # -- never raises into the host -----------------------------------------------------------------------
