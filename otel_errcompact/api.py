@@ -2,8 +2,10 @@
 
 ``init()`` attaches to the application's OpenTelemetry SDK providers when it has set them, and never
 replaces or duplicates them; otherwise it creates a tracer, logger and meter provider, exporting over
-OTLP when the standard ``OTEL_EXPORTER_OTLP_*`` variables name an endpoint. Trajectory records go to the
-embedded SQLite store by default, so nothing needs a server.
+OTLP when the standard ``OTEL_EXPORTER_OTLP_*`` variables name an endpoint. Those become the
+process-wide providers, which OpenTelemetry sets once per process: they outlive the handle
+(``shutdown()`` flushes them, a later ``init()`` uses them again) and are shut down at interpreter exit.
+Trajectory records go to the embedded SQLite store by default, so nothing needs a server.
 
 A second call returns the same handle. With the same arguments that is all; with different ones (another
 threshold, action or path) it warns with a :class:`ConfigurationWarning` naming each differing setting and
@@ -77,6 +79,14 @@ _INSTANCE: ErrCompact | None = None
 _INSTANCE_LOCK = threading.Lock()
 new_locks_in_child(sys.modules[__name__], "_INSTANCE_LOCK")
 _SCOPE_NAME = "otel_errcompact"
+
+_LIBRARY_PROVIDERS: list[Any] = []
+"""The providers ``init()`` created and set as the process-wide ones (and the Prometheus endpoint that
+reads the meter provider). OpenTelemetry sets each global provider once per process, so a provider shut
+down with a handle would stay the global, dead, and a later ``init()`` would find it: they outlive every
+handle, and :func:`_shut_down_at_exit` shuts them down."""
+_exit_timeout_s = 30.0
+"""``OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S`` of the last ``init()``: the exit's bound when no handle is live."""
 
 
 def _otlp_endpoint(signal: str) -> bool:
@@ -286,8 +296,8 @@ class ErrCompact:
     # -- lifecycle -----------------------------------------------------------------------------------
 
     def flush(self, timeout_s: float = 10.0) -> bool:
-        """Write every queued trajectory record and token count, and export what the providers this
-        handle created hold; True when all finished in time and no trajectory record has been lost
+        """Write every queued trajectory record and token count, and export what the providers the
+        library created hold; True when all finished in time and no trajectory record has been lost
         (dropped at a full queue, or refused by a sink). Returns within ``timeout_s`` in all, even
         when an OTLP endpoint is dead (an export still running goes on in the background)."""
         deadline = Deadline(timeout_s)
@@ -310,9 +320,17 @@ class ErrCompact:
     def shutdown(self) -> None:
         """Flush and stop everything this handle started. Idempotent; also runs at interpreter exit.
 
+        The providers the library created are flushed and left running: they stay the process-wide
+        providers, and a later ``init()`` uses them (they are shut down at exit).
+
         A call made while another thread shuts the handle down waits for it to finish (at most
         ``OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S``): the SIGTERM handler's call, arriving while a
         multiprocessing worker's exit shuts it down, must not let the process die halfway."""
+        self._shut_down_by(Deadline(self.settings.shutdown_timeout_s), flush_providers=True)
+
+    def _shut_down_by(self, deadline: Deadline, *, flush_providers: bool) -> None:
+        """:meth:`shutdown` within ``deadline``; ``flush_providers=False`` at exit, where the providers
+        are shut down next (which exports what they hold)."""
         with self._shutdown_lock:
             first = not self._is_shutdown
             self._is_shutdown = True
@@ -320,21 +338,20 @@ class ErrCompact:
                 self._shutdown_thread = threading.current_thread()
         if not first:
             if self._shutdown_thread is not threading.current_thread():
-                self._shutdown_done.wait(self.settings.shutdown_timeout_s)
+                self._shutdown_done.wait(deadline.remaining())
             return
         try:
-            self._shut_down()
+            self._shut_down(deadline, flush_providers)
         finally:
             self._shutdown_done.set()
 
-    def _shut_down(self) -> None:
+    def _shut_down(self, deadline: Deadline, flush_providers: bool) -> None:
         """Each step on its own: one that fails (a sink's close, a review hook's thread) is logged and
         the rest still run, and the handle stops being the instance whatever happened, so that the next
         ``init()`` builds a new one instead of returning this one half shut down."""
         global _INSTANCE
-        # One deadline for everything this handle started: the SDK's provider shutdowns take no timeout
-        # and wait out their exporters' retries, so they run on helper threads (see _bounded).
-        deadline = Deadline(self.settings.shutdown_timeout_s)
+        # One deadline for everything this handle started: the SDK's provider flushes ignore their
+        # timeout and wait out their exporters' retries, so they run on helper threads (see _bounded).
         try:
             processor, writer, review_queue, metrics = self.processor, self.writer, self._review_queue, self._metrics
             if processor is not None:
@@ -348,19 +365,46 @@ class ErrCompact:
             if metrics is not None:
                 _step("the metrics", lambda: metrics.shutdown(deadline.remaining()))
             _step("the SIGTERM handler", uninstall_sigterm_flush)
-            for provider in self._owned_providers:
-                _step(type(provider).__name__, functools.partial(self._shut_down_provider, provider, deadline))
+            if flush_providers:
+                _step("the providers", lambda: self._flush_providers(deadline))
         finally:
             with _INSTANCE_LOCK:
                 if _INSTANCE is self:
                     _INSTANCE = None
 
-    def _shut_down_provider(self, provider: Any, deadline: Deadline) -> None:
-        name = type(provider).__name__
-        if not call_within(provider.shutdown, deadline.remaining(), f"otel_errcompact.shutdown.{name}"):
-            _log.warning("otel-errcompact: %s did not shut down within OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S="
-                         "%gs (is the OTLP endpoint reachable?); not waiting for it",
-                         name, self.settings.shutdown_timeout_s)
+    def _flush_providers(self, deadline: Deadline) -> None:
+        for provider in self._owned_providers:
+            if callable(getattr(provider, "force_flush", None)):
+                _within(provider.force_flush, deadline, "flush", self.settings.shutdown_timeout_s)
+
+
+def _within(call: Callable[..., object], deadline: Deadline, what: str, timeout_s: float) -> None:
+    """``call`` (a provider's ``shutdown`` or ``force_flush``) on a helper thread, waited for until
+    ``deadline``; a warning when it did not finish by then."""
+    name = type(getattr(call, "__self__", call)).__name__
+    if not call_within(call, deadline.remaining(), f"otel_errcompact.{what.replace(' ', '')}.{name}"):
+        _log.warning("otel-errcompact: %s did not %s within OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S=%gs (is the "
+                     "OTLP endpoint reachable?); not waiting for it", name, what, timeout_s)
+
+
+def _shut_down_at_exit() -> None:
+    """At interpreter exit: the live handle, then the providers the library created, within one
+    ``OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S`` in all."""
+    handle = _INSTANCE
+    deadline = Deadline(handle.settings.shutdown_timeout_s if handle is not None else _exit_timeout_s)
+    if handle is not None:
+        handle._shut_down_by(deadline, flush_providers=False)
+    while _LIBRARY_PROVIDERS:
+        _step("a provider", functools.partial(_within, _LIBRARY_PROVIDERS.pop(0).shutdown, deadline,
+                                              "shut down", _exit_timeout_s))
+
+
+def _shut_down_at_exit_before_earlier_handlers() -> None:
+    """Register :func:`_shut_down_at_exit` (once) as the last exit handler so far, so that it runs before
+    the handlers registered before this ``init()`` (``atexit`` runs the last registered first), as a
+    handler registered by each ``init()`` would."""
+    atexit.unregister(_shut_down_at_exit)
+    atexit.register(_shut_down_at_exit)
 
 
 def _step(what: str, action: Callable[[], object]) -> None:
@@ -464,7 +508,7 @@ def init(
         )
         handle._init_arguments = arguments
         _INSTANCE = handle
-    atexit.register(handle.shutdown)
+    _shut_down_at_exit_before_earlier_handlers()
     handle._shut_down_at_worker_exit()
     if handle.writer is not None:
         install_sigterm_flush(handle.shutdown, config.shutdown_timeout_s, hold=handle.writer.hold)
@@ -537,6 +581,21 @@ def _trajectory_sinks(config: Settings, overrides: dict[str, Any]) -> tuple[list
     return sinks, has_store
 
 
+def _ours_again(provider: Any, owned: list[Any]) -> Any:
+    """``provider``, counted among this handle's own when an earlier ``init()`` created it (the handle
+    then flushes it, as the one that created it did)."""
+    if any(provider is ours for ours in _LIBRARY_PROVIDERS):
+        owned.append(provider)
+    return provider
+
+
+def _library_created(provider: Any, owned: list[Any]) -> None:
+    """A provider (or the Prometheus endpoint) just created and made the process-wide one: it lives
+    until exit (see :data:`_LIBRARY_PROVIDERS`)."""
+    _LIBRARY_PROVIDERS.append(provider)
+    owned.append(provider)
+
+
 def _build(
     config: Settings,
     *,
@@ -553,7 +612,9 @@ def _build(
     overrides: dict[str, Any],
     recovery: tuple[BreakerPolicy | None, RetryPolicy | None, RecoveryStateStore | None] = (None, None, None),
 ) -> ErrCompact:
+    global _exit_timeout_s
     owned: list[Any] = []
+    _exit_timeout_s = config.shutdown_timeout_s
     # Files first: a refused path must fail init() before any provider or thread exists.
     file_sinks, has_store = _trajectory_sinks(config, overrides)
     # The recovery state store too (redis-py missing fails here): its outage counter is wired below.
@@ -561,19 +622,20 @@ def _build(
     store = state_store or fleet_store(config.redis_url)
     resource = Resource.create({"service.name": service_name} if service_name else {})
 
-    # Traces: the caller's, the application's global SDK provider, or a new one.
+    # Traces: the caller's, the application's global SDK provider (or the one an earlier init() created),
+    # or a new one.
     tp = tracer_provider
     if tp is None:
         current = trace_api.get_tracer_provider()
         if isinstance(current, TracerProvider):
-            tp = current
+            tp = _ours_again(current, owned)
         elif config.enabled and isinstance(current, trace_api.ProxyTracerProvider):
             # Our atexit shutdown bounds the time; the SDK's own would wait out a dead endpoint.
             tp = TracerProvider(resource=resource, shutdown_on_exit=False)
             if _otlp_export("traces"):
                 tp.add_span_processor(BatchSpanProcessor(_span_exporter()))
             trace_api.set_tracer_provider(tp)
-            owned.append(tp)
+            _library_created(tp, owned)
         else:
             _log.warning(
                 "otel-errcompact: the global tracer provider is not the OpenTelemetry SDK's (%s); "
@@ -586,19 +648,19 @@ def _build(
     if lp is None:
         current_lp = logs_api.get_logger_provider()
         if isinstance(current_lp, LoggerProvider):
-            lp = current_lp
+            lp = _ours_again(current_lp, owned)
         elif config.enabled and _otlp_export("logs"):
             lp = LoggerProvider(resource=resource, shutdown_on_exit=False)
             lp.add_log_record_processor(BatchLogRecordProcessor(_log_exporter()))
             logs_api.set_logger_provider(lp)
-            owned.append(lp)
+            _library_created(lp, owned)
 
     # Metrics.
     mp: Any = meter_provider
     if mp is None:
         current_mp = metrics_api.get_meter_provider()
         if isinstance(current_mp, MeterProvider):
-            mp = current_mp
+            mp = _ours_again(current_mp, owned)
         elif config.enabled and (otlp_metrics := _otlp_export("metrics")) | prometheus_requested():
             readers: list[Any] = []
             if otlp_metrics:
@@ -609,15 +671,15 @@ def _build(
             # Our atexit shutdown bounds the time; the SDK's own would wait out a dead endpoint.
             mp = MeterProvider(resource=resource, metric_readers=readers, shutdown_on_exit=False)
             metrics_api.set_meter_provider(mp)
-            owned.append(mp)
+            _library_created(mp, owned)
             if endpoint is not None:
-                owned.append(endpoint)
+                _library_created(endpoint, owned)
         else:
             mp = current_mp
 
     history = ErrorHistory(thresholds or config.thresholds(), limits or config.limits())
     sinks: list[TrajectorySink] = []
-    bounded_at_exit = len(owned)  # the bounded calls ErrCompact.shutdown makes at exit: one per provider
+    bounded_at_exit = len(_LIBRARY_PROVIDERS)  # the bounded calls made at exit: one per provider
     if config.redact_patterns:
         add_patterns(config.redact_patterns)
     if config.enabled:

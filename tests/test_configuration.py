@@ -346,13 +346,16 @@ def test_the_viewer_trace_url_variable_is_a_known_setting(tmp_path: Path) -> Non
 
 
 class _Receiver(BaseHTTPRequestHandler):
-    """An OTLP/HTTP receiver that accepts every export and remembers its path (``/v1/traces`` …)."""
+    """An OTLP/HTTP receiver that accepts every export and remembers its path (``/v1/traces`` …) and
+    its body."""
 
     paths: ClassVar[list[str]] = []
+    bodies: ClassVar[list[tuple[str, bytes]]] = []
 
     def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
         type(self).paths.append(self.path)
+        type(self).bodies.append((self.path, body))
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", "0")
@@ -390,3 +393,73 @@ def test_the_standard_exporter_variables_turn_each_signal_off(tmp_path: Path) ->
             exported[case] = set(_Receiver.paths)
     assert exported["default"] == {"/v1/traces", "/v1/logs", "/v1/metrics"}
     assert exported["off"] == {"/v1/metrics"}
+
+
+REINIT_EXPORTING_AGENT = """
+    import json
+    from opentelemetry import trace
+    import otel_errcompact
+
+    def run(tool_name, **settings):
+        ec = otel_errcompact.init(service_name="exporters", **settings)
+
+        def lookup(key):
+            return {"a": 1}[key]
+
+        tool = ec.tool(name=tool_name)(lookup)
+        with ec.conversation("c-" + tool_name):
+            tool("b")
+        flushed = ec.flush()
+        ec.shutdown()
+        return flushed, trace.get_tracer_provider()
+
+    first_flushed, first_provider = run("first_lookup")
+    second_flushed, second_provider = run("second_lookup", consecutive=5)
+    print(json.dumps({"flushed": [first_flushed, second_flushed],
+                      "same_provider": first_provider is second_provider}))
+    with trace.get_tracer("app").start_as_current_span("app work after shutdown"):
+        pass  # exported when the providers are shut down, at exit
+"""
+
+
+def _exported_tool_names(bodies: list[tuple[str, bytes]]) -> dict[str, set[str]]:
+    """The tool names each signal exported (failed tool spans, trajectory log events, error counts), and
+    the names of every span exported (``spans``)."""
+    from opentelemetry.proto.collector.logs.v1.logs_service_pb2 import ExportLogsServiceRequest
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    def tool(attributes: Any) -> str:
+        return next((a.value.string_value for a in attributes if a.key == "gen_ai.tool.name"), "")
+
+    names: dict[str, set[str]] = {"traces": set(), "logs": set(), "metrics": set(), "spans": set()}
+    for path, body in bodies:
+        if path == "/v1/traces":
+            for rs in ExportTraceServiceRequest.FromString(body).resource_spans:
+                names["spans"] |= {s.name for ss in rs.scope_spans for s in ss.spans}
+                names["traces"] |= {tool(s.attributes) for ss in rs.scope_spans for s in ss.spans
+                                    if any(a.key == "errcompact.digest" for a in s.attributes)}
+        elif path == "/v1/logs":
+            for rl in ExportLogsServiceRequest.FromString(body).resource_logs:
+                names["logs"] |= {tool(r.attributes) for sl in rl.scope_logs for r in sl.log_records
+                                  if r.event_name == "errcompact.trajectory"}
+        elif path == "/v1/metrics":
+            for rm in ExportMetricsServiceRequest.FromString(body).resource_metrics:
+                names["metrics"] |= {tool(p.attributes) for sm in rm.scope_metrics for m in sm.metrics
+                                     if m.name == "errcompact.errors" for p in m.sum.data_points}
+    return names
+
+
+def test_init_after_shutdown_exports_through_the_providers_it_created(tmp_path: Path) -> None:
+    """The providers init() created are the process-wide ones, which OpenTelemetry sets once: shutdown()
+    flushes them and leaves them running, the next init() exports through them, and the application's
+    own spans after the last shutdown are exported when the process exits."""
+    with loopback_server(_Receiver) as base:
+        _Receiver.bodies.clear()
+        env = _env(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=base, OTEL_ERRCOMPACT_SQLITE_PATH=str(tmp_path / "t.sqlite3"))
+        out = _last_json(_python(REINIT_EXPORTING_AGENT, env))
+        bodies = list(_Receiver.bodies)
+    assert out == {"flushed": [True, True], "same_provider": True}
+    exported = _exported_tool_names(bodies)
+    assert "app work after shutdown" in exported.pop("spans")
+    assert exported == {signal: {"first_lookup", "second_lookup"} for signal in ("traces", "logs", "metrics")}
