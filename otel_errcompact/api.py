@@ -52,7 +52,12 @@ from otel_errcompact.history import ErrorHistory, Escalation, Limits, Thresholds
 from otel_errcompact.inert import InertToolBoundary
 from otel_errcompact.messages import MessageFormat, compact_messages
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
-from otel_errcompact.processor import ErrorCompactionProcessor, ExceptionLogProcessor, SpanPredicate
+from otel_errcompact.processor import (
+    ErrorCompactionProcessor,
+    SpanPredicate,
+    attach_exception_logs,
+    attach_span_processor,
+)
 from otel_errcompact.prometheus import prometheus_requested, start_prometheus
 from otel_errcompact.recovery.breaker import BreakerPolicy, CircuitBreakers
 from otel_errcompact.recovery.fleet import FleetMetrics, fleet_store
@@ -734,13 +739,13 @@ def _build(
 
     processor: ErrorCompactionProcessor | None = None
     if config.enabled and tp is not None:
-        processor = ErrorCompactionProcessor(
-            pipeline, predicate=tool_predicate, capture_arguments=config.capture_arguments
+        # An earlier handle's processor, shut down on the provider, is taken over (see attach_span_processor).
+        processor = attach_span_processor(
+            tp, pipeline, predicate=tool_predicate, capture_arguments=config.capture_arguments
         )
-        tp.add_span_processor(processor)
         processor.defer_digests(tp)
         if lp is not None:
-            lp.add_log_record_processor(ExceptionLogProcessor(processor))
+            attach_exception_logs(lp, processor)
 
     tracer = (tp or trace_api.get_tracer_provider()).get_tracer(_SCOPE_NAME)
     fleet_metrics = FleetMetrics(mp.get_meter(_SCOPE_NAME)) if config.enabled else None

@@ -46,7 +46,7 @@ from otel_errcompact.digest import Digest
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import ErrorHistory
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
-from otel_errcompact.processor import ErrorCompactionProcessor
+from otel_errcompact.processor import ErrorCompactionProcessor, span_annotations
 from otel_errcompact.recovery.abort import AbortRegistry
 from otel_errcompact.recovery.breaker import CircuitBreakers, circuit_open_text, fingerprint
 from otel_errcompact.recovery.classify import RETRY_AFTER_ATTRIBUTE, classify_exception
@@ -201,7 +201,7 @@ class ToolBoundary:
     ) -> None:
         self._pipeline = pipeline
         self._tracer = tracer
-        self._processor = processor
+        self._span_processor = processor
         self._on_error = on_error
         self._capture_arguments = capture_arguments
         self.breakers = breakers
@@ -214,6 +214,14 @@ class ToolBoundary:
     @property
     def history(self) -> ErrorHistory:
         return self._pipeline.history
+
+    @property
+    def _processor(self) -> ErrorCompactionProcessor | None:
+        """The span processor, while it serves this boundary's pipeline. A shut-down processor lets go
+        of it (and a later ``init()`` on the provider takes the processor over): the calls of a shut-down
+        handle's tools then go to their own pipeline directly, never to another handle's."""
+        processor = self._span_processor
+        return processor if processor is not None and processor.pipeline is self._pipeline else None
 
     # -- scope ---------------------------------------------------------------------------------------
 
@@ -658,8 +666,9 @@ class ToolBoundary:
         originals: dict[str, str] = dict(unredacted or {})
         if arguments is not None:
             originals["tool_arguments"] = arguments
-        if self._processor is not None and isinstance(span, SdkSpan) and span.is_recording():
-            outcome = self._processor.handle_live(span, originals, model_text=model_text)
+        processor = self._processor
+        if processor is not None and isinstance(span, SdkSpan) and span.is_recording():
+            outcome = processor.handle_live(span, originals, model_text=model_text)
         if outcome is None:  # no SDK pipeline to read the span from: describe the failure directly
             span_context = span.get_span_context()
             outcome = self._pipeline.handle(
@@ -678,6 +687,10 @@ class ToolBoundary:
                     model_text=model_text,
                 )
             )
+            if processor is None and self._span_processor is not None:
+                # The provider's processor no longer serves this pipeline (a shut-down handle's tool):
+                # marked as counted, so that it does not count the failure in another handle's history.
+                span.set_attributes(span_annotations(outcome))
         self._failed_call(outcome)
         text = ToolErrorText(_agent_text(outcome), outcome)
         if self._processor is not None:

@@ -57,7 +57,7 @@ class ExportGate:
     when the wrapping was decided (a different tuple means one was added: decide again)."""
 
     def __init__(self, pipeline: ErrorPipeline, provider: TracerProvider, own: SpanProcessor) -> None:
-        self._pipeline = pipeline
+        self._pipeline: ErrorPipeline | None = pipeline
         self._provider = provider
         self._own = own
         self.pending: dict[int, DeferredFailure] = {}
@@ -115,6 +115,13 @@ class ExportGate:
         self.processors = processors
         return True
 
+    def release(self) -> None:
+        """The processor shut down, every digest made: let go of its pipeline. The exporters wrapped for
+        this gate keep it (an exporter cannot be unwrapped while its processor runs) until a later
+        ``init()`` on the provider takes them over; meanwhile it holds nothing of the handle's."""
+        self._pipeline = None
+        self.pending = {}
+
     def wait_for(self, spans: Sequence[ReadableSpan]) -> None:
         """Finish every failure whose digest is not made yet (bounded), then let the processor add
         what they change on ``spans`` (see :attr:`on_export`).
@@ -122,16 +129,16 @@ class ExportGate:
         Every one, not only the failed spans in ``spans``: counting one may add an escalation event to
         an agent span that ended meanwhile, or mark a halted root span, and either may be in this batch.
         """
-        pending = self.pending
-        if pending:
+        pending, pipeline = self.pending, self._pipeline
+        if pending and pipeline is not None:
             waiting = [deferred for deferred in tuple(pending.values()) if not deferred.finished]
             if waiting:
-                self._pipeline.settle()  # counts them here, unless another thread is at it
+                pipeline.settle()  # counts them here, unless another thread is at it
                 deadline = time.monotonic() + _EXPORT_WAIT_S
                 for deferred in waiting:
                     while not deferred.finished and time.monotonic() < deadline:
                         time.sleep(_POLL_S)
-                        self._pipeline.settle()
+                        pipeline.settle()
                     if not deferred.finished:
                         _log.warning("otel-errcompact: exporting spans before a failure's digest was made")
         on_export = self.on_export

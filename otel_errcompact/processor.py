@@ -19,6 +19,7 @@ tool spans cost a few attribute look-ups.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import math
 import re
@@ -30,7 +31,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from opentelemetry.context import Context
-from opentelemetry.sdk._logs import LogRecordProcessor, ReadWriteLogRecord
+from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadWriteLogRecord
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.trace import StatusCode
@@ -41,7 +42,7 @@ from otel_errcompact.claims import current_claim
 from otel_errcompact.deferred import DigestThread, ExportGate
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.halted import HaltedTraces
-from otel_errcompact.history import SUCCESS_QUEUE_BOUND, Escalation
+from otel_errcompact.history import SUCCESS_QUEUE_BOUND, ErrorHistory, Escalation, Limits, Thresholds
 from otel_errcompact.pipeline import (
     DeferredFailure,
     ErrorPipeline,
@@ -54,7 +55,14 @@ from otel_errcompact.pipeline import (
 from otel_errcompact.telemetry import tool_label
 from otel_errcompact.trajectory import jsonable, new_record_id
 
-__all__ = ["ErrorCompactionProcessor", "ExceptionLogProcessor", "SpanPredicate"]
+__all__ = [
+    "ErrorCompactionProcessor",
+    "ExceptionLogProcessor",
+    "SpanPredicate",
+    "attach_exception_logs",
+    "attach_span_processor",
+    "span_annotations",
+]
 
 _log = logging.getLogger("otel_errcompact")
 _monotonic = time.monotonic
@@ -267,11 +275,28 @@ class ErrorCompactionProcessor(SpanProcessor):
         max_anchor_traces: int = MAX_ANCHOR_TRACES,
         anchor_idle_s: float = ANCHOR_IDLE_S,
     ) -> None:
+        self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
+        self._max_anchor_traces = max(1, max_anchor_traces)
+        self._anchor_idle_s = anchor_idle_s
+        self._closed = False
+        self._serve(pipeline, predicate, capture_arguments)
+        pipeline.add_escalation_listener(functools.partial(self._escalated_in, pipeline))
+
+    def reopen(self, pipeline: ErrorPipeline, *, predicate: SpanPredicate | None = None,
+               capture_arguments: bool = True) -> None:
+        """Handle spans again, for ``pipeline`` (a new handle's), after :meth:`shutdown`. The SDK cannot
+        remove a span processor: a later ``init()`` on the same provider takes over the one an earlier
+        handle left there, rather than adding one more that every span would pass through."""
+        self._serve(pipeline, predicate, capture_arguments)
+        pipeline.add_escalation_listener(functools.partial(self._escalated_in, pipeline))
+        self._closed = False  # last: until now every span passes the processor by
+
+    def _serve(self, pipeline: ErrorPipeline, predicate: SpanPredicate | None, capture_arguments: bool) -> None:
+        """Everything that belongs to one pipeline, fresh (while the processor is closed or being made)."""
         self.pipeline = pipeline
         self._predicate = predicate
         self._capture_arguments = capture_arguments
-        self._lock = threading.Lock()
-        new_locks_in_child(self, "_lock")
         # Trace id -> its live agent/root spans by span id, oldest first (by span id: a span finds the
         # anchor that is its parent with one look-up, see _lineage). Written without the lock (single dict
         # and list operations are atomic under the GIL); the lock serialises sweeps (see _register_anchor,
@@ -287,8 +312,6 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._successes_backlogged = pipeline.history.backlogged
         self._notify_success = pipeline.notify_success
         self._trace_scope: tuple[int, str] = (0, semconv.DEFAULT_SCOPE)  # the last trace scope named
-        self._max_anchor_traces = max(1, max_anchor_traces)
-        self._anchor_idle_s = anchor_idle_s
         self.evicted_anchors = 0
         """Anchor spans forgotten by the bound (never ended, or idle too long); logged when it bites."""
         # The spans in _anchors -> their trace id. Spans hash by identity (no attribute read): an ending
@@ -305,7 +328,6 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._returned_errors: deque[str] = deque(maxlen=_MAX_RETURNED_ERRORS)
         self._saw_on_ending = False
         self._halted = HaltedTraces()
-        self._closed = False
         # False while _on_ending has nothing but the common work to do: not closed, no predicate, no
         # exception held from a log record, no halted trace waiting for its root, and _saw_on_ending
         # set. Anything that makes one of these true sets it; _ending_slow clears it again.
@@ -322,12 +344,11 @@ class ErrorCompactionProcessor(SpanProcessor):
         # The gate's, once there is one. Each failure's subject is (its span, the span an escalation it
         # causes goes on), both read on the agent's thread when the failure is deferred (see _process).
         self._pending_digests: dict[int, DeferredFailure] = {}
-        pipeline.add_escalation_listener(self._add_escalation_event)
 
     @property
     def closed(self) -> bool:
         """True after :meth:`shutdown`: the processor stays registered (the SDK cannot remove it) but
-        ignores spans, so a later ``init()`` on the same provider is the only one that handles them."""
+        ignores spans until a later ``init()`` on the same provider reopens it (see :meth:`reopen`)."""
         return self._closed
 
     # -- SpanProcessor ------------------------------------------------------------------------------
@@ -494,10 +515,16 @@ class ErrorCompactionProcessor(SpanProcessor):
             listener(span, anchor)
 
     def shutdown(self) -> None:
+        """Ignore spans from now on, and let go of the pipeline: the provider keeps this processor as
+        long as it lives (see :meth:`reopen`), and must not keep the handle's history, writer and
+        listeners alive with it. While the process ends on SIGTERM the pipeline is kept: a tool that
+        fails meanwhile still has its record spooled through it (see :meth:`_ending_slow`)."""
         self._closed = True
         self._slow = True
         if self._digests is not None:
             self._digests.stop()
+        if self._gate is not None:
+            self._gate.release()
         with self._lock:
             self._anchors.clear()
             self._anchor_touched.clear()
@@ -506,6 +533,9 @@ class ErrorCompactionProcessor(SpanProcessor):
             self._failed_parents.clear()
             self._tool_parents.clear()
             self._returned_errors.clear()
+        writer = self.pipeline.writer
+        if writer is None or not writer.holding:
+            self._serve(_released_pipeline(), None, False)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         self.settle()
@@ -586,14 +616,14 @@ class ErrorCompactionProcessor(SpanProcessor):
                 return
             outcome = self.pipeline.handle(failure)
         if writable is not None:
-            _annotate(writable, _annotations(outcome))
+            _annotate(writable, span_annotations(outcome))
 
     def _digested(self, deferred: DeferredFailure, outcome: Outcome | None) -> None:
         """A deferred failure is counted: its digest goes on the span, which the export may now send."""
         span: Span = deferred.subject[0]
         try:
             if outcome is not None:
-                _annotate(span, _annotations(outcome))
+                _annotate(span, span_annotations(outcome))
         finally:
             self._pending_digests.pop(span.context.span_id, None)
 
@@ -660,7 +690,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         if model_text is not None:
             failure = dataclasses.replace(failure, model_text=model_text)
         outcome = self.pipeline.handle(failure)
-        span.set_attributes(_annotations(outcome))
+        span.set_attributes(span_annotations(outcome))
         return outcome
 
     def note_returned_error(self, text: str) -> None:
@@ -1148,6 +1178,12 @@ class ErrorCompactionProcessor(SpanProcessor):
         else:  # a stamp a concurrent registration just wrote may go too: the next sweep re-stamps it
             self._anchor_touched.pop(trace_id, None)
 
+    def _escalated_in(self, pipeline: ErrorPipeline, escalation: Escalation, failure: Failure) -> None:
+        """Escalation listener of ``pipeline``: its breaches become span events while this processor
+        serves it, never once a later handle took the processor over (a shut-down handle's tool)."""
+        if pipeline is self.pipeline:
+            self._add_escalation_event(escalation, failure)
+
     def _add_escalation_event(self, escalation: Escalation, failure: Failure) -> None:
         if failure.trace_id is None:
             return
@@ -1233,7 +1269,9 @@ def _names_no_failure(type_name: object) -> bool:
     return (name.rpartition(".")[2] if "." in name else name) in _NOT_FAILURES
 
 
-def _annotations(outcome: Outcome) -> dict[str, str | int]:
+def span_annotations(outcome: Outcome) -> dict[str, str | int]:
+    """The ``errcompact.*`` attributes a handled failed span carries; ``errcompact.key`` also tells every
+    processor that the failure was counted already."""
     return {
         "errcompact.digest": outcome.digest.line,
         "errcompact.key": outcome.digest.key,
@@ -1283,14 +1321,59 @@ def _annotate(span: Span, values: Mapping[str, str | int]) -> None:
         _log.debug("otel-errcompact: could not annotate span", exc_info=True)
 
 
+_RELEASED: list[ErrorPipeline] = []
+
+
+def _released_pipeline() -> ErrorPipeline:
+    """An empty pipeline that shut-down processors hold instead of their handle's (never fed: they
+    ignore every span)."""
+    if not _RELEASED:
+        _RELEASED.append(ErrorPipeline(ErrorHistory(Thresholds(), Limits()), None))
+    return _RELEASED[0]
+
+
+def attach_span_processor(
+    provider: TracerProvider,
+    pipeline: ErrorPipeline,
+    *,
+    predicate: SpanPredicate | None = None,
+    capture_arguments: bool = True,
+) -> ErrorCompactionProcessor:
+    """The span processor for ``pipeline`` on ``provider``: the one an earlier ``init()`` left there shut
+    down, reopened (see :meth:`ErrorCompactionProcessor.reopen`), else a new one added."""
+    active = getattr(provider, "_active_span_processor", None)
+    for processor in getattr(active, "_span_processors", ()):
+        if type(processor) is ErrorCompactionProcessor and processor.closed:
+            processor.reopen(pipeline, predicate=predicate, capture_arguments=capture_arguments)
+            return processor
+    processor = ErrorCompactionProcessor(pipeline, predicate=predicate, capture_arguments=capture_arguments)
+    provider.add_span_processor(processor)
+    return processor
+
+
+def attach_exception_logs(provider: LoggerProvider, span_processor: ErrorCompactionProcessor) -> None:
+    """Hand the exceptions ``provider`` records as log records to ``span_processor``: through the
+    :class:`ExceptionLogProcessor` an earlier ``init()`` left on it (a log record processor cannot be
+    removed either), else a new one."""
+    multi = getattr(provider, "_multi_log_record_processor", None)
+    for processor in getattr(multi, "_log_record_processors", ()):
+        if type(processor) is ExceptionLogProcessor and (
+            processor.span_processor is span_processor or processor.span_processor.closed
+        ):
+            processor.span_processor = span_processor
+            return
+    provider.add_log_record_processor(ExceptionLogProcessor(span_processor))
+
+
 class ExceptionLogProcessor(LogRecordProcessor):
     """Picks up exceptions recorded as log records and hands them to the span processor by span id."""
 
     def __init__(self, span_processor: ErrorCompactionProcessor) -> None:
-        self._spans = span_processor
+        self.span_processor = span_processor
 
     def on_emit(self, log_record: ReadWriteLogRecord) -> None:
-        if self._spans.closed:
+        spans = self.span_processor
+        if spans.closed:
             return
         try:
             record = log_record.log_record
@@ -1299,7 +1382,7 @@ class ExceptionLogProcessor(LogRecordProcessor):
                 return  # our own trajectory and escalation events
             exception = semconv.exception_from_attributes(record.attributes or {})
             if exception is not None and record.span_id:
-                self._spans.hold_exception(record.span_id, exception)
+                spans.hold_exception(record.span_id, exception)
         except Exception:
             _log.exception("otel-errcompact: on_emit failed")
 

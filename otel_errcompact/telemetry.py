@@ -67,6 +67,7 @@ from opentelemetry.metrics import CallbackOptions, Meter
 from opentelemetry.metrics import Observation as MetricObservation
 
 from otel_errcompact._forked import new_locks_in_child, rebuild_in_child
+from otel_errcompact._observed import observe
 from otel_errcompact._sanitize import prompt_text
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.history import ErrorHistory, Escalation
@@ -240,9 +241,11 @@ class ErrorMetrics:
         self._history: ErrorHistory | None = None
         # An observable instrument that reports nothing: its callback is the SDK's hook at collection
         # time, where the queued successes are counted (queued with or without the metrics thread).
-        meter.create_observable_counter(
+        observe(
+            meter,
             "errcompact.tool.calls.queued",
-            callbacks=[self._collect_successes],
+            self,
+            ErrorMetrics._collect_successes,
             unit="{call}",
             description="Reports nothing; counts queued successful calls into errcompact.tool.calls",
         )
@@ -260,12 +263,11 @@ class ErrorMetrics:
             # metrics thread when they pile up, not on the agent's.
             history.on_backlog = self._request_drain
 
-        def observe(_options: CallbackOptions) -> list[MetricObservation]:
-            return [MetricObservation(history.evicted_at_cap)]
-
-        self._meter.create_observable_counter(
+        observe(
+            self._meter,
             "errcompact.history.evictions",
-            callbacks=[observe],
+            history,
+            _evictions,
             unit="{scope}",
             description="Conversations evicted from the error history at the max_scopes cap",
         )
@@ -505,6 +507,10 @@ class ErrorMetrics:
         self._drain_successes()
         if self._tokens is not None:
             self._tokens.shutdown(timeout_s)
+
+
+def _evictions(history: ErrorHistory, _options: CallbackOptions) -> list[MetricObservation]:
+    return [MetricObservation(history.evicted_at_cap)]
 
 
 class EscalationLog:

@@ -2,26 +2,32 @@
 
 from __future__ import annotations
 
+import gc
 import json
 import re
 import subprocess
 import sys
 import textwrap
 import threading
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import Status, StatusCode
 
 import otel_errcompact
 from otel_errcompact import ConfigurationError, ToolErrorText
+from otel_errcompact.history import ErrorHistory
 from otel_errcompact.sinks.sqlite import TrajectoryStore
-from tests.conftest import OTel, env_without_otel
+from tests.conftest import OTel, env_without_otel, metric_sum
 
 
 def _processors(otel: OTel) -> int:
@@ -290,5 +296,84 @@ def test_init_after_shutdown_on_the_same_provider_sees_span_failures(otel: OTel,
             assert store.count() == 1
         spans = otel.spans("execute_tool lookup")
         assert spans[-1].attributes["errcompact.count"] == 1  # type: ignore[index]
+    finally:
+        second.shutdown()
+
+
+@pytest.mark.parametrize("meter", ["sdk", "global proxy"])
+def test_init_shutdown_cycles_on_one_provider_keep_nothing_of_the_shut_down_handles(tmp_path: Path, meter: str) -> None:
+    """An app that initialises again and again (a reload, a job each) on its providers: the SDK cannot
+    remove a processor or an instrument, so each new handle takes over what the last one left there,
+    and a shut-down handle is not kept alive by anything the providers hold."""
+    tracer_provider = TracerProvider()
+    span_exporter = InMemorySpanExporter()
+    tracer_provider.add_span_processor(BatchSpanProcessor(span_exporter))
+    logger_provider = LoggerProvider()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(InMemoryLogRecordExporter()))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader]) if meter == "sdk" else None
+    histories: list[weakref.ref[ErrorHistory]] = []
+    for i in range(20):
+        ec = otel_errcompact.init(tracer_provider=tracer_provider, logger_provider=logger_provider,
+                                  meter_provider=meter_provider, sqlite_path=tmp_path / f"{i}.sqlite3")
+        try:
+            lookup = ec.tool(name="lookup")(lambda key: {"a": 1}[key])
+            with ec.conversation(f"conv-{i}"):
+                for _ in range(i % 3 + 1):
+                    assert str(lookup("b")).startswith("Error: [KeyError]")
+            assert ec.flush()
+            assert ec.writer is not None
+            if meter_provider is not None:  # the counters read this handle's writer, not the first one's
+                assert metric_sum(reader, "errcompact.trajectory.written") == ec.writer.written
+            histories.append(weakref.ref(ec.history))
+        finally:
+            ec.shutdown()
+        del ec, lookup
+    gc.collect()
+    assert [ref for ref in histories if ref() is not None] == []
+    assert len(tracer_provider._active_span_processor._span_processors) == 2  # the exporter's and ours
+    assert len(logger_provider._multi_log_record_processor._log_record_processors) == 2
+
+    # The processor taken over works as a new one: the next handle counts a failed span once.
+    db = tmp_path / "last.sqlite3"
+    ec = otel_errcompact.init(tracer_provider=tracer_provider, logger_provider=logger_provider,
+                              meter_provider=meter_provider, sqlite_path=db)
+    try:
+        with tracer_provider.get_tracer("tests.agent").start_as_current_span(
+            "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool"}
+        ) as span:
+            try:
+                json.loads("{")
+            except ValueError as exc:
+                span.record_exception(exc)
+                span.set_status(Status(StatusCode.ERROR))
+        assert "[JSONDecodeError]" in ec.context("default")
+        assert ec.flush() and tracer_provider.force_flush()
+        with TrajectoryStore(db) as store:
+            assert store.count() == 1
+        ended = span_exporter.get_finished_spans()[-1]
+        assert ended.attributes is not None and ended.attributes["errcompact.count"] == 1
+    finally:
+        ec.shutdown()
+        tracer_provider.shutdown()
+
+
+def test_a_shut_down_handles_tools_never_feed_the_next_handle(otel: OTel, tmp_path: Path) -> None:
+    """The next init() on the provider takes over the span processor; a tool wrapped by the shut-down
+    handle still describes its failures to its own pipeline, not to the new handle's history."""
+    old_lookup = otel.ec.tool(name="lookup")(lambda key: {"a": 1}[key])
+    otel.ec.shutdown()
+    second = otel_errcompact.init(
+        tracer_provider=otel.tracer_provider, logger_provider=otel.logger_provider,
+        meter_provider=otel.meter_provider, sqlite_path=tmp_path / "second.sqlite3",
+    )
+    try:
+        assert second.processor is otel.ec.processor  # taken over, not one more
+        with second.conversation("conv-second"):
+            assert str(old_lookup("b")).startswith("Error: [KeyError]")
+        assert second.context("conv-second") == ""
+        assert second.flush()
+        with TrajectoryStore(tmp_path / "second.sqlite3") as store:
+            assert store.count() == 0
     finally:
         second.shutdown()

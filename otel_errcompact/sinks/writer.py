@@ -61,7 +61,7 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -529,30 +529,32 @@ class TrajectoryWriter:
         ``errcompact.trajectory.dropped`` (records lost at a full queue or after shutdown),
         ``errcompact.trajectory.failed`` (refused by a sink), ``errcompact.trajectory.written`` and
         ``errcompact.trajectory.queued`` (waiting now). Read when the meter's reader collects, so the
-        agent's thread pays nothing.
+        agent's thread pays nothing. A later writer registering on the same meter (the next ``init()``)
+        takes them over (see :mod:`otel_errcompact._observed`).
         """
         from opentelemetry.metrics import CallbackOptions, Observation
 
-        def counter(value: Any) -> Any:
-            def observe(_options: CallbackOptions) -> Iterable[Observation]:
-                return [Observation(value())]
-            return observe
+        from otel_errcompact._observed import observe
 
-        meter.create_observable_counter(
-            "errcompact.trajectory.dropped", [counter(lambda: self.dropped)], unit="{record}",
+        def counter(value: Callable[[TrajectoryWriter], int]) -> Callable[[TrajectoryWriter, CallbackOptions],
+                                                                          Iterable[Observation]]:
+            return lambda writer, _options: [Observation(value(writer))]
+
+        observe(
+            meter, "errcompact.trajectory.dropped", self, counter(lambda w: w.dropped), unit="{record}",
             description="Trajectory records dropped: queue full past the backpressure wait, or after shutdown",
         )
-        meter.create_observable_counter(
-            "errcompact.trajectory.failed", [counter(lambda: self.failed)], unit="{record}",
+        observe(
+            meter, "errcompact.trajectory.failed", self, counter(lambda w: w.failed), unit="{record}",
             description="Trajectory records a sink could not store",
         )
-        meter.create_observable_counter(
-            "errcompact.trajectory.written", [counter(lambda: self.written)], unit="{record}",
+        observe(
+            meter, "errcompact.trajectory.written", self, counter(lambda w: w.written), unit="{record}",
             description="Trajectory record versions written to the sinks",
         )
-        meter.create_observable_gauge(
-            "errcompact.trajectory.queued", [counter(lambda: self.queue_size)], unit="{record}",
-            description="Trajectory records waiting for the writer thread",
+        observe(
+            meter, "errcompact.trajectory.queued", self, counter(lambda w: w.queue_size), kind="gauge",
+            unit="{record}", description="Trajectory records waiting for the writer thread",
         )
 
     # -- the worker's side -------------------------------------------------------------------------
