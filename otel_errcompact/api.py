@@ -8,11 +8,11 @@ process-wide providers, which OpenTelemetry sets once per process: they outlive 
 Trajectory records go to the embedded SQLite store by default, so nothing needs a server.
 
 A second call returns the same handle. With the same arguments that is all; with different ones (another
-threshold, action or path) it warns with a :class:`ConfigurationWarning` naming each differing setting and
-keeps the first ones: call ``shutdown()`` first to start again with new settings. Invalid values and
-unknown keywords raise :class:`ConfigurationError` on every call. ``OTEL_ERRCOMPACT_ENABLED=false``
-(or ``enabled=False``) returns an inert handle: tools run unwrapped, ``context()`` is ``""``, and no
-provider, processor, store or thread is created.
+threshold, action, path, breaker, retry policy or state store) it warns with a :class:`ConfigurationWarning`
+naming each differing setting and keeps the first ones: call ``shutdown()`` first to start again with new
+settings. Invalid values and unknown keywords raise :class:`ConfigurationError` on every call.
+``OTEL_ERRCOMPACT_ENABLED=false`` (or ``enabled=False``) returns an inert handle: tools run unwrapped,
+``context()`` is ``""``, and no provider, processor, store or thread is created.
 """
 
 from __future__ import annotations
@@ -478,6 +478,9 @@ def init(
         "tool_predicate": tool_predicate,
         "compactor": compactor,
         "sinks": tuple(sinks),
+        "breaker": breaker,
+        "retry": retry,
+        "state_store": state_store,
     }
     with _INSTANCE_LOCK:
         config = load_settings(on_tool_error=on_tool_error, **settings)
@@ -532,8 +535,12 @@ def _differences(handle: ErrCompact, config: Settings, arguments: dict[str, Any]
         new = arguments[name]
         if new is not None and new != getattr(handle.history, name):
             out.append(f"{name}: {getattr(handle.history, name)!r} → {new!r}")
+    for name, in_use in _recovery_policies(handle, old_arguments).items():
+        new = arguments[name]
+        if new is not None and new != in_use:
+            out.append(f"{name}: {in_use!r} → {new!r}")
     for name in ("service_name", "tracer_provider", "logger_provider", "meter_provider",
-                 "human_review", "tool_predicate", "compactor"):
+                 "human_review", "tool_predicate", "compactor", "state_store"):
         new = arguments[name]
         if new is not None and new is not old_arguments.get(name) and new != old_arguments.get(name):
             out.append(f"{name}: {old_arguments.get(name)!r} → {new!r}")
@@ -542,6 +549,18 @@ def _differences(handle: ErrCompact, config: Settings, arguments: dict[str, Any]
                                or any(a is not b for a, b in zip(arguments["sinks"], old_sinks, strict=False))):
         out.append(f"sinks: {list(old_sinks)!r} → {list(arguments['sinks'])!r}")
     return out
+
+
+def _recovery_policies(handle: ErrCompact, old_arguments: dict[str, Any]) -> dict[str, Any]:
+    """The breaker and retry policies ``handle``'s tool boundary uses (``breaker`` is None when it has no
+    breaker), whether given to ``init()`` or made from the settings; what was given, for a boundary
+    that does not say."""
+    boundary = handle.boundary
+    breakers = getattr(boundary, "breakers", old_arguments.get("breaker"))
+    return {
+        "breaker": getattr(breakers, "policy", breakers),
+        "retry": getattr(boundary, "retry", old_arguments.get("retry")),
+    }
 
 
 def _build_inert(config: Settings) -> ErrCompact:

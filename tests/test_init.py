@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -26,6 +27,9 @@ from opentelemetry.trace import Status, StatusCode
 import otel_errcompact
 from otel_errcompact import ConfigurationError, ToolErrorText
 from otel_errcompact.history import ErrorHistory
+from otel_errcompact.recovery.breaker import BreakerPolicy
+from otel_errcompact.recovery.retry import RetryPolicy
+from otel_errcompact.recovery.state import InMemoryStateStore
 from otel_errcompact.sinks.sqlite import TrajectoryStore
 from tests.conftest import OTel, env_without_otel, metric_sum
 
@@ -213,6 +217,30 @@ def test_init_is_idempotent(otel: OTel) -> None:
     assert otel_errcompact.instance() is otel.ec
     assert _processors(otel) == before
     assert otel.ec.history.thresholds.consecutive == 3
+
+
+def test_a_second_init_names_differing_recovery_settings(make_otel: Callable[..., OTel]) -> None:
+    store = InMemoryStateStore()
+    otel = make_otel(breaker=BreakerPolicy(5, 10.0), retry=RetryPolicy(attempts=3), state_store=store)
+    same = {"tracer_provider": otel.tracer_provider, "logger_provider": otel.logger_provider,
+            "meter_provider": otel.meter_provider, "sqlite_path": otel.sqlite_path}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # the same recovery arguments again: quiet
+        again = otel_errcompact.init(**same, breaker=BreakerPolicy(5, 10.0), retry=RetryPolicy(attempts=3),
+                                     state_store=store)
+    assert again is otel.ec
+    other_store = InMemoryStateStore()
+    with pytest.warns(otel_errcompact.ConfigurationWarning) as caught:
+        otel_errcompact.init(**same, breaker=BreakerPolicy(10, 5.0), retry=RetryPolicy(attempts=5),
+                             state_store=other_store)
+    (message,) = [str(w.message) for w in caught]
+    assert ("breaker: BreakerPolicy(threshold=5, cooldown_s=10.0) → BreakerPolicy(threshold=10, cooldown_s=5.0)"
+            in message)
+    assert f"retry: {RetryPolicy(attempts=3)!r} → {RetryPolicy(attempts=5)!r}" in message
+    assert f"state_store: {store!r} → {other_store!r}" in message
+    # the first ones stay in force
+    assert otel.ec.boundary.breakers is not None and otel.ec.boundary.breakers.policy == BreakerPolicy(5, 10.0)
+    assert otel.ec.boundary.retry.attempts == 3
 
 
 def test_shutdown_twice_is_fine_and_clears_the_instance(make_otel: Callable[..., OTel]) -> None:
