@@ -117,7 +117,6 @@ _GENERIC_WORDS = frozenset(
     {"error", "response", "server", "page", "oops", "an", "has", "occurred", "exception", "unknown", "internal",
      "something", "went", "wrong", "sorry", "!"}
 )
-_DJANGO_EXCEPTION = re.compile(r"^Exception Type: (\S+)(?: at \S*)?\s*\nException Value: ?(.*)$", re.M)
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:
@@ -352,7 +351,8 @@ def _read_body(body: str) -> _Envelope:
         return _envelope_from_fragments(stripped)
     if _HTML_MARK.search(stripped[:_HEAD_CHARS]) or _TITLE.search(stripped):
         return _Envelope(message=_html_summary(stripped), html=True, exception=_server_traceback(stripped))
-    return _Envelope(message=_squash(_TAG.sub(" ", stripped.split("\n", 1)[0][:_MAX_LINE])))
+    return _Envelope(message=_squash(_TAG.sub(" ", stripped.split("\n", 1)[0][:_MAX_LINE])),
+                     exception=_server_traceback(stripped, markup=False))
 
 
 def _json_payload(body: str) -> object | None:
@@ -578,20 +578,22 @@ def _envelope_from_fragments(body: str) -> _Envelope:
     return env
 
 
-def _server_traceback(body: str) -> Parsed | None:
-    """The Python traceback a debug error page shows (Django's technical 500 page, Werkzeug's debugger),
-    parsed by the Python parser; ``None`` when the page shows none."""
+def _server_traceback(body: str, *, markup: bool = True) -> Parsed | None:
+    """The Python traceback a debug error page shows (Django's technical 500 page in HTML or in the plain
+    text it serves a client that does not take HTML, Werkzeug's debugger), parsed by the Python parser;
+    ``None`` when the page shows none. Plain text is read as it is: its ``in <module>`` is no tag."""
     start = body.find("Traceback (most recent call last)")
     if start < 0:
         return None
     window = body[start : start + 60_000]
-    for closing in ("</textarea>", "</pre>"):
-        end = window.find(closing)
-        if end > 0:
-            window = window[:end]
-            break
-    text = _DJANGO_EXCEPTION.sub(lambda m: f"{m.group(1)}: {m.group(2)}", html.unescape(_TAG.sub("", window)))
-    parsed = _python.parse(text, Hints(kind="python"))
+    if markup:
+        for closing in ("</textarea>", "</pre>"):
+            end = window.find(closing)
+            if end > 0:
+                window = window[:end]
+                break
+        window = html.unescape(_TAG.sub("", window))
+    parsed = _python.parse(window, Hints(kind="python"))
     return parsed if parsed is not None and parsed.frames else None
 
 

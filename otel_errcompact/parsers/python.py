@@ -27,6 +27,11 @@ group's box (``  | `` prefixes). That one list is enough for every shape CPython
   that is empty or ends with ``:`` gets the next non-empty line.
 * **Module-qualified types** (``urllib.error.HTTPError``, ``sqlite3.OperationalError``,
   ``f.<locals>.MyError``) are reported by their class name.
+* **Django's debug page** (the plain text it serves a client that does not take HTML, and the text of its
+  HTML page): under the frames the exception reads ``Exception Type: KeyError at /profile/`` and
+  ``Exception Value: 'email'``, and a request dump follows (``USER: AnonymousUser``) whose lines are no
+  exception. Under its response's status line the page reads as that response (``HTTP 500``, the
+  exception and its location), as the HTTP parser reads it; the page alone reads as its exception.
 
 When the text holds several unrelated tracebacks (a log with a handled error and a fatal one), the
 last one wins: it is the most recent. Log lines around a traceback are ignored, and a constant
@@ -76,6 +81,10 @@ _FRAME = re.compile(r'  File "(?P<file>[^"\n]{1,1000})", line (?P<line>\d{1,9})(
 _EXCEPTION = re.compile(r"(?P<type>[A-Za-z_][\w.<>]{0,200})(?:: ?(?P<msg>.*))?$")
 _BARE_TYPE = re.compile(r"(?:[\w<>]+\.)*[A-Z_]\w*$")
 _MORE = re.compile(r"and (?P<n>\d{1,9}) more exceptions?$")
+# Django's debug page: ``Exception Type: KeyError at /profile/`` then ``Exception Value: 'email'``.
+_PAGE_TYPE = "Exception Type: "
+_PAGE_VALUE = "Exception Value:"
+_PAGE_EXCEPTION = re.compile(r"Exception Type: (?P<type>[A-Za-z_][\w.<>]{0,200})(?: at \S*)?\s*$")
 _PYDANTIC = re.compile(r"\d+ validation errors? for \S+$")
 _ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Group|Iteration)$")
 _WS = re.compile(r"\s+")
@@ -131,6 +140,7 @@ class _Unit:
     more: list[str] = field(default_factory=list)
     superseded: bool = False  # a later link of the same chain follows it
     hidden: int = 0  # "and N more exceptions" under a group
+    page: bool = False  # read off Django's debug page (its ``Exception Type:`` line)
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:
@@ -140,7 +150,20 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     units = _units(text)
     if not units:
         return _bare_exception(text) if hints.kind == "python" else None
+    if units[-1].page and hints.kind != "python":
+        served = _served(text, hints)
+        if served is not None:
+            return served
     return _digest(units)
+
+
+def _served(text: str, hints: Hints) -> Parsed | None:
+    """The HTTP parser's reading of a debug page printed under its response's status line (``curl -i``,
+    urllib's ``HTTP Error 500: …``): the status as well as the exception; ``None`` for the page alone,
+    which does not say its status (Django serves it as a 500, or as a 400 for a bad request)."""
+    from otel_errcompact.parsers import http  # imports this module
+
+    return http.parse(text, hints)
 
 
 def in_app(file: str) -> bool:
@@ -271,7 +294,9 @@ def _units(text: str) -> list[_Unit]:
                 source, expecting, in_message = "", True, None
                 continue
         if in_message is not None:
-            if len(in_message.more) < _MAX_CONTINUATION:
+            if in_message.page and not in_message.more and body.startswith(_PAGE_VALUE):
+                in_message.message = body[len(_PAGE_VALUE) :]
+            elif len(in_message.more) < _MAX_CONTINUATION:
                 in_message.more.append(body)
             continue
         if not expecting:
@@ -286,8 +311,9 @@ def _units(text: str) -> list[_Unit]:
             if more is not None and owner is not None:
                 owner.hidden += int(more.group("n"))
                 continue
-        exc = _EXCEPTION.match(body)
-        if exc is None or (exc.group("msg") is None and not _BARE_TYPE.match(body)):
+        page = _PAGE_EXCEPTION.match(body) if body.startswith(_PAGE_TYPE) else None
+        exc = page or _EXCEPTION.match(body)
+        if exc is None or (page is None and exc.group("msg") is None and not _BARE_TYPE.match(body)):
             continue
         if level == 0:
             if units and not top_chained:  # an unrelated, later traceback: the most recent one wins
@@ -298,10 +324,11 @@ def _units(text: str) -> list[_Unit]:
         unit = _Unit(
             level=level,
             type=short,
-            message=exc.group("msg") or "",
+            message="" if page is not None else exc.group("msg") or "",
             frames=pending,
             group=header_is_group or short.endswith("ExceptionGroup"),
             source=source,
+            page=page is not None,
         )
         units.append(unit)
         last_at_level[level] = unit

@@ -397,19 +397,25 @@ server.serve_forever()
 '''
 
 
-@needs_curl
-def test_django_debug_page_keeps_status_and_exception(tmp_path: Path) -> None:
+def _django_pages(folder: Path, *curl_args: str) -> dict[str, str]:
+    """Django's debug page for two missing tables, as ``curl -i`` with ``curl_args`` prints it."""
     pytest.importorskip("django")
-    app = write(tmp_path, "site_app.py", _DJANGO)
-    server = subprocess.Popen([sys.executable, str(app)], cwd=tmp_path, stdout=subprocess.PIPE,
+    app = write(folder, "site_app.py", _DJANGO)
+    server = subprocess.Popen([sys.executable, str(app)], cwd=folder, stdout=subprocess.PIPE,
                               stderr=subprocess.DEVNULL, text=True)
     try:
         assert server.stdout is not None
         port = int(server.stdout.readline())
-        pages = {t: _curl("-i", f"http://127.0.0.1:{port}/report/{t}?page=2") for t in ("invoices", "customers")}
+        return {t: _curl("-i", *curl_args, f"http://127.0.0.1:{port}/report/{t}?page=2")
+                for t in ("invoices", "customers")}
     finally:
         server.terminate()
         server.wait(timeout=10)
+
+
+@needs_curl
+def test_django_debug_page_keeps_status_and_exception(tmp_path: Path) -> None:
+    pages = _django_pages(tmp_path)
     assert "Traceback (most recent call last)" in pages["invoices"] and len(pages["invoices"]) > 20_000
     digest = compact_text(pages["invoices"])
     assert digest.type == "HTTP 500"
@@ -417,6 +423,19 @@ def test_django_debug_page_keeps_status_and_exception(tmp_path: Path) -> None:
     assert digest.location is not None and digest.location.func == "report"
     assert Path(digest.location.file).name == "site_app.py"
     assert compact_text(pages["customers"]).key != digest.key
+
+
+@needs_curl
+def test_django_plain_text_debug_page_keeps_status_and_exception(tmp_path: Path) -> None:
+    """The page Django serves a client that does not take HTML: the exception is its ``Exception Type`` /
+    ``Exception Value``, not a line of the request dump below the frames."""
+    plain = _django_pages(tmp_path, "-H", "Accept: application/json")
+    assert "text/plain" in plain["invoices"] and "Exception Type: OperationalError" in plain["invoices"]
+    digest = compact_text(plain["invoices"])
+    assert digest.line == "[HTTP 500] at site_app.py:13 in report: OperationalError: no such table: invoices"
+    assert compact_text(plain["customers"]).key != digest.key
+    html_page = _django_pages(tmp_path)["invoices"]
+    assert compact_text(html_page).key == digest.key  # the same failure, whatever the client accepts
 
 
 @needs_curl
