@@ -34,7 +34,9 @@ bare ``error``, which beats other lines, which beat advice and summaries of othe
 tool's summary comes last); progress lines (``45%``, ``[3/10]``, ``Downloading…``) are never chosen.
 When that line does not name the program, the command (first line, cut to 60 characters) is put in
 front so the agent knows what failed; with no output at all the cause is ``<command>: exited with
-status N``, never empty.
+status N``, never empty. A signal's cause is ``<command>: killed by SIGxxx``, except for a process that
+aborted itself (SIGABRT), which says why first: its telling line is the cause (``std::runtime_error:
+<what()>`` for an uncaught C++ exception, the failed ``assert()``), without the shell's ``Aborted`` line.
 
 >>> parse("", Hints(exit_code=1, command="false")).cause
 'false: exited with status 1'
@@ -95,6 +97,11 @@ _SIGNAL_TYPES: dict[int, str] = {
     int(signal.SIGSEGV): "Segfault",
     int(signal.SIGPIPE): "BrokenPipe",
 }
+# bash's ``12345 Aborted (core dumped) ./svc`` (its ``bash: line 1:`` prefix removed), sh's ``Aborted``,
+# zsh's ``abort ./svc``; not a program's own ``abort: <reason>``.
+_ABORT_REPORT = re.compile(r"(?i)(?:\d+\s+)?abort(?:ed)?\b(?!:)")
+_THROWN = re.compile(r"terminate called after throwing an instance of '(?P<type>[^']{1,200})'")
+_WHAT = "what():"
 _SHELL_WRAPPER = re.compile(r"^\s*(?:\S*/)?(?:bash|sh|dash|zsh|ksh)\s+(?:-[a-z]*c[a-z]*)\s+")
 _ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
 _WRAPPERS = frozenset({"sudo", "env", "exec", "time", "nohup", "nice", "command", "builtin"})
@@ -117,6 +124,10 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     if sig is not None:
         name = _signal_name(sig)
         type_ = _SIGNAL_TYPES.get(sig, f"signal {name}")
+        said = _abort_message(lines) if sig == signal.SIGABRT else ""
+        if said:
+            return Parsed(type_, said if program and program in said else _join(command, said), "shell",
+                          status=code)
         return Parsed(type_, _join(command, f"killed by {name}"), "shell", status=code)
 
     if telling:
@@ -210,6 +221,20 @@ def _classify(line: str) -> str | None:
     if "No such file or directory" in line:
         return "NoSuchFile"
     return None
+
+
+def _abort_message(lines: list[str]) -> str:
+    """What a process that aborted itself said last: an uncaught C++ exception (``std::runtime_error:
+    <what()>``), a failed ``assert()``, glibc's ``double free or corruption``. A process aborts itself for
+    the reason it prints, unlike one killed from outside, whose last words are any log line. The shell's
+    own report of the signal (``12345 Aborted (core dumped) ./svc``, a new pid each run) is left out."""
+    said = [line for line in lines if not _ABORT_REPORT.match(line)]
+    for at in range(len(said) - 2, -1, -1):
+        thrown = _THROWN.match(said[at])
+        if thrown is not None and said[at + 1].startswith(_WHAT):
+            what = said[at + 1][len(_WHAT) :].strip()
+            return f"{thrown.group('type')}: {what}" if what else thrown.group("type")
+    return _telling_line(said)
 
 
 def _signal(code: int | None) -> int | None:

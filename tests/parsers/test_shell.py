@@ -255,3 +255,44 @@ def test_the_telling_line_is_not_the_advice_or_summary_after_it(
     for name, digest in zip(names, digests, strict=True):
         assert name in digest.cause, digest.line
     assert digests[0].key != digests[1].key
+
+
+_ABORTS = r"""
+    #include <cassert>
+    #include <fstream>
+    #include <stdexcept>
+    #include <string>
+
+    int main() {
+        std::string mode;
+        std::ifstream("mode") >> mode;
+        if (mode == "config") throw std::runtime_error("config file app.toml missing");
+        if (mode == "db") throw std::runtime_error("database 'orders' unreachable");
+        int users = 0;
+        assert(users > 0);
+        return 0;
+    }
+"""
+
+
+@pytest.mark.skipif(not have("g++"), reason="g++ is not installed")
+def test_an_abort_keeps_what_the_process_said(tmp_path: Path) -> None:
+    """A C++ service that dies of an uncaught exception or a failed assert() exits with SIGABRT: the
+    exception's what() or the assertion is the cause, not the signal alone."""
+    write(tmp_path, "svc.cpp", _ABORTS)
+    built = run(["g++", "-o", "svc", "svc.cpp"], cwd=tmp_path)
+    assert built.returncode == 0, built.output
+
+    def abort(mode: str) -> Digest:
+        (tmp_path / "mode").write_text(mode)
+        result, digest = _bash(tmp_path, "./svc && echo done")
+        assert result.returncode == 134 and "Aborted" in result.output  # bash's report, with the pid
+        return digest
+
+    digests = {mode: abort(mode) for mode in ("config", "db", "assert")}
+    assert {d.type for d in digests.values()} == {"Aborted"}
+    assert digests["config"].cause == "./svc && echo done: std::runtime_error: config file app.toml missing"
+    assert digests["db"].cause == "./svc && echo done: std::runtime_error: database 'orders' unreachable"
+    assert "Assertion `users > 0' failed" in digests["assert"].cause
+    assert len({d.key for d in digests.values()}) == 3
+    assert abort("config").key == digests["config"].key  # another run, another pid: the same key
