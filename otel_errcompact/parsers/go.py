@@ -1,4 +1,5 @@
-"""Parser for Go panics, fatal runtime errors and ``go build`` / ``go vet`` compile errors.
+"""Parser for Go panics, fatal runtime errors, ``go build`` / ``go vet`` compile errors and ``go test``
+failures.
 
 A panic prints ``panic: <value>`` (``panic: runtime error: …`` for the runtime's own errors, a
 ``[signal SIGSEGV …]`` line for nil dereferences), a blank line, then per goroutine ``goroutine 1
@@ -14,6 +15,12 @@ Types, in the runtime's own words:
 * ``go build error`` / ``go vet error`` for compiler diagnostics ``./main.go:5:2: undefined: foo``
   (location: the first diagnostic's own position; cause: its message). These are handled here rather
   than by the gcc-style parser because Go's diagnostics carry no ``error:`` label.
+* ``go test FAIL`` for a failing test (``--- FAIL: TestAdd (0.00s)`` and the ``t.Errorf`` / ``t.Fatalf``
+  line ``calc_test.go:7: Add(2, 3) = -1, want 5``, printed under it, or above it with ``-v``): the
+  location is that line's position in the test (subtest) it belongs to, the cause its message. Of several
+  failing tests the first by name is reported: parallel tests finish, and print, in any order, and the
+  report must not change with it. The count of the others is shown but not keyed (fixing one test must not
+  change the key of another).
 
 Frames in ``GOROOT`` (``…/go/src/``, ``…/go-1.19/src/``, and any directory the ``runtime.`` frames
 reveal as ``GOROOT``), the module cache and ``vendor/`` are not in-app. For a re-panic from a deferred
@@ -34,7 +41,7 @@ import re
 from otel_errcompact.parsers._base import Frame, Hints, Parsed
 
 __all__ = ["parse"]
-MARKERS = ("goroutine ", ".go:")  # see parsers/__init__.py
+MARKERS = ("goroutine ", ".go:", "--- FAIL: ")  # see parsers/__init__.py
 
 _MAX_LINE = 2000
 _MAX_FRAMES = 400
@@ -46,6 +53,11 @@ _CREATED_BY = re.compile(r"^created by (?P<func>\S+)")
 _DIAGNOSTIC = re.compile(
     r"^(?P<vet>vet: )?(?P<file>[^\s:][^:\n]*\.go):(?P<line>\d+):(?:(?P<col>\d+):)? (?P<msg>.+)$"
 )
+# go test: ``--- FAIL: TestAdd (0.00s)`` (subtests indented), ``=== RUN   TestAdd`` (``-v``, also ``CONT``
+# and ``NAME`` when parallel tests resume) and a test's own line ``    calc_test.go:7: Add(2, 3) = -1``.
+_TEST_FAIL = re.compile(r"^\s*--- FAIL: (?P<name>\S+) \(")
+_TEST_START = re.compile(r"^=== (?:RUN|CONT|NAME)\s+(?P<name>\S+)")
+_TEST_LINE = re.compile(r"^(?P<indent>\s+)(?P<file>[^\s:]+\.go):(?P<line>\d+): ?(?P<msg>.*)$")
 _GOROOT_RUNTIME = re.compile(r"^(?P<root>.*)[\\/]src[\\/]runtime[\\/][^\\/]+\.go$")
 # GOROOT (``/usr/local/go/src/``, ``/usr/lib/go-1.19/src/``, Homebrew's ``libexec/src/``) holds packages
 # whose first path element has no dot (``net/http``); a GOPATH ``~/go/src/github.com/me/app`` is user code.
@@ -59,6 +71,10 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     """Recognise a Go panic or compile error; ``None`` for anything else."""
     if "goroutine " in text and ("panic: " in text or "fatal error: " in text):
         parsed = _parse_panic(text.splitlines())
+        if parsed is not None:
+            return parsed
+    if "--- FAIL: " in text:
+        parsed = _parse_test(text.splitlines())
         if parsed is not None:
             return parsed
     if ".go:" in text:
@@ -153,3 +169,47 @@ def _parse_build(lines: list[str], hints: Hints) -> Parsed | None:
         where = Frame(file=match.group("file"), line=int(match.group("line")))
         return Parsed(type_, match.group("msg").strip(), "go", frames=(where,), location=where)
     return None
+
+
+def _parse_test(lines: list[str]) -> Parsed | None:
+    """A ``go test`` run's failing test: its first own line (position and message), see the module
+    docstring; ``None`` when no test failed."""
+    failed: list[str] = []
+    said: dict[str, tuple[Frame, str]] = {}  # each test's first line
+    current = ""
+    for index, line in enumerate(lines):
+        if len(line) > _MAX_LINE:
+            continue
+        started = _TEST_START.match(line) if line.startswith("=== ") else None
+        if started is not None:
+            current = started.group("name")
+            continue
+        failure = _TEST_FAIL.match(line) if "--- FAIL: " in line else None
+        if failure is not None:
+            current = failure.group("name")
+            failed.append(current)
+            continue
+        own = _TEST_LINE.match(line) if current and current not in said and line[:1].isspace() else None
+        if own is not None:
+            message = own.group("msg").strip() or _continued(lines, index, len(own.group("indent")))
+            said[current] = (Frame(own.group("file"), int(own.group("line")), current), message)
+    if not failed:
+        return None
+    # A test fails when one of its subtests does: the subtests are the failures.
+    parents = {name.rsplit("/", 1)[0] for name in failed if "/" in name}
+    leaves = sorted({name for name in failed if name not in parents})
+    first = next((name for name in leaves if name in said), leaves[0])
+    if first not in said:
+        return Parsed("go test FAIL", f"{first} failed", "go")  # t.Fail() says nothing
+    where, message = said[first]
+    more = len(leaves) - 1
+    shown = f"{message} (+{more} more failed)" if more > 0 else message
+    return Parsed("go test FAIL", shown, "go", frames=(where,), location=where, key_text=message)
+
+
+def _continued(lines: list[str], at: int, indent: int) -> str:
+    """The line after an empty ``calc_test.go:7:`` line, indented under it (a message starting with a
+    line break)."""
+    following = lines[at + 1] if at + 1 < len(lines) else ""
+    deeper = len(following) - len(following.lstrip()) > indent
+    return following.strip()[:_MAX_LINE] if deeper else ""

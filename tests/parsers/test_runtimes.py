@@ -534,6 +534,56 @@ def test_go_keys_stable_across_dirs_and_data(tmp_path: Path, go_env: dict[str, s
     assert len({first.key, nil_map.key, custom.key}) == 3
 
 
+CALC_GO = """
+package calc
+
+func Add(a, b int) int { return a - b }
+
+func Lookup(m map[string]int, k string) (int, bool) { v, ok := m[k]; return v, ok }
+"""
+
+CALC_TEST_GO = """
+package calc
+
+import "testing"
+
+func TestAdd(t *testing.T) {
+\tif got := Add(2, 3); got != 5 {
+\t\tt.Errorf("Add(2, 3) = %d, want 5", got)
+\t}
+}
+
+func TestLookup(t *testing.T) {
+\tif _, ok := Lookup(map[string]int{}, "user_id"); !ok {
+\t\tt.Fatalf("Lookup: missing key %q", "user_id")
+\t}
+}
+"""
+
+
+@needs_go
+def test_go_test_failure_names_its_test_line_and_message(tmp_path: Path, go_env: dict[str, str]) -> None:
+    """``go test`` prints the failing test and its t.Errorf line (under ``--- FAIL``, or above it with
+    -v): each failing test is its own class, and a second failing test changes no key."""
+    write(tmp_path, "calc.go", CALC_GO)
+    test_file = write(tmp_path, "calc_test.go", CALC_TEST_GO)
+
+    def go_test(*args: str) -> Digest:
+        result = run(["go", "test", "-count=1", *args, "."], cwd=tmp_path, env=go_env)
+        return compact_text(_failed(result), exit_code=result.returncode, command="go test .")
+
+    add, lookup = go_test("-run", "TestAdd"), go_test("-run", "TestLookup")
+    assert add.line == f"[go test FAIL] at calc_test.go:{_line_of(test_file, 't.Errorf')} in TestAdd: " \
+        "Add(2, 3) = -1, want 5"
+    assert lookup.line == f"[go test FAIL] at calc_test.go:{_line_of(test_file, 't.Fatalf')} in TestLookup: " \
+        'Lookup: missing key "user_id"'
+    assert add.key != lookup.key
+    assert go_test("-v", "-run", "TestAdd").key == add.key
+    both = go_test()
+    assert both.cause == "Add(2, 3) = -1, want 5 (+1 more failed)"
+    assert both.key == add.key
+
+
 def test_go_parser_ignores_other_formats() -> None:
     assert go.parse("", Hints()) is None
     assert go.parse("no panic here", Hints(exit_code=2)) is None
