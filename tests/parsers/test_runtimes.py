@@ -630,3 +630,52 @@ def test_rust_panics_keep_their_message_and_line(tmp_path: Path, backtrace: str)
     assert index.line == "[panic] at index.rs:4: index out of bounds: the len is 0 but the index is 5", index.line
     assert overflow.line == "[panic] at overflow.rs:4: attempt to subtract with overflow", overflow.line
     assert index.key != overflow.key
+
+
+CALC_RS = """
+pub fn add(a: i32, b: i32) -> i32 { a - b }
+pub fn mul(a: i32, b: i32) -> i32 { a + b }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn adds() {
+        std::thread::sleep(std::time::Duration::from_millis(300)); // finishes, and prints, last
+        assert_eq!(add(2, 3), 5);
+    }
+
+    #[test]
+    fn multiplies() { assert_eq!(mul(2, 3), 6); }
+
+    #[test]
+    fn looks_up() { assert!(None::<i32>.is_some(), "missing key {}", "user_id"); }
+}
+"""
+
+
+@pytest.mark.skipif(not have("cargo"), reason="cargo is not installed on this machine")
+def test_cargo_test_failure_names_its_test(tmp_path: Path) -> None:
+    """Every failing assert_eq! says ``assertion `left == right` failed``: the test's name tells two apart.
+    Of several failing tests the first by name is reported, whatever order they finished in, so a second
+    failing test changes no key."""
+    write(tmp_path, "Cargo.toml", '[package]\nname = "calc"\nversion = "0.1.0"\nedition = "2021"\n')
+    lib = write(tmp_path, "src/lib.rs", CALC_RS)
+
+    def cargo_test(*names: str) -> tuple[str, Digest]:
+        result = run(["cargo", "test", "--offline", "-q", *names], cwd=tmp_path, env={"RUST_BACKTRACE": "0"},
+                     timeout=300)
+        return result.output, compact_text(_failed(result), exit_code=result.returncode, command="cargo test")
+
+    _, adds = cargo_test("adds")
+    _, multiplies = cargo_test("multiplies")
+    assert adds.line == f"[panic] at lib.rs:{_line_of(lib, 'assert_eq!(add')} in tests::adds: " \
+        "assertion `left == right` failed"
+    assert multiplies.line == f"[panic] at lib.rs:{_line_of(lib, 'assert_eq!(mul')} in tests::multiplies: " \
+        "assertion `left == right` failed"
+    assert adds.key != multiplies.key
+    output, every = cargo_test()
+    assert output.index("---- tests::adds stdout") > output.index("---- tests::multiplies stdout")
+    assert every.cause == "assertion `left == right` failed (+2 more failed)"
+    assert every.key == adds.key
