@@ -21,6 +21,9 @@ group's box (``  | `` prefixes). That one list is enough for every shape CPython
   compiled from a string, ``<string>``, is located at the caller of ``compile()`` instead), and the
   offending source line joins the message, so two different syntax errors in one file do not share a
   dedup key just because CPython calls both ``invalid syntax``.
+* **A bare** ``assert``: its ``AssertionError`` has no message, so the statement CPython prints under the
+  frame (``assert resp["status"] == 200``) is the message; every bare assert of a function would
+  otherwise read ``(no message)`` and share one key.
 * **Multi-line messages**: the first line is the message. pydantic's ``N validation error(s) for Model``
   gets its fields and their messages (``age — Input should be a valid integer``) with the per-error
   ``[type=…, input_value=…]`` detail dropped (the input value would split the dedup key); a first line
@@ -66,6 +69,7 @@ _CHAIN_MARKS = frozenset(
     }
 )
 _SYNTAX_TYPES = frozenset({"SyntaxError", "IndentationError", "TabError"})
+_ASSERT = "assert "
 
 _MAX_LINE = 4000  # lines are cut to this before any regular expression sees them
 _HEAD_FRAMES = 8
@@ -203,16 +207,17 @@ def parse_plain(text: str) -> Parsed | None:
 
 def plain_exception(line: str) -> tuple[str, str] | None:
     """``(type, message)`` of the last line as the full parser reads it; ``None`` for anything it treats
-    specially (syntax errors, groups) or would not take as an exception line."""
+    specially (syntax errors, groups, a bare assert) or would not take as an exception line."""
     if not line or line[0] == " " or len(line) > _MAX_LINE:
         return None
     exc = _EXCEPTION.match(line)
     if exc is None or (exc.group("msg") is None and not _BARE_TYPE.match(line)):
         return None
     short = exc.group("type").rsplit(".", 1)[-1] or exc.group("type")
-    if short in _SYNTAX_TYPES or short.endswith("ExceptionGroup"):
+    message = (exc.group("msg") or "").strip()
+    if short in _SYNTAX_TYPES or short.endswith("ExceptionGroup") or (short == "AssertionError" and not message):
         return None
-    return short, (exc.group("msg") or "").strip()
+    return short, message
 
 
 def plain_location(text: str, start: int, end: int) -> Frame | None:
@@ -479,8 +484,11 @@ def _describe(unit: _Unit) -> str:
 
 
 def _message(unit: _Unit) -> str:
-    """The message's first line, completed from the lines after it where the first line says little."""
+    """The message's first line, completed from the lines after it where the first line says little. A
+    bare ``assert`` has no message: the statement CPython prints under the frame says what failed."""
     first = unit.message.strip()
+    if not first and unit.type == "AssertionError" and unit.source.startswith(_ASSERT):
+        return clip(unit.source, _MAX_PART)
     if _PYDANTIC.match(first):
         fields = _pydantic_errors(unit.more)
         if fields:

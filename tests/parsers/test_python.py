@@ -69,6 +69,27 @@ def test_exception_without_message(tmp_path: Path) -> None:
     assert d.line == "[ValueError] at app.py:2 in check: (no message)"
 
 
+def test_bare_assert_names_the_failing_statement(tmp_path: Path) -> None:
+    """A bare ``assert`` raises AssertionError without a message: the statement CPython prints is the
+    cause, so two failing asserts of one function are two classes (and the same one fails alike twice)."""
+    source = """
+        import json, sys
+
+        def check_response(resp):
+            assert resp["status"] == 200
+            assert "user_id" in resp["body"]
+
+        check_response(json.loads(sys.argv[1]))
+    """
+    status = compact_text(python_error(tmp_path, source, args=['{"status": 500, "body": {}}']))
+    again = compact_text(python_error(tmp_path, source, args=['{"status": 503, "body": {}}']))
+    body = compact_text(python_error(tmp_path, source, args=['{"status": 200, "body": {}}']))
+    assert status.line == '[AssertionError] at app.py:4 in check_response: assert resp["status"] == 200'
+    assert body.line == '[AssertionError] at app.py:5 in check_response: assert "user_id" in resp["body"]'
+    assert status.key != body.key
+    assert again.key == status.key
+
+
 def test_module_qualified_and_local_types_use_the_class_name(tmp_path: Path) -> None:
     _, sql = _compact(tmp_path / "sql", """
         import sqlite3

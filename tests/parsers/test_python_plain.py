@@ -40,6 +40,7 @@ SHAPES = {
     "syntax": "compile('def f(:\\n    pass\\n', 'gen.py', 'exec')\n",
     "note": "e = ValueError('bad amount 12')\ne.add_note('Hint: while pricing order 12')\nraise e\n",
     "multiline": "raise ValueError('first line\\nSecond: line')\n",
+    "bare_assert": "def check(resp):\n    assert resp['status'] == 200\n\ncheck({'status': 500})\n",
     "logged_then_fatal": "import logging, sys\nlogging.basicConfig(stream=sys.stderr)\n"
     "try:\n    {}['first']\nexcept KeyError:\n    logging.exception('handled')\nraise KeyError('second')\n",
 }
