@@ -111,6 +111,19 @@ _ADVICE = re.compile(
     r"(?i)^(?:please|visit|you can|you may|for more|for details|see |refer|learn more|to learn|check |read |if you)"
 )
 _TRY_AGAIN = re.compile(r"(?i)try again in (\d+(?:\.\d+)?\s?(?:ms|s|sec|seconds?|m|min|minutes?))\b")
+# What an advice sentence may name that tells one failure from another: a quoted name (``Please provide the
+# 'email' field.``, ``Check constraint 'orders_qty_max' is violated.``) or an identifier (``user_id``,
+# ``maxTokens``), not an apostrophe (``don't``, ``server's``). Links are left out first: a documentation
+# page names no cause.
+_NAMED = re.compile(r"(?<!\w)(['\"`])[^'\"`\s][^'\"`\n]{0,200}?\1(?!\w)|\b[A-Za-z]\w*_\w+|\b[a-z]+[A-Z]\w*")
+_URL = re.compile(r"\b\w+://\S+")
+# Advice that is only advice even after a bare headline: when to retry, where to read more.
+_ONLY_ADVICE = re.compile(r"(?i)try again|retry|://")
+# A headline that names no cause (``Validation failed.``, ``Forbidden.``): the advice after it does.
+_HEADLINE_WORDS = frozenset(
+    {"validation", "failed", "failure", "invalid", "request", "bad", "denied", "access", "not", "allowed",
+     "permitted", "permission", "conflict", "forbidden", "unauthorized", "input", "found"}
+)
 # Who the account is: it does not say what failed, and its id would only lengthen the line.
 _ACCOUNT = re.compile(r"(?i)\s+(?:in|for) (?:your )?(?:organization|organisation|org|project)\s+\(?[\w\-]{3,80}\)?")
 _GENERIC_WORDS = frozenset(
@@ -656,7 +669,7 @@ def _cause(envelope: _Envelope, reason: str, retry: str, status: int | None) -> 
     label = _squash(envelope.label)[:80]
     # Redact before cutting: a key cut in half no longer looks like a key to the compactor's redaction.
     message = _squash(redact(_LINK_IN_PARENS.sub("", envelope.message[: _MESSAGE_CHARS * 8])))
-    message, advised = _without_advice(message)
+    message, advised = _without_advice(message, reason)
     retry = retry or advised
     suffix = f" (retry after {_squash(retry)[:_RETRY_CHARS]})" if retry else ""
     if status is not None and message.startswith(f"{status} "):
@@ -678,21 +691,35 @@ def _cause(envelope: _Envelope, reason: str, retry: str, status: int | None) -> 
     return cause + suffix
 
 
-def _without_advice(message: str) -> tuple[str, str]:
+def _without_advice(message: str, reason: str) -> tuple[str, str]:
     """The message without the account it concerns and without sentences of advice (``Please try again
-    in 2.93s.``, ``Visit … to learn more.``), and the retry delay such a sentence gave."""
+    in 2.93s.``, ``Visit … to learn more.``), and the retry delay such a sentence gave.
+
+    A sentence that starts like advice but names something (``Please provide the 'email' field.``) is the
+    cause and stays; so does one after a bare headline (``Forbidden. You can only delete your own
+    comments.``), unless it only says when to retry or where to read more."""
     message = _ACCOUNT.sub("", message)
     sentences = _SENTENCE_END.split(message)
-    kept: list[str] = []
+    dropped: set[int] = set()
     retry = ""
-    for sentence in sentences:
+    for at, sentence in enumerate(sentences):
         if _ADVICE.match(sentence):
             found = _TRY_AGAIN.search(sentence)
             if found and not retry:
                 retry = found.group(1).replace(" ", "")
-            continue
-        kept.append(sentence)
+            if not _NAMED.search(_URL.sub("", sentence)):
+                dropped.add(at)
+    kept = [sentence for at, sentence in enumerate(sentences) if at not in dropped]
+    if kept and dropped and _headline(" ".join(kept), reason):
+        kept = [s for at, s in enumerate(sentences) if at not in dropped or not _ONLY_ADVICE.search(s)]
     return (" ".join(kept) if kept else message), retry
+
+
+def _headline(text: str, reason: str) -> bool:
+    """True when ``text`` names no cause: the status's reason phrase or generic words only."""
+    words = text.lower().replace(".", " ").replace(",", " ").split()
+    known = _GENERIC_WORDS | _HEADLINE_WORDS | frozenset(reason.lower().split())
+    return bool(words) and all(word in known for word in words)
 
 
 def _squash(text: str) -> str:

@@ -216,6 +216,18 @@ _ROUTES: dict[str, tuple[int, dict[str, str], str, str]] = {
                     "text/html; charset=UTF-8"),
     "/huge-html": (500, {}, _HUGE_HTML, "text/html"),
     "/empty-503": (503, {"Retry-After": "120"}, "", "text/plain"),
+    "/users/email": (400, {}, json.dumps({"message": "Validation failed. Please provide the 'email' field."}),
+                     "application/json"),
+    "/users/phone": (400, {}, json.dumps({"message": "Validation failed. Please provide the 'phone' field."}),
+                     "application/json"),
+    "/orders/amount": (409, {}, json.dumps({"error": "Conflict. Check constraint 'orders_amount_positive' is "
+                                                     "violated."}), "application/json"),
+    "/orders/qty": (409, {}, json.dumps({"error": "Conflict. Check constraint 'orders_qty_max' is violated."}),
+                    "application/json"),
+    "/repos/scope": (403, {}, json.dumps({"message": "Forbidden. You can only access repositories in org 'acme'."}),
+                     "application/json"),
+    "/comments/scope": (403, {}, json.dumps({"message": "Forbidden. You can only delete your own comments."}),
+                        "application/json"),
     "/ok": (200, {}, json.dumps({"id": "chatcmpl-123", "object": "chat.completion", "choices": []}),
             "application/json"),
     "/welcome": (200, {}, "<html><head><title>Welcome to nginx!</title></head><body><h1>Welcome</h1>"
@@ -358,6 +370,21 @@ def test_dedup_key_ignores_request_id_retry_and_port(server: str) -> None:
 
     overloaded, _ = _urllib(server + "/anthropic/529")
     assert compactor.compact_text(overloaded).key != one.key
+
+
+def test_a_sentence_worded_as_advice_that_names_the_cause_stays(server: str) -> None:
+    """``Please provide the 'email' field.`` and ``Check constraint '…' is violated.`` start like advice but
+    name what failed; after a bare ``Forbidden.`` the next sentence is all the body says. Each stays, so two
+    causes are two classes."""
+    pairs = [("/users/email", "/users/phone", "Validation failed. Please provide the 'email' field."),
+             ("/orders/amount", "/orders/qty", "Conflict. Check constraint 'orders_amount_positive' is violated."),
+             ("/repos/scope", "/comments/scope", "Forbidden. You can only access repositories in org 'acme'.")]
+    for one, other, cause in pairs:
+        first, second = (compactor.compact_text(_urllib(server + path)[0]) for path in (one, other))
+        assert first.cause == cause
+        assert first.key != second.key, second.line
+    own, _ = _urllib(server + "/comments/scope")
+    assert compactor.compact_text(own).cause == "Forbidden. You can only delete your own comments."
 
 
 def test_distinct_statuses_with_same_body_text_have_distinct_keys(server: str) -> None:
