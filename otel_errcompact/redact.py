@@ -108,9 +108,10 @@ def _word_start(text: str, index: int) -> int:
 def _mask_credential(match: re.Match[str]) -> str:
     """``Bearer <credential>`` → ``Bearer [REDACTED]``, unless what follows the scheme word is a plain
     word of prose: "The security token included in the request is invalid", "Basic authentication
-    required". A credential of a scheme is random text: digits, capitals inside it, punctuation, or
-    twenty characters and more (the rule's pattern takes eight or more)."""
-    if _WORD.fullmatch(match.group(2)):
+    required", "Token expired." (the full stop ends the sentence: a credential's characters include it).
+    A credential of a scheme is random text: digits, capitals inside it, punctuation, or twenty characters
+    and more (the rule's pattern takes eight or more)."""
+    if _WORD.fullmatch(match.group(2).removesuffix(".")):
         return match.group(0)
     return _mask_value(match)
 

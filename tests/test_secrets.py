@@ -591,6 +591,7 @@ class RefusingAPI(BaseHTTPRequestHandler):
         "The security token included in the request is invalid.",  # AWS STS's wording
         "Basic authentication required",
         "Invalid token provided for this workspace",
+        "Token expired.",
     ],
 )
 def test_a_refusal_worded_in_prose_keeps_its_words(reason: str) -> None:

@@ -228,6 +228,8 @@ _ROUTES: dict[str, tuple[int, dict[str, str], str, str]] = {
                      "application/json"),
     "/comments/scope": (403, {}, json.dumps({"message": "Forbidden. You can only delete your own comments."}),
                         "application/json"),
+    **{f"/token/{state}": (401, {}, json.dumps({"message": f"Token {state}."}), "application/json")
+       for state in ("expired", "revoked", "malformed")},
     "/ok": (200, {}, json.dumps({"id": "chatcmpl-123", "object": "chat.completion", "choices": []}),
             "application/json"),
     "/welcome": (200, {}, "<html><head><title>Welcome to nginx!</title></head><body><h1>Welcome</h1>"
@@ -385,6 +387,16 @@ def test_a_sentence_worded_as_advice_that_names_the_cause_stays(server: str) -> 
         assert first.key != second.key, second.line
     own, _ = _urllib(server + "/comments/scope")
     assert compactor.compact_text(own).cause == "Forbidden. You can only delete your own comments."
+
+
+def test_a_token_refusal_in_one_sentence_keeps_its_word(server: str) -> None:
+    """``Token expired.`` names why the call was refused, not a credential: the word stays, and expired,
+    revoked and malformed tokens are three classes."""
+    digests = [compactor.compact_text(_urllib(f"{server}/token/{state}")[0])
+               for state in ("expired", "revoked", "malformed")]
+    assert [d.line for d in digests] == ["[HTTP 401]: Token expired.", "[HTTP 401]: Token revoked.",
+                                         "[HTTP 401]: Token malformed."]
+    assert len({d.key for d in digests}) == 3
 
 
 def test_distinct_statuses_with_same_body_text_have_distinct_keys(server: str) -> None:
