@@ -27,7 +27,9 @@ group's box (``  | `` prefixes). That one list is enough for every shape CPython
 * **Multi-line messages**: the first line is the message. pydantic's ``N validation error(s) for Model``
   gets its fields and their messages (``age — Input should be a valid integer``) with the per-error
   ``[type=…, input_value=…]`` detail dropped (the input value would split the dedup key); a first line
-  that is empty or ends with ``:`` gets the next non-empty line.
+  that is empty or ends with ``:`` gets the next non-empty line, and one followed by a line naming the
+  file it is about (PyYAML's ``in "app.yaml", line 2, column 9``, configparser's ``file: 'app.ini', line:
+  1``) gets that line: the same message about two files is two failures.
 * **Module-qualified types** (``urllib.error.HTTPError``, ``sqlite3.OperationalError``,
   ``f.<locals>.MyError``) are reported by their class name.
 * **Django's debug page** (the plain text it serves a client that does not take HTML, and the text of its
@@ -90,6 +92,9 @@ _PAGE_TYPE = "Exception Type: "
 _PAGE_VALUE = "Exception Value:"
 _PAGE_EXCEPTION = re.compile(r"Exception Type: (?P<type>[A-Za-z_][\w.<>]{0,200})(?: at \S*)?\s*$")
 _PYDANTIC = re.compile(r"\d+ validation errors? for \S+$")
+# The line under a message that names the file it is about: PyYAML's ``  in "app.yaml", line 2, column 9``,
+# configparser's ``file: 'app.ini', line: 1``.
+_FILE_MARK = re.compile(r"\s*(?:in|file:) ([\"'])[^\"'\n]{1,1000}\1, line:? \d")
 _ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Group|Iteration)$")
 _WS = re.compile(r"\s+")
 # CPython's own library on Windows (``C:\...\Python311\Lib\json\decoder.py``): no ``pythonX.Y`` folder.
@@ -484,8 +489,9 @@ def _describe(unit: _Unit) -> str:
 
 
 def _message(unit: _Unit) -> str:
-    """The message's first line, completed from the lines after it where the first line says little. A
-    bare ``assert`` has no message: the statement CPython prints under the frame says what failed."""
+    """The message's first line, completed from the lines after it where the first line says little or
+    the next one names the file it is about. A bare ``assert`` has no message: the statement CPython
+    prints under the frame says what failed."""
     first = unit.message.strip()
     if not first and unit.type == "AssertionError" and unit.source.startswith(_ASSERT):
         return clip(unit.source, _MAX_PART)
@@ -497,6 +503,8 @@ def _message(unit: _Unit) -> str:
         following = next((line.strip() for line in unit.more if line.strip()), "")
         if following:
             first = f"{first} {following}" if first else following
+    elif unit.more and _FILE_MARK.match(unit.more[0]):
+        first = f"{first} {unit.more[0].strip()}"
     return first
 
 

@@ -151,6 +151,39 @@ def test_multi_line_message_ending_with_colon_takes_the_next_line(tmp_path: Path
     assert d.cause == "invalid settings: 'port' must be an integer"
 
 
+LOAD_CONFIG = """
+    import configparser, sys
+    import yaml
+
+    def load(path):
+        if path.endswith(".ini"):
+            parser = configparser.ConfigParser()
+            parser.read(path)
+            return parser
+        with open(path) as f:
+            return yaml.safe_load(f)
+
+    load(sys.argv[1])
+"""
+
+
+def test_a_message_keeps_the_line_naming_its_file(tmp_path: Path) -> None:
+    """PyYAML and configparser name the broken file on the line under the message: it stays, so the same
+    mistake in two files is two classes."""
+    pytest.importorskip("yaml")
+    files = {"app.yaml": "name: x\nport: 80: 81\n", "db.yaml": "db:\n  host: y\n  user: z: q\n",
+             "app.ini": "debug = true\n", "db.ini": "host = db1\n"}
+    digests = {name: compact_text(python_error(tmp_path, LOAD_CONFIG, name="load_config.py", args=[name],
+                                               extra_files=files))
+               for name in files}
+    assert digests["app.yaml"].cause == 'mapping values are not allowed here in "app.yaml", line 2, column 9'
+    assert digests["app.ini"].cause == "File contains no section headers. file: 'app.ini', line: 1"
+    for name, digest in digests.items():
+        assert name in digest.cause, digest.line
+    assert digests["app.yaml"].key != digests["db.yaml"].key
+    assert digests["app.ini"].key != digests["db.ini"].key
+
+
 # --- chained exceptions --------------------------------------------------------------------------------
 
 
