@@ -9,7 +9,8 @@ Naming, chosen so the dedup key stays stable from one run to the next:
   status``, ``cannot find -lfoo``) is ``ld error``.
 
 The cause is the first error's message with gcc's typographic quotes turned into ASCII ones (the locale
-decides which quotes gcc prints; the key must not), plus ``(+N more)`` when more errors followed. The
+decides which quotes gcc prints; the key must not), plus ``(+N more)`` when more errors followed (not
+keyed: fixing another error must not change the key of this one). The
 location is the first error's ``file:line``; ``func`` comes from the ``In function 'x':`` context line.
 An error inside a system header (a template from the STL) is located where the user's code instantiated
 it: gcc's ``main.cpp:12:14:   required from here``, clang's ``… requested here`` note.
@@ -132,11 +133,12 @@ def _compile_error(lines: list[str], hints: Hints) -> Parsed | None:
     type_ = _type_name(cxx, hints.command)
     if first is not None:
         file, line_no, message, func = first
-        cause = _with_more(_ascii_quotes(message), errors - 1)
+        keyed = _ascii_quotes(message)
+        cause = _with_more(keyed, errors - 1)
         if user_site is not None and (_SYSTEM_HEADER.search(file) or is_library_path(file)):
             # An error inside a standard header is the user's: point at the line that instantiated it.
-            return Parsed(type_, cause, _FORMAT, location=user_site)
-        return Parsed(type_, cause, _FORMAT, location=Frame(file, line_no, func, in_app=True))
+            return Parsed(type_, cause, _FORMAT, location=user_site, key_text=keyed)
+        return Parsed(type_, cause, _FORMAT, location=Frame(file, line_no, func, in_app=True), key_text=keyed)
     if tool_message is not None:
         return Parsed(type_, _ascii_quotes(tool_message), _FORMAT)
     return None
@@ -192,7 +194,7 @@ def _link_error(lines: list[str]) -> Parsed | None:
             return None
         first = _first_tool_message(lines) or "link failed"
     cause = _with_more(first, errors - 1)
-    return Parsed("ld error", cause, _FORMAT, location=where)
+    return Parsed("ld error", cause, _FORMAT, location=where, key_text=first)
 
 
 def _first_tool_message(lines: list[str]) -> str | None:
@@ -247,5 +249,6 @@ def _ascii_quotes(text: str) -> str:
 
 
 def _with_more(cause: str, more: int) -> str:
-    """Append a count that does not change the dedup key as it changes (numbers are masked)."""
+    """Append the count of the other errors; the key is built without it (``Parsed.key_text``), so fixing
+    another error does not change the key of this one."""
     return f"{cause} (+{more} more)" if more > 0 else cause

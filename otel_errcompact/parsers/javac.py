@@ -4,7 +4,7 @@ javac states what is wrong on the diagnostic line and names the culprit on the i
 caret (``symbol:   variable foo``, ``location: class Main``, ``required: int`` / ``found: String``).
 A bare ``cannot find symbol`` names nothing, so the cause borrows the symbol line:
 ``cannot find symbol: variable foo``. The type is always ``javac error``; ``(+N more)`` counts the other
-errors (from the ``N errors`` summary when javac printed one). Errors without a position
+errors (from the ``N errors`` summary when javac printed one), shown but not keyed. Errors without a position
 (``error: file not found: Nope.java``) are claimed only when they mention a ``.java`` file or the
 command was javac, since ``error: …`` alone could come from any tool.
 """
@@ -67,9 +67,9 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     if first is not None and first_index is not None:
         file, line_no, message = first
         cause = _with_details(message, _details(lines, first_index + 1))
-        return Parsed(_TYPE, _with_more(cause, total - 1), _FORMAT, location=Frame(file, line_no))
+        return Parsed(_TYPE, _with_more(cause, total - 1), _FORMAT, location=Frame(file, line_no), key_text=cause)
     if bare is not None and (".java" in bare or _is_javac(hints.command)):
-        return Parsed(_TYPE, _with_more(bare, total - 1), _FORMAT)
+        return Parsed(_TYPE, _with_more(bare, total - 1), _FORMAT, key_text=bare)
     return None
 
 

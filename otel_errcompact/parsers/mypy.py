@@ -4,7 +4,8 @@ The type is ``mypy error``; the error code stays in the cause (``… [return-val
 the check that failed, and two codes on one line are two different problems. The location is the
 first error's ``file:line``; with ``--show-error-context`` the ``note: In function "f":`` line gives
 the function (``C.m`` for a method). ``--pretty`` wraps long messages onto unindented continuation
-lines, which are joined back. ``Found N errors in M files`` supplies the ``(+N more)`` count.
+lines, which are joined back. ``Found N errors in M files`` supplies the ``(+N more)`` count, shown but
+not keyed: fixing another error must not change the key of this one.
 """
 
 from __future__ import annotations
@@ -76,10 +77,9 @@ def parse(text: str, hints: Hints) -> Parsed | None:
         return None
     file, line_no, message, func = first
     total = summary if summary is not None and summary >= errors else errors
-    cause = _with_code(message)
-    if total > 1:
-        cause = f"{cause} (+{total - 1} more)"
-    return Parsed(_TYPE, cause, _FORMAT, location=Frame(file, line_no, func))
+    keyed = _with_code(message)
+    cause = f"{keyed} (+{total - 1} more)" if total > 1 else keyed
+    return Parsed(_TYPE, cause, _FORMAT, location=Frame(file, line_no, func), key_text=keyed)
 
 
 def _join_continuation(message: str, lines: list[str], start: int) -> str:

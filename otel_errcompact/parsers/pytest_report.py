@@ -10,7 +10,8 @@ The digest describes the first failing test in report order:
   line of the long traceback style, ``AssertionError`` for a bare ``E   assert …``, else ``Failed``
   as pytest itself calls an unexplained failure;
 * cause: the exception message, then the test id and the count of other failures:
-  ``'missing_key' (test_math.py::test_lookup; +2 more failed)``;
+  ``'missing_key' (test_math.py::test_lookup; +2 more failed)``; the count is not keyed (fixing another
+  test must not change the key of this one);
   a module that failed to import while pytest collected it says so (``No module named 'x' (collecting
   test_client.py)``), so a collection error never shares a key with the same exception inside a test;
 * location: the innermost frame of the user's own code (``test_math.py:7 in lookup``), not pytest's or
@@ -107,6 +108,7 @@ def parse(text: str, hints: Hints) -> Parsed | None:
         _FORMAT,
         frames=frames,
         location=location,
+        key_text=_cause(message, test_id, 0),  # fixing another test must not change this one's key
     )
 
 

@@ -5,7 +5,8 @@ The type is ``rustc E0425`` when rustc gives an error code (the code is the erro
 line under the header (or the position in front of ``--error-format=short`` lines). A headline that
 names nothing in backticks (``mismatched types``) borrows the primary label under the caret
 (``expected `String`, found integer``), so the cause keeps the token. Summary lines (``aborting due to
-3 previous errors``, cargo's ``could not compile``) give the ``(+N more)`` count and are never the cause.
+3 previous errors``, cargo's ``could not compile``) give the ``(+N more)`` count (shown, not keyed) and are
+never the cause.
 rustc prints no enclosing function, so ``func`` stays empty.
 """
 
@@ -77,7 +78,7 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     total = summary if summary is not None and summary >= errors else errors
     cause = f"{message} (+{total - 1} more)" if total > 1 else message
     type_ = f"rustc {code}" if code else "rustc error"
-    return Parsed(type_, cause, _FORMAT, location=location)
+    return Parsed(type_, cause, _FORMAT, location=location, key_text=message)
 
 
 def _frame(file: str, line: str) -> Frame:

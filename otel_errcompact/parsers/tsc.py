@@ -11,7 +11,8 @@ Errors about the command line or the project (``error TS5058: The specified path
 
 Naming follows the other compilers: the type is ``tsc TS2304`` (the code is the error class, as in
 ``rustc E0425``), the cause is the first error's headline, which quotes the name, property, type or
-module at fault (a trailing full stop is dropped), plus ``(+N more)`` when more errors followed. A
+module at fault (a trailing full stop is dropped), plus ``(+N more)`` when more errors followed (shown,
+not keyed: fixing another error must not change the key of this one). A
 message chain (the indented elaboration under a headline) is left out: the headline already names the
 cause, and the chain's wording changes with the shape of the types involved. The location is the
 first error's ``file:line``; tsc names no enclosing function, so ``func`` stays empty.
@@ -76,7 +77,7 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     code, message, location = first
     total = summary if summary is not None and summary >= errors else errors
     cause = f"{message} (+{total - 1} more)" if total > 1 else message
-    return Parsed(f"tsc TS{code}", cause, _FORMAT, location=location)
+    return Parsed(f"tsc TS{code}", cause, _FORMAT, location=location, key_text=message)
 
 
 def _header(line: str) -> tuple[str, str, Frame | None] | None:

@@ -488,3 +488,42 @@ def test_a_duplicate_symbol_keeps_one_key_though_gcc_names_its_objects_anew(tmp_
     twice = _digest(_failing(cmd, tmp_path), cmd)
     assert "multiple definition of" in dup[0].line and "'dup'" in dup[0].line, dup[0].line
     assert dup[0].key == dup[1].key != twice.key
+
+
+# --- the count of other errors ---------------------------------------------------------------------------
+
+# Per tool: the source around the offending lines, and one line using an undefined name ({name}).
+_UNDEFINED_USE: dict[str, tuple[str, str]] = {
+    "gcc": ("int main(void) {{\n{lines}    return 0;\n}}\n", "    {name} = 1;\n"),
+    "javac": ("public class Main {{\n    public static void main(String[] args) {{\n{lines}    }}\n}}\n",
+              "        int {name}Copy = {name};\n"),
+    "mypy": ("def main() -> None:\n{lines}    pass\n", "    print({name})\n"),
+    "rustc": ("fn main() {{\n{lines}}}\n", "    let _{name}: i32 = {name};\n"),
+}
+
+
+def _undefined(tool: str, folder: Path, *names: str) -> Digest:
+    around, line = _UNDEFINED_USE[tool]
+    source = around.format(lines="".join(line.format(name=name) for name in names))
+    if tool == "gcc":
+        return _gcc(folder, source, "calc.c")[1]
+    if tool == "javac":
+        return _javac(folder, source)[1]
+    if tool == "mypy":
+        return _mypy(folder, source)[1]
+    return _rustc(folder, source)[1]
+
+
+@pytest.mark.parametrize("tool", sorted(_UNDEFINED_USE))
+def test_fixing_another_error_keeps_the_key_of_the_first(tmp_path: Path, tool: str) -> None:
+    """``(+1 more)`` is shown, but the key is built without it: once the second error is fixed, the
+    unchanged first one keeps its key; a different first error has another."""
+    if tool != "mypy" and not have(tool):
+        pytest.skip(f"{tool} is not installed")
+    both = _undefined(tool, tmp_path / "both", "totalCount", "rowLimit")
+    alone = _undefined(tool, tmp_path / "alone", "totalCount")
+    other = _undefined(tool, tmp_path / "other", "pageSize")
+    assert "totalCount" in both.cause and both.cause.endswith("(+1 more)"), both.line
+    assert "totalCount" in alone.cause and "more" not in alone.cause, alone.line
+    assert both.key == alone.key
+    assert other.key != alone.key

@@ -107,6 +107,25 @@ def test_key_is_stable_across_runs_and_distinct_per_cause(tmp_path: Path) -> Non
     assert key_a.key != key_b.key
 
 
+def test_fixing_another_test_keeps_the_key_of_the_first(tmp_path: Path) -> None:
+    """``+1 more failed`` is shown but not keyed: once the other test passes, the unchanged first failure
+    keeps its key; another first failure has another."""
+    source = """
+        def test_a():
+            {{}}["{key}"]
+
+        def test_b():
+            assert 1 == {b}
+    """
+    _, both = _pytest(tmp_path / "both", source.format(key="user_id", b=2))
+    _, alone = _pytest(tmp_path / "alone", source.format(key="user_id", b=1))
+    _, other = _pytest(tmp_path / "other", source.format(key="order_id", b=1))
+    assert both.cause == "'user_id' (test_math.py::test_a; +1 more failed)"
+    assert alone.cause == "'user_id' (test_math.py::test_a)"
+    assert both.key == alone.key
+    assert other.key != alone.key
+
+
 def test_tb_line_and_tb_no_still_name_the_cause(tmp_path: Path) -> None:
     source = _math().replace("def test_add", "def _skip_add")
     raw_line, line_style = _pytest(tmp_path / "a", source, "--tb=line", "-q")

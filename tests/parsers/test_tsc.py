@@ -160,6 +160,21 @@ def test_several_errors_report_the_first_and_count_the_rest(
     assert d.location is not None and d.location.file == "a.ts"
 
 
+@FORMS
+def test_fixing_another_error_keeps_the_key_of_the_first(tsc_bin: str, tmp_path: Path, form: tuple[str, str]) -> None:
+    """The count of the other errors is shown but not keyed: once they are fixed, the unchanged first
+    error keeps its key; another first error has another."""
+    broken = {"a.ts": _source(MISSING_NAME, name="total_count", value=1), "b.ts": _source(NOT_ASSIGNABLE, value="z")}
+    _, both = _tsc(tsc_bin, tmp_path / "both", broken, "--noEmit", *form, "a.ts", "b.ts")
+    _, alone = _tsc(tsc_bin, tmp_path / "alone", {"a.ts": broken["a.ts"]}, "--noEmit", *form, "a.ts")
+    other_file = {"a.ts": _source(MISSING_NAME, name="row_limit", value=1)}
+    _, other = _tsc(tsc_bin, tmp_path / "other", other_file, "--noEmit", *form, "a.ts")
+    assert both.cause == "Cannot find name 'total_count' (+1 more)"
+    assert alone.cause == "Cannot find name 'total_count'"
+    assert both.key == alone.key
+    assert other.key != alone.key
+
+
 def test_related_information_is_not_counted_as_an_error(tsc_bin: str, tmp_path: Path) -> None:
     # TS2551 points at lib.es5.d.ts's declaration of 'length' in an indented related-information block.
     source = "export function f(a: string): number {\n    return a.lenght;\n}\n"
