@@ -3,10 +3,11 @@
 Each module holds one format and one function ``parse(text, hints) -> Parsed | None``. Adding a format
 is one new module and one line in ``PARSERS``. Order matters where formats nest: pytest output embeds
 Python tracebacks, so it is tried first; the JVM, node and Go parsers come before the HTTP parser because
-their stack traces can quote a status code; compiler parsers come before the shell parser because a
-failing compiler also exits non-zero; Maven's comes before the JVM's because with ``-e`` its error line is
-followed by a Java stack trace of Maven's own. ``fallback`` is not in the tuple: the compactor uses it (or an LLM
-summariser, when one is configured) only when no parser matched.
+their stack traces can quote a status code; a command-line usage error (``usage: …`` then ``prog: error:
+…``) is claimed before mypy, whose line-less ``file.py: error: …`` looks alike; compiler parsers come
+before the shell parser because a failing compiler also exits non-zero; Maven's comes before the JVM's
+because with ``-e`` its error line is followed by a Java stack trace of Maven's own. ``fallback`` is not in
+the tuple: the compactor uses it (or an LLM summariser, when one is configured) only when no parser matched.
 
 A parser module may also define ``MARKERS: tuple[str, ...]``: substrings at least one of which occurs in
 every text the parser can recognise. The compactor may skip a parser none of whose markers occur, so a
@@ -44,6 +45,7 @@ from otel_errcompact.parsers import (
     shell,
     tsc,
     unittest_report,
+    usage,
 )
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, Parser, innermost_in_app, is_library_path
 
@@ -58,6 +60,7 @@ PARSERS: tuple[tuple[str, Parser], ...] = (
     ("node-test", node_test.parse),
     ("node", node.parse),
     ("go", go.parse),
+    ("usage", usage.parse),
     ("mypy", mypy.parse),
     ("gcc", gcc.parse),
     ("javac", javac.parse),

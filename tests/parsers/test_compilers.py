@@ -15,7 +15,7 @@ from otel_errcompact.compactor import compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.parsers import gcc, javac, mypy, rustc
 from otel_errcompact.parsers._base import Hints
-from tests.realerrors import have, run, write
+from tests.realerrors import have, python_error, run, write
 
 needs_gcc = pytest.mark.skipif(not have("gcc"), reason="gcc is not installed")
 needs_gxx = pytest.mark.skipif(not have("g++"), reason="g++ is not installed")
@@ -383,6 +383,32 @@ def test_mypy_parser_declines_gcc_output(tmp_path: Path) -> None:
         pytest.skip("gcc is not installed")
     raw, _ = _gcc(tmp_path, UNDECLARED_C.format(pad="", name="total_count", value=7))
     assert mypy.parse(raw, Hints()) is None
+
+
+EXPORT_CLI = """
+    import argparse
+
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--input", required=True)
+    parser.add_argument("--format", choices=["csv", "json"])
+    parser.parse_args()
+"""
+
+
+def test_an_argparse_usage_error_is_no_mypy_error(tmp_path: Path) -> None:
+    """``export.py: error: …`` under argparse's ``usage:`` line is the command line's fault, not a type
+    checker's; the value passed is shown but not keyed, the flag and the mistake are."""
+
+    def cli(*args: str) -> Digest:
+        raw = python_error(tmp_path, EXPORT_CLI, name="export.py", args=list(args))
+        return compact_text(raw, exit_code=2, command="python export.py " + " ".join(args))
+
+    xml, yaml = cli("--input", "a.csv", "--format", "xml"), cli("--input", "a.csv", "--format", "yaml")
+    missing = cli("--format", "csv")
+    assert xml.line == "[usage error]: export.py: argument --format: invalid choice: 'xml' (choose from 'csv', 'json')"
+    assert missing.line == "[usage error]: export.py: the following arguments are required: --input"
+    assert xml.key == yaml.key
+    assert xml.key != missing.key
 
 
 # --- rustc -------------------------------------------------------------------------------------------
