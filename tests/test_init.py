@@ -34,6 +34,18 @@ from otel_errcompact.sinks.sqlite import TrajectoryStore
 from tests.conftest import OTel, env_without_otel, metric_sum
 
 
+def _fail_a_tool_span(provider: TracerProvider) -> None:
+    """A tool span that records a real JSONDecodeError and ends failed."""
+    with provider.get_tracer("tests.agent").start_as_current_span(
+        "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool"}
+    ) as span:
+        try:
+            json.loads("{")
+        except ValueError as exc:
+            span.record_exception(exc)
+            span.set_status(Status(StatusCode.ERROR))
+
+
 def _processors(otel: OTel) -> int:
     return len(otel.tracer_provider._active_span_processor._span_processors)
 
@@ -191,14 +203,7 @@ def test_a_bad_redis_url_fails_init_before_anything_is_attached(tmp_path: Path, 
     db = tmp_path / "fixed.sqlite3"
     ec = otel_errcompact.init(tracer_provider=provider, sqlite_path=db)
     try:
-        with provider.get_tracer("tests.agent").start_as_current_span(
-            "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool"}
-        ) as span:
-            try:
-                json.loads("{")
-            except ValueError as exc:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR))
+        _fail_a_tool_span(provider)
         assert "[JSONDecodeError]" in ec.context("default")
         assert ec.flush()
         with TrajectoryStore(db) as store:
@@ -295,17 +300,9 @@ def test_disabled_is_inert(make_otel: Callable[..., OTel]) -> None:
 def test_init_after_shutdown_on_the_same_provider_sees_span_failures(otel: OTel, tmp_path: Path) -> None:
     """An app (or a notebook) that shuts down and initialises again on its own provider: the SDK
     cannot remove a span processor, so the first handle's must stand aside."""
-    tracer = otel.tracer
 
     def fail_once() -> None:
-        with tracer.start_as_current_span(
-            "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool"}
-        ) as span:
-            try:
-                json.loads("{")
-            except ValueError as exc:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR))
+        _fail_a_tool_span(otel.tracer_provider)
 
     fail_once()
     assert "[JSONDecodeError]" in otel.ec.context("default")
@@ -367,14 +364,7 @@ def test_init_shutdown_cycles_on_one_provider_keep_nothing_of_the_shut_down_hand
     ec = otel_errcompact.init(tracer_provider=tracer_provider, logger_provider=logger_provider,
                               meter_provider=meter_provider, sqlite_path=db)
     try:
-        with tracer_provider.get_tracer("tests.agent").start_as_current_span(
-            "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool"}
-        ) as span:
-            try:
-                json.loads("{")
-            except ValueError as exc:
-                span.record_exception(exc)
-                span.set_status(Status(StatusCode.ERROR))
+        _fail_a_tool_span(tracer_provider)
         assert "[JSONDecodeError]" in ec.context("default")
         assert ec.flush() and tracer_provider.force_flush()
         with TrajectoryStore(db) as store:
