@@ -481,8 +481,23 @@ def names_secret(key: str) -> bool:
 
     >>> names_secret("db.password"), names_secret("http.request.header.x-api-key"), names_secret("max_tokens")
     (True, True, False)
+
+    An ``Authorization`` header's name counts too, though in text the header is read by its scheme
+    (``Bearer …``): a captured header attribute holds the credential alone, scheme or not.
+
+    >>> names_secret("http.request.header.authorization"), names_secret("proxy-authorization")
+    (True, True)
     """
-    return _SECRET_KEY.search(key) is not None or _COOKIE_KEY.search(key) is not None
+    return (
+        _SECRET_KEY.search(key) is not None
+        or _COOKIE_KEY.search(key) is not None
+        or _AUTHORIZATION_KEY.search(key) is not None
+    )
+
+
+# A header attribute or key named for the Authorization header (``http.request.header.authorization``,
+# ``Proxy-Authorization``), its last word.
+_AUTHORIZATION_KEY = re.compile(r"(?i)(?:\A|[._\-])authorization\Z")
 
 
 def redact_named(key: str, value: str) -> str:
@@ -499,6 +514,8 @@ def redact_named(key: str, value: str) -> str:
     """
     if not value or not names_secret(key):
         return redact(value)
+    if _AUTHORIZATION_KEY.search(key) is not None:  # the credential, after its scheme or alone
+        return REDACTED
     if _SECRET_KEY.search(key) is None:  # a cookie header: its values, not its names
         return redact(_COOKIE_VALUE.sub(f"={REDACTED}", value))
     return value if _names_the_cause(key, value) else REDACTED

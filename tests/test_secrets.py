@@ -478,9 +478,11 @@ def test_structured_arguments_are_redacted_by_their_keys(tmp_path: Path) -> None
         {"eu-west": 1}["us-east"]
     except KeyError:
         raw = traceback.format_exc()
+    bare_token = rand(20)  # a captured Authorization header holds the credential, with or without a scheme
     arguments = {
         "user": "bob", "password": password, "max_tokens": 4096, "api_key": None,
-        "options": {"headers": {"X-Api-Key": [api_key]}, "pin_password": 4711, "retry": True},
+        "options": {"headers": {"X-Api-Key": [api_key], "Authorization": [bare_token]}, "pin_password": 4711,
+                    "retry": True},
     }
     path = tmp_path / "own.jsonl"
     sink = RedactingSink(JSONLSink(path))
@@ -488,10 +490,12 @@ def test_structured_arguments_are_redacted_by_their_keys(tmp_path: Path) -> None
     sink.close()
     written = path.read_text(encoding="utf-8")
     assert password not in written and api_key not in written and "4711" not in written
+    assert bare_token not in written
     (record,) = read_jsonl(path)
     assert record.tool_arguments == {
         "user": "bob", "password": REDACTED, "max_tokens": 4096, "api_key": None,
-        "options": {"headers": {"X-Api-Key": [REDACTED]}, "pin_password": REDACTED, "retry": True},
+        "options": {"headers": {"X-Api-Key": [REDACTED], "Authorization": [REDACTED]}, "pin_password": REDACTED,
+                    "retry": True},
     }
     assert "KeyError: 'us-east'" in record.raw_error
 
