@@ -28,8 +28,6 @@ conversation and are not counted.
 from __future__ import annotations
 
 import logging
-import math
-import operator
 import threading
 import time
 from collections import OrderedDict, deque
@@ -37,6 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
+from otel_errcompact._checks import check_integer, check_seconds
 from otel_errcompact._forked import rebuild_in_child
 from otel_errcompact._frozen import fast_constructor
 from otel_errcompact.digest import Digest
@@ -62,23 +61,6 @@ A caller appending to :meth:`ErrorHistory.success_queue` itself calls :meth:`Err
 when the queue's length reaches it."""
 _APPLY_BATCH = 64
 """Successes applied per hold of the lock by :meth:`ErrorHistory.apply_successes`."""
-
-
-def _check_integer(owner: str, name: str, value: object, least: int, want: str | None = None) -> None:
-    """Refuse ``value`` for ``owner.name`` unless it is an integer ≥ ``least``, in the words the settings
-    use (``Limits.max_classes=0: expected an integer ≥ 1``). A float is refused even when it compares
-    well: NaN compares false with every bound, so a counter would never reach it."""
-    try:
-        ok = operator.index(value) >= least  # type: ignore[arg-type]
-    except TypeError:
-        ok = False
-    if not ok:
-        raise ConfigurationError(f"{owner}.{name}={value!r}: expected {want or f'an integer ≥ {least}'}")
-
-
-def _positive_number(value: object) -> bool:
-    """True for a finite real number > 0 (not NaN, not infinity, not a bool)."""
-    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value) and value > 0
 
 
 class _Inherited:
@@ -119,9 +101,9 @@ class Thresholds:
     action: Action = "halt"
 
     def __post_init__(self) -> None:
-        _check_integer("Thresholds", "consecutive", self.consecutive, 1)
+        check_integer("Thresholds", "consecutive", self.consecutive, 1)
         if self.budget is not None:
-            _check_integer("Thresholds", "budget", self.budget, 1, "an integer ≥ 1, or None for no budget")
+            check_integer("Thresholds", "budget", self.budget, 1, "an integer ≥ 1, or None for no budget")
         if self.action not in ("halt", "human"):
             raise ConfigurationError(f"Thresholds.action must be 'halt' or 'human', got {self.action!r}")
 
@@ -147,12 +129,11 @@ class Limits:
 
     def __post_init__(self) -> None:
         for name in ("max_classes", "max_scopes", "max_lines", "max_values"):
-            _check_integer("Limits", name, getattr(self, name), 1)
-        _check_integer("Limits", "max_chars", self.max_chars, 200)
+            check_integer("Limits", name, getattr(self, name), 1)
+        check_integer("Limits", "max_chars", self.max_chars, 200)
         # NaN compares false with everything: `idle_seconds <= 0` let it through, and then every scope
         # counted as idle (dropped, standing breaches with it) whenever a new one started.
-        if not _positive_number(self.idle_seconds):
-            raise ConfigurationError(f"Limits.idle_seconds={self.idle_seconds!r}: expected a finite number > 0")
+        check_seconds("Limits", "idle_seconds", self.idle_seconds, zero=False)
 
 
 @dataclass(frozen=True, slots=True)

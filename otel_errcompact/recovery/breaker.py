@@ -30,8 +30,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from otel_errcompact._checks import check_integer, check_seconds
 from otel_errcompact._forked import new_locks_in_child
-from otel_errcompact.exceptions import ConfigurationError
 from otel_errcompact.recovery.state import (
     Admission,
     BreakerChange,
@@ -59,10 +59,8 @@ class BreakerPolicy:
     cooldown_s: float = 30.0
 
     def __post_init__(self) -> None:
-        if self.threshold < 1:
-            raise ConfigurationError(f"BreakerPolicy.threshold must be >= 1, got {self.threshold}")
-        if self.cooldown_s < 0:
-            raise ConfigurationError(f"BreakerPolicy.cooldown_s must be >= 0, got {self.cooldown_s}")
+        check_integer("BreakerPolicy", "threshold", self.threshold, 1)
+        check_seconds("BreakerPolicy", "cooldown_s", self.cooldown_s)  # a NaN cooldown never ends
 
 
 def fingerprint(arguments_json: str) -> str:

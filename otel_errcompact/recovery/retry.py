@@ -15,7 +15,7 @@ from typing import Any
 
 import tenacity
 
-from otel_errcompact.exceptions import ConfigurationError
+from otel_errcompact._checks import check_integer, check_seconds
 from otel_errcompact.recovery.classify import RETRYABLE_CLASSES, classify_exception
 
 __all__ = ["NO_RETRY", "RetryPolicy"]
@@ -42,10 +42,9 @@ class RetryPolicy:
     classes: frozenset[str] = field(default_factory=lambda: RETRYABLE_CLASSES)
 
     def __post_init__(self) -> None:
-        if self.attempts < 1:
-            raise ConfigurationError(f"RetryPolicy.attempts must be >= 1, got {self.attempts}")
-        if min(self.initial_s, self.max_s, self.jitter_s, self.max_retry_after_s) < 0:
-            raise ConfigurationError("RetryPolicy durations must be >= 0")
+        check_integer("RetryPolicy", "attempts", self.attempts, 1)
+        for name in ("initial_s", "max_s", "jitter_s", "max_retry_after_s"):  # a NaN wait cannot be slept
+            check_seconds("RetryPolicy", name, getattr(self, name))
 
     def should_retry(self, exc: BaseException) -> bool:
         """True for a failure this policy retries (its class, and a retry-after it is willing to wait)."""

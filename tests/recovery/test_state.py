@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import pytest
 
+from otel_errcompact import ConfigurationError
+from otel_errcompact.recovery.breaker import BreakerPolicy
+from otel_errcompact.recovery.retry import RetryPolicy
 from otel_errcompact.recovery.state import (
     InMemoryStateStore,
     RateBudget,
@@ -171,3 +175,20 @@ def test_pacing_budget_and_reservations_bounded() -> None:
     for i in range(10):
         s.pace_reserve({f"b{i}": 1}, 0.0)
     assert len(s._paces) == 2
+
+
+@pytest.mark.parametrize(("make", "named"), [
+    (lambda: BreakerPolicy(cooldown_s=float("nan")), "BreakerPolicy.cooldown_s=nan: expected a finite number ≥ 0"),
+    (lambda: BreakerPolicy(cooldown_s=float("inf")), "BreakerPolicy.cooldown_s=inf: expected a finite number ≥ 0"),
+    (lambda: BreakerPolicy(threshold=float("nan")), "BreakerPolicy.threshold=nan: expected an integer ≥ 1"),
+    (lambda: RetryPolicy(initial_s=float("nan")), "RetryPolicy.initial_s=nan: expected a finite number ≥ 0"),
+    (lambda: RetryPolicy(attempts=float("nan")), "RetryPolicy.attempts=nan: expected an integer ≥ 1"),
+    (lambda: RetryPolicy(attempts=0), "RetryPolicy.attempts=0: expected an integer ≥ 1"),
+], ids=["cooldown-nan", "cooldown-inf", "threshold-nan", "wait-nan", "attempts-nan", "attempts-zero"])
+def test_a_policy_no_clock_or_count_can_honour_is_refused(make: Callable[[], object], named: str) -> None:
+    """NaN compares false with every bound: ``BreakerPolicy(cooldown_s=nan)`` made a breaker that never
+    half-opened again, and ``RetryPolicy(initial_s=nan)`` raised from ``time.sleep`` into the agent at its
+    first retry. They are refused when made, naming the field, as the settings' own errors do."""
+    with pytest.raises(ConfigurationError) as refused:
+        make()
+    assert str(refused.value).startswith(named), refused.value
