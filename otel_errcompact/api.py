@@ -519,8 +519,25 @@ def init(
     _shut_down_at_exit_before_earlier_handlers()
     handle._shut_down_at_worker_exit()
     if handle.writer is not None:
-        install_sigterm_flush(handle.shutdown, config.shutdown_timeout_s, hold=handle.writer.hold)
+        install_sigterm_flush(_shut_down_current, config.shutdown_timeout_s, hold=_hold_current)
     return handle
+
+
+# SIGTERM's handler acts on the handle live when the signal comes, not on the one that installed it: a
+# shutdown() off the main thread (from the human-review hook, say) cannot remove the handler, and the next
+# init() finds it installed and leaves it, so bound to its first handle it would flush a shut-down one.
+
+
+def _shut_down_current() -> None:
+    handle = _INSTANCE
+    if handle is not None:
+        handle.shutdown()
+
+
+def _hold_current() -> None:
+    handle = _INSTANCE
+    if handle is not None and handle.writer is not None:
+        handle.writer.hold()
 
 
 def _differences(handle: ErrCompact, config: Settings, arguments: dict[str, Any]) -> list[str]:

@@ -428,6 +428,41 @@ def test_sigterm_inside_the_writers_lock_still_ends_the_process(tmp_path: Path) 
         assert store.count() == 1
 
 
+SIGTERM_AFTER_A_SHUTDOWN_OFF_THE_MAIN_THREAD = """
+import os, signal, sys, threading, otel_errcompact
+from otel_errcompact import ToolErrorText
+
+first = otel_errcompact.init("host", sqlite_path=sys.argv[1], otlp_logs=False)
+stopper = threading.Thread(target=first.shutdown)  # off the main thread, as the review hook runs
+stopper.start()
+stopper.join()
+ec = otel_errcompact.init("host", sqlite_path=sys.argv[2], otlp_logs=False, schedule_delay_s=30)
+
+@ec.tool
+def lookup(key):
+    return {}[key]
+
+assert isinstance(lookup("k"), ToolErrorText)
+os.kill(os.getpid(), signal.SIGTERM)  # the record is queued, not yet written: the handler must flush it
+threading.Event().wait(60)
+print("not ended")
+"""
+
+
+def test_sigterm_flushes_the_live_handle_after_a_shutdown_off_the_main_thread(tmp_path: Path) -> None:
+    """A handle shut down off the main thread cannot remove the SIGTERM handler, and the next ``init()``
+    leaves it installed: on SIGTERM it flushes the handle live then, whose queued record is stored."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("OTEL_EXPORTER_OTLP_ENDPOINT", None)
+    done = subprocess.run(
+        [sys.executable, "-c", SIGTERM_AFTER_A_SHUTDOWN_OFF_THE_MAIN_THREAD, str(tmp_path / "first.db"),
+         str(tmp_path / "second.db")], env=env, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == -signal.SIGTERM, (done.returncode, done.stdout, done.stderr)
+    with TrajectoryStore(tmp_path / "second.db") as store:
+        assert store.count() == 1
+
+
 def test_a_spool_that_cannot_be_created_leaves_the_store_working(tmp_path: Path,
                                                                  caplog: pytest.LogCaptureFixture) -> None:
     blocker = tmp_path / "t.db-spool"
