@@ -33,16 +33,17 @@ and builds the dedup key. It never raises: whatever goes wrong, the caller gets 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import logging
-import re
 import sys
 import threading
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
+from otel_errcompact._checks import check_seconds
 from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact._sanitize import prompt_text, sanitize, strip_invisible
 from otel_errcompact.classify import is_retryable
@@ -58,6 +59,7 @@ from otel_errcompact.parsers import unittest_report as _unittest_report
 from otel_errcompact.parsers._base import cut
 from otel_errcompact.recovery.classify import classify_text, with_raw_text
 from otel_errcompact.structured import parse_first
+from otel_errcompact.summary import Summaries
 from otel_errcompact.unwrap import unwrap
 
 __all__ = ["MAX_CAUSE_CHARS", "Compactor", "Summarizer", "compact_text"]
@@ -69,16 +71,18 @@ MAX_CAUSE_CHARS = 240
 _MAX_TYPE_CHARS = 80
 _CACHEABLE_CHARS = 16_384
 _MAX_NAME_CHARS = 80
-_SUMMARY_LINE = re.compile(r"^\s*\[?([A-Za-z_][\w.\- ]{0,79}?)\]?\s*[:\-]\s*(.+)$", re.S)
 
 
 @runtime_checkable
 class Summarizer(Protocol):
     """An optional fallback (typically a small LLM call) for errors no parser understands.
 
-    Called with sanitised, size-bounded raw text; returns a :class:`Parsed`, or a string of the form
-    ``"Type: cause"``, or ``None`` to let the heuristic fallback answer. Results are cached by content
-    hash, so the same raw text always yields the same digest (and dedup key) without a second call.
+    Called with sanitised, size-bounded raw text whose secrets are masked, on a thread of its own; returns a
+    :class:`Parsed`, or a string of the form ``"Type: cause"``, or ``None`` to let the heuristic fallback
+    answer. It is asked once per error (texts that differ only in timestamps, temporary folders, ports or
+    request ids share an answer) and waited for at most ``Compactor(summary_timeout_s=...)``. Its answer is
+    what the digest shows; the dedup key and the error's class stay the heuristic digest's, so a model's
+    wording never splits or merges classes (see :mod:`otel_errcompact.summary`).
     """
 
     def __call__(self, text: str) -> Parsed | str | None: ...
@@ -117,7 +121,9 @@ class Compactor:
         summarizer: Summarizer | None = None,
         summary_cache_size: int = 1024,
         digest_cache_size: int = 512,
+        summary_timeout_s: float = 2.0,
     ) -> None:
+        check_seconds("Compactor", "summary_timeout_s", summary_timeout_s, zero=False)
         self._parsers = tuple(parsers)
         self._by_kind = dict(self._parsers)
         all_markers = tuple(_markers_of(parser) for _, parser in self._parsers)
@@ -130,9 +136,11 @@ class Compactor:
         # The default parsers ahead of python, in their order: a plain traceback may skip them when they
         # provably decline it (see ``_plain_first``).
         self._python_leads = tuple(parser for _, parser in self._parsers[:5]) == _PYTHON_LEADS
-        self._summarizer = summarizer
-        self._cache: OrderedDict[str, Parsed | None] = OrderedDict()
-        self._cache_size = summary_cache_size
+        self._summaries = (
+            Summaries(summarizer, cache_size=summary_cache_size, timeout_s=summary_timeout_s)
+            if summarizer is not None
+            else None
+        )
         self._cache_lock = threading.Lock()
         new_locks_in_child(self, "_cache_lock")
         # Agents repeat the very same failure; an exact repeat of a recent raw error skips the parsers.
@@ -233,11 +241,12 @@ class Compactor:
             parsed = self._run(parser, text, hints)
             if parsed is not None:
                 return parsed
-        if self._summarizer is not None and text.strip():
-            summary = self._summarize(text)
+        heuristic = _fallback.parse(text, hints)
+        if self._summaries is not None and text.strip():
+            summary = self._summaries.ask(text)
             if summary is not None:
-                return summary
-        return _fallback.parse(text, hints)
+                return dataclasses.replace(summary, keyed_as=heuristic)
+        return heuristic
 
     def _worth_trying(self, text: str, hints: Hints) -> Iterator[int]:
         """Indexes of the parsers worth trying on ``text``, in order, found lazily: a parser's markers are
@@ -296,28 +305,21 @@ class Compactor:
             _log.debug("otel-errcompact: parser %r failed", parser, exc_info=True)
             return None
 
-    def _summarize(self, text: str) -> Parsed | None:
-        digest = hashlib.blake2b(text.encode("utf-8", "replace"), digest_size=16).hexdigest()
-        with self._cache_lock:
-            if digest in self._cache:
-                self._cache.move_to_end(digest)
-                return self._cache[digest]
-        try:
-            answer = self._summarizer(text) if self._summarizer is not None else None
-        except Exception:
-            _log.debug("otel-errcompact: summarizer failed", exc_info=True)
-            answer = None
-        parsed = _from_summary(answer)
-        with self._cache_lock:
-            self._cache[digest] = parsed
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
-        return parsed
-
     @staticmethod
     def from_parsed(parsed: Parsed, hints: Hints, raw_chars: int) -> Digest:
         """Turn a :class:`Parsed` (from a parser, a summariser or a caller that knows the error's
-        structure) into a digest: location choice, redaction, bounds, retryability and the dedup key."""
+        structure) into a digest: location choice, redaction, bounds, retryability and the dedup key.
+        With ``parsed.keyed_as``, the key, the retryability and the error class are that parse's."""
+        if parsed.keyed_as is not None:
+            told = Compactor.from_parsed(dataclasses.replace(parsed, keyed_as=None), hints, raw_chars)
+            keyed = Compactor.from_parsed(parsed.keyed_as, hints, raw_chars)
+            return dataclasses.replace(
+                told,
+                key_parts=keyed.key_parts,
+                retryable=keyed.retryable,
+                error_class=keyed.error_class,
+                retry_after_s=keyed.retry_after_s,
+            )
         type_ = _clean(parsed.type, _MAX_TYPE_CHARS) or "Error"
         # The key is built from the whole (redacted) cause, not the displayed cut: a shorter variable part
         # early in a long message would otherwise move the cut and split one failure into two classes.
@@ -403,18 +405,6 @@ def _markers_of(parser: Parser) -> tuple[str, ...] | None:
     if not markers or not isinstance(markers, tuple):
         return None
     return tuple(dict.fromkeys(str(marker).lower() for marker in markers))
-
-
-def _from_summary(answer: Parsed | str | None) -> Parsed | None:
-    if answer is None or isinstance(answer, Parsed):
-        return answer
-    text = str(answer).strip()
-    if not text:
-        return None
-    match = _SUMMARY_LINE.match(text)
-    if match:
-        return Parsed(match.group(1).strip(), match.group(2).strip(), "summary")
-    return Parsed("Error", text, "summary")
 
 
 _DEFAULT = Compactor()

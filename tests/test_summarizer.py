@@ -115,3 +115,132 @@ def test_a_handles_compact_messages_uses_the_compactor_given_to_init(tmp_path: P
         assert compact_messages(messages, "anthropic")[0]["content"][0]["content"] != out[0]["content"][0]["content"]
     finally:
         ec.shutdown()
+
+
+def _date_error(argument: str, folder: Path) -> str:
+    """``date -d ARGUMENT``'s real error, which quotes the argument (no parser claims it)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    result = run(["date", "-d", argument], cwd=folder)
+    assert result.returncode == 1 and argument in result.stderr, result.output
+    return result.stderr
+
+
+class WordingSummarizer:
+    """Words each answer differently, as a model sampled twice does."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    def __call__(self, text: str) -> str:
+        self.calls.append(text)
+        return ("DateError: date cannot read its input", "InvalidDate: the date given was not understood")[
+            len(self.calls) % 2
+        ]
+
+
+def test_the_summariser_never_sees_a_secret_the_error_quotes(tmp_path: Path) -> None:
+    password = "S3cr3tPassw0rd!x"
+    raw = _date_error(f"postgres://admin:{password}@db.internal/prod", tmp_path)
+    model = CountingSummarizer("DateError: a connection URL was given as a date")
+    digest = Compactor(summarizer=model).compact(raw)
+    assert len(model.calls) == 1
+    assert password not in model.calls[0] and "db.internal/prod" in model.calls[0]
+    assert digest.line == "[DateError]: a connection URL was given as a date"
+
+
+def test_one_error_is_asked_once_whatever_its_temporary_folder(tmp_path: Path) -> None:
+    """Repeats that differ only in machine noise share an answer; a different value is asked apart, so a
+    digest never shows another call's value."""
+    first = _date_error(str(tmp_path / "run-a1b2c3d4" / "report.csv"), tmp_path / "a")
+    import tempfile
+
+    again = _date_error(tempfile.mkdtemp(dir=tmp_path) + "/report.csv", tmp_path / "b")
+    other = _date_error("next blursday", tmp_path / "c")
+    model = CountingSummarizer("DateError: a file path was given as a date")
+    compactor = Compactor(summarizer=model, digest_cache_size=0)
+    compactor.compact(first)
+    compactor.compact(again)
+    assert len(model.calls) == 1
+    compactor.compact(other)
+    assert len(model.calls) == 2 and "blursday" in model.calls[1]
+
+
+def test_a_models_wording_never_splits_or_merges_classes(tmp_path: Path) -> None:
+    """Keys and classes are the heuristic's: one error, summarised in two processes by a model that words
+    it differently each time, is one class, as it is without a model; the digests show the answers."""
+    raws = [_date_error("next blursday", tmp_path / str(n)) for n in range(2)]
+    other = _date_error("last smarch", tmp_path / "other")
+    model = WordingSummarizer()
+    summarised = [Compactor(summarizer=model).compact(raw) for raw in (*raws, other)]
+    heuristic = [Compactor().compact(raw) for raw in (*raws, other)]
+    assert len(model.calls) == 3
+    assert summarised[0].type != summarised[1].type  # worded differently ...
+    assert summarised[0].key == summarised[1].key == heuristic[0].key  # ... one class, as without a model
+    assert summarised[2].key == heuristic[2].key != heuristic[0].key  # a different value stays apart
+    assert [d.error_class for d in summarised] == [d.error_class for d in heuristic]
+    assert all(d.format == "summary" for d in summarised)
+
+
+def test_a_summariser_that_hangs_is_waited_for_once_within_its_bound(tmp_path: Path) -> None:
+    """Past ``summary_timeout_s`` the heuristic digest stands (same key); a repeat while the call is out
+    does not ask again, and the answer serves the occurrences after it came."""
+    import threading
+
+    raw = _date_error("next blursday", tmp_path)
+    release, answered = threading.Event(), threading.Event()
+    calls: list[str] = []
+
+    def hanging(text: str) -> str:
+        calls.append(text)
+        release.wait(30)
+        answered.set()
+        return "DateError: the date tool does not know the day named"
+
+    compactor = Compactor(summarizer=hanging, summary_timeout_s=0.05, digest_cache_size=0)
+    first = compactor.compact(raw)
+    second = compactor.compact(raw)
+    assert not answered.is_set()  # both returned while the call was still out
+    assert len(calls) == 1
+    assert first.format == second.format == "fallback" and "blursday" in first.cause
+    release.set()
+    assert answered.wait(30)
+    for _ in range(100):  # the answer is kept right after the summariser returns it
+        later = compactor.compact(raw)
+        if later.format == "summary":
+            break
+        threading.Event().wait(0.01)
+    assert later.line == "[DateError]: the date tool does not know the day named"
+    assert later.key == first.key and len(calls) == 1
+
+
+def test_at_most_a_few_questions_are_out_at_once(tmp_path: Path) -> None:
+    import threading
+
+    from otel_errcompact.summary import MAX_ASKING
+
+    release = threading.Event()
+    calls: list[str] = []
+
+    def hanging(text: str) -> None:
+        calls.append(text)
+        release.wait(30)
+
+    compactor = Compactor(summarizer=hanging, summary_timeout_s=0.01, digest_cache_size=0)
+    words = ("blursday", "smarch", "octember", "thirsday", "fryday", "saturnday")
+    try:
+        for n, word in enumerate(words):
+            digest = compactor.compact(_date_error(f"next {word}", tmp_path / str(n)))
+            assert digest.format == "fallback" and word in digest.cause
+        assert len(calls) == MAX_ASKING < len(words)
+    finally:
+        release.set()
+
+
+def test_summary_timeout_must_be_a_finite_positive_number() -> None:
+    import pytest
+
+    from otel_errcompact import ConfigurationError
+
+    for bad in (0, -1.0, float("nan"), float("inf"), "2"):
+        with pytest.raises(ConfigurationError, match=r"Compactor\.summary_timeout_s="):
+            Compactor(summarizer=lambda text: None, summary_timeout_s=bad)  # type: ignore[arg-type]

@@ -69,7 +69,9 @@ class Parsed:
     then decides from the type and status. ``status`` is the HTTP status or the process exit code.
     ``key_text`` is the text the dedup key is built from when it differs from ``cause``: a parser that
     shortens part of a composed cause for display (at a cut that moves with variable data) passes the
-    uncut text here so the key stays stable.
+    uncut text here so the key stays stable. ``keyed_as`` is the parse the dedup key, the retryability and
+    the error class are built from when they must not follow this one: a summariser's answer is keyed as the
+    heuristic parse of the same text, so a model's wording never splits or merges classes.
     """
 
     type: str
@@ -80,6 +82,7 @@ class Parsed:
     retryable: bool | None = None
     status: int | None = None
     key_text: str | None = None
+    keyed_as: Parsed | None = None
 
 
 Parser = Callable[[str, Hints], "Parsed | None"]
