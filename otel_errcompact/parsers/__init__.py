@@ -43,6 +43,7 @@ from otel_errcompact.parsers import (
     rust_panic,
     rustc,
     shell,
+    toolnode,
     tsc,
     unittest_report,
     usage,
@@ -74,6 +75,7 @@ PARSERS: tuple[tuple[str, Parser], ...] = (
     ("apt", apt.parse),
     ("git", git.parse),
     ("editor", editor.parse),
+    ("toolnode", toolnode.parse),
     ("http", http.parse),
     ("shell", shell.parse),
 )

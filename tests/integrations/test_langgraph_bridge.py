@@ -20,7 +20,7 @@ from tests.integrations import instrumented, require
 
 require("langgraph", "langgraph.prebuilt", "langchain_core", "openinference.instrumentation.langchain")
 
-from langchain_core.messages import BaseMessage, SystemMessage, ToolMessage  # noqa: E402
+from langchain_core.messages import AIMessage, BaseMessage, SystemMessage, ToolMessage  # noqa: E402
 from langchain_core.tools import tool  # noqa: E402
 from openinference.instrumentation.langchain import LangChainInstrumentor  # noqa: E402
 from opentelemetry.trace import StatusCode  # noqa: E402
@@ -32,6 +32,7 @@ from tests.integrations.failing_tools import GIVE_UP, SCRIPT, make_read_invoice 
 from tests.integrations.langgraph_script import (  # noqa: E402
     AGENT,
     THREAD,
+    ScriptedChatModel,
     build_agent,
     history,
     invoke,
@@ -327,3 +328,32 @@ def test_without_instrumentation_the_spans_join_the_application_trace(
     assert root.status.status_code is StatusCode.ERROR
     assert len([e for e in root.events if e.name == "errcompact.escalation"]) == 1
     assert not [r for r in caplog.records if "Missing `tracer`" in r.getMessage()]
+
+
+def test_invalid_arguments_are_digested_by_field_and_halt_at_the_threshold(
+    make_otel: Callable[..., OTel], tools: list[Any]
+) -> None:
+    """The one failure LangGraph's default ``handle_tool_errors`` turns into a message itself: arguments
+    that do not validate. Wired as documented (no instrumentation recording the exception), the bridge has
+    only that message: its digest names the tool and the field (not the template's closing request to try
+    again, which read as a transient failure that never escalates), and the third identical call stops the
+    run as any other failure does."""
+    otel = make_otel(consecutive=3)
+    bridge = LangGraphBridge(otel.ec, agent_name=AGENT)
+    calls = [{"name": "count_orders", "args": {"client": "acme"}, "id": f"call_{i}", "type": "tool_call"}
+             for i in range(6)]  # fmt: skip
+    model = ScriptedChatModel(responses=[*(AIMessage(content="", tool_calls=[c]) for c in calls), AIMessage(GIVE_UP)])
+    agent = build_agent(bridge.tool_node(tools), model, pre_model_hook=bridge.pre_model_hook)
+    with pytest.raises(ErrorBudgetExceeded) as raised:
+        invoke(agent)
+    assert raised.value.escalation.reason == "consecutive" and raised.value.escalation.count == 3
+    assert len(model.seen) == 3
+    fed_back = tool_messages(history(agent))
+    assert [str(m.content) for m in fed_back] == [
+        "Error: [ToolInvocationError]: count_orders: customer: Field required",
+        "Error: [ToolInvocationError]: count_orders: customer: Field required (×2)",
+    ]
+    records = otel.records()
+    assert [r.count for r in records] == [1, 2, 3]
+    assert all(r.digest is not None and r.digest.error_class == "permanent" for r in records)
+    assert all("'client': 'acme'" in (r.raw_error or "") for r in records)  # the audit copy keeps the arguments

@@ -9,7 +9,20 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otel_errcompact.parsers import apt, cmake, editor, git, linter, make, node_test, npm, pip, unittest_report, usage
+from otel_errcompact.parsers import (
+    apt,
+    cmake,
+    editor,
+    git,
+    linter,
+    make,
+    node_test,
+    npm,
+    pip,
+    toolnode,
+    unittest_report,
+    usage,
+)
 from otel_errcompact.parsers._base import Hints
 from otel_errcompact.unwrap import harness, lint_gate
 
@@ -29,10 +42,12 @@ FRAGMENTS = [
     "Traceback (most recent call last):", '  File "a.py", line 1, in f', "ValueError: x", "Ran 1 test in 0.1s",
     "FAILED (errors=1)", "old_str `", "Invalid `path` parameter: /x.", "Parameter `old_str` is required",
     "usage: t.py [-h] n", "t.py: error: argument n: invalid int value: 'x'", "usage: ", ": error: ",
+    "Error invoking tool 't' with kwargs {'a': 1} with error:", " Please fix the error and try again.",
+    "a: Field required",
     "`", "[", "]", ":", "", " ", "\t", "é", "\\n",
 ]
 PARSERS = [apt.parse, cmake.parse, editor.parse, git.parse, linter.parse, make.parse, node_test.parse, npm.parse,
-           pip.parse, unittest_report.parse, usage.parse]
+           pip.parse, toolnode.parse, unittest_report.parse, usage.parse]
 UNWRAPPERS = [harness.unwrap, lint_gate.unwrap]
 
 texts = st.lists(st.sampled_from(FRAGMENTS), max_size=40).map("\n".join)
