@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from otel_errcompact._sanitize import sanitize
 from otel_errcompact.compactor import Compactor, compact_text
+from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers import PARSERS, Hints
 from otel_errcompact.unwrap import unwrap
 
@@ -83,26 +84,52 @@ class _Counts:
     """Running counts per error class while one list is rewritten.
 
     Raw errors are counted by their dedup key. A digest line already in the list (from an earlier pass or
-    from the live tool boundary) no longer has its raw error, so it is matched by its text: a raw error
-    whose digest has the same line continues that line's count.
+    from the live tool boundary) no longer has its raw error, so it is matched by the class its line tells
+    (:func:`_line_class`): a raw error of that class continues its count, also when the value it was called
+    with differs from the one the line shows.
     """
 
     compact: Any
     by_key: dict[str, int] = field(default_factory=dict)
-    key_of_line: dict[str, str] = field(default_factory=dict)
+    key_of_class: dict[str, str] = field(default_factory=dict)
     alias: dict[str, str] = field(default_factory=dict)
 
     def raw(self, text: str) -> str:
         digest = self.compact(text)
-        key = self.alias.get(digest.key) or self.key_of_line.get(digest.line) or digest.key
+        line_class = _line_class(digest.line)
+        key = self.alias.get(digest.key) or self._listed(line_class) or digest.key
         self.alias[digest.key] = key
-        self.key_of_line.setdefault(digest.line, key)
+        self.key_of_class.setdefault(line_class, key)
         self.by_key[key] = self.by_key.get(key, 0) + 1
         return digest_text(digest.line, self.by_key[key])
 
     def compacted(self, line: str, count: int) -> None:
-        key = self.key_of_line.setdefault(line, f"line:{line}")
+        key = self.key_of_class.setdefault(_line_class(line), _LISTED + line)
         self.by_key[key] = max(self.by_key.get(key, 0) + 1, count)
+
+    def _listed(self, line_class: str) -> str | None:
+        """The class a digest line already in the list counts ``line_class`` in, if one does. Two raw
+        errors are never merged here: their keys say whether they are one class."""
+        key = self.key_of_class.get(line_class)
+        return key if key is not None and key.startswith(_LISTED) else None
+
+
+_LISTED = "line:"
+"""The prefix of the classes started by a digest line already in the list (raw errors' keys are hex)."""
+# A digest line's parts (see Compactor.from_parsed): "[type] at file:line in func: cause", the place optional.
+_LINE_PARTS = re.compile(r"\A(?P<type>\[[^\]\n]{1,200}\])(?: at (?P<where>[^\n]*?))?: (?P<cause>.*)\Z", re.S)
+_LINE_NO = re.compile(r":\d+(?= in |\Z)")
+
+
+def _line_class(line: str) -> str:
+    """What a digest line says of its class, as its dedup key would: the type, the place without its line
+    number, and the cause with its variable parts masked. Occurrences of one class called with other values
+    show different lines and say the same here."""
+    parts = _LINE_PARTS.match(line)
+    if parts is None:
+        return line
+    where = _LINE_NO.sub("", parts["where"] or "")
+    return f"{parts['type']}\x1f{where}\x1f{normalize_message(parts['cause'])}"
 
 
 def compact_messages(

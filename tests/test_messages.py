@@ -106,3 +106,28 @@ def test_bad_input_gives_a_bounded_clear_result(traceback_text: str) -> None:
     huge = {"role": "tool", "tool_call_id": "x", "content": traceback_text * 2000}
     [out] = compact_messages([huge], "openai")
     assert out["content"].startswith("Error: [FileNotFoundError]") and len(out["content"]) < 400
+
+
+PARSE_QUANTITY = """
+import sys
+
+def parse_quantity(text):
+    return int(text)
+
+parse_quantity(sys.argv[1])
+"""
+
+
+def test_a_grown_history_continues_a_class_called_with_other_values(tmp_path: Path) -> None:
+    """The model retries with a new value each time: one class (the value is data, masked in the key),
+    whose digest lines differ by that value. A history compacted once and grown since continues the
+    class's count, as a raw history compacted whole does."""
+    errors = [python_error(tmp_path, PARSE_QUANTITY, args=[value]) for value in ("ten", "10 pcs", "a dozen")]
+
+    def tool(i: int, text: str) -> dict[str, str]:
+        return {"role": "tool", "tool_call_id": f"c{i}", "content": text}
+
+    whole = compact_messages([tool(i, text) for i, text in enumerate(errors)], "openai")
+    assert [m["content"][-5:] for m in whole] == ["'ten'", " (×2)", " (×3)"]
+    grown = [*compact_messages([tool(i, text) for i, text in enumerate(errors[:2])], "openai"), tool(2, errors[2])]
+    assert compact_messages(grown, "openai") == whole
