@@ -106,8 +106,12 @@ _LIBRARY_PATH = re.compile(
 )
 
 
-# The tool boundary's own frames sit between the agent and the tool in every wrapped call.
-_BOUNDARY_FILE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "boundary.py")
+# The tool boundary's own frames sit between the agent and the tool in every wrapped call, and the
+# framework bridges' between the framework and the boundary (the Agents SDK bridge hands the tool's exception
+# on from its own frame): never the user's code, even where the library is not in site-packages.
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_BOUNDARY_FILE = os.path.join(_PACKAGE_DIR, "boundary.py")
+_BRIDGES_DIR = os.path.join(_PACKAGE_DIR, "integrations", "")
 
 
 # Every alternative above contains one of these; a path with none of them skips the regex entirely.
@@ -117,14 +121,15 @@ _MARKERS = ("packages", "python", "<frozen", "node", "internal", "go", "pkg", "c
 @functools.lru_cache(maxsize=4096)
 def is_library_path(path: str) -> bool:
     """True when ``path`` belongs to a runtime, standard library or installed dependency, or to
-    to otel-errcompact's tool boundary (which sits between the agent and the tool's own frames).
+    otel-errcompact's tool boundary and framework bridges (which sit between the agent and the tool's own
+    frames).
 
     >>> is_library_path("/usr/lib/python3.11/json/decoder.py")
     True
     >>> is_library_path("/home/me/agent/tools.py")
     False
     """
-    if path == _BOUNDARY_FILE:
+    if path == _BOUNDARY_FILE or path.startswith(_BRIDGES_DIR):
         return True
     if not any(marker in path for marker in _MARKERS):
         return False

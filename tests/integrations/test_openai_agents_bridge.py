@@ -360,3 +360,28 @@ def test_default_failure_handling_never_stops(traced: Callable[..., OTel], fns: 
     [scope] = otel.ec.history.scopes()
     assert scope.startswith("trace:")
     assert all(r.exception_stacktrace is None for r in otel.records())
+
+
+def test_a_failure_raised_by_the_sdk_is_not_located_in_the_bridge(make_otel: Callable[..., OTel], db: Path) -> None:
+    """Arguments the tool's schema refuses fail inside the SDK, with no frame of the user's code. The
+    bridge hands the exception on from ``failure_error_function``, which adds its own frame to the stack:
+    that frame is the library's, never the failure's location (nor part of its key)."""
+    otel = make_otel(consecutive=10)
+    bridge = AgentsBridge(otel.ec)
+    count_orders = make_count_orders(db)
+
+    def lookup(customer: str) -> int:
+        """Look a customer's orders up (the model sends an ``invoice_id`` instead)."""
+        return count_orders(customer)
+
+    model = ScriptedModel(("lookup", "lookup"))
+    agent = Agent(name=AGENT, instructions=bridge.instructions(INSTRUCTIONS), model=model,
+                  tools=[bridge.function_tool(lookup)])
+    result = bridge.run_sync(agent, "How many orders?", run_config=RunConfig(group_id="chat-11", tracing_disabled=True))
+    fed_back = outputs(result)
+    assert len(fed_back) == 2 and fed_back[0].startswith("Error: [ModelBehaviorError]") and fed_back[1].endswith("(×2)")
+    records = otel.records()
+    assert "failure_error_function" in (records[0].exception_stacktrace or "")  # the frame is there ...
+    digests = [r.digest for r in records if r.digest is not None]
+    assert len(digests) == 2  # ... but not chosen
+    assert all(d.func != "failure_error_function" and "openai_agents.py" not in d.key_where for d in digests)
