@@ -29,6 +29,7 @@ import functools
 import inspect
 import json
 import logging
+import re
 import threading
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -42,14 +43,15 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_errcompact import semconv
 from otel_errcompact._forked import new_locks_in_child
-from otel_errcompact.digest import Digest
+from otel_errcompact.classify import is_retryable
+from otel_errcompact.digest import DedupKey, Digest
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import ErrorHistory
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, span_annotations
 from otel_errcompact.recovery.abort import AbortRegistry
 from otel_errcompact.recovery.breaker import CircuitBreakers, circuit_open_text, fingerprint
-from otel_errcompact.recovery.classify import RETRY_AFTER_ATTRIBUTE, classify_exception
+from otel_errcompact.recovery.classify import RETRY_AFTER_ATTRIBUTE, classify_exception, classify_text
 from otel_errcompact.recovery.retry import NO_RETRY, RetryPolicy
 from otel_errcompact.recovery.state import Admission
 from otel_errcompact.redact import redact
@@ -463,7 +465,7 @@ class ToolBoundary:
             refusal = self._refusal(span, name, scope, text)
         # The agent asked again for a call known to fail: that is the same class once more for the
         # history (a loop against an open breaker still escalates), though the tool did not run.
-        digest = self._digests.get(b.key) if b is not None else None
+        digest = self._refused_digest(b.key, b.digest) if b is not None else None
         escalated = False
         if digest is not None:
             outcome = self._pipeline.handle_repeat(refusal, digest)
@@ -473,6 +475,14 @@ class ToolBoundary:
         if self._processor is not None:
             self._processor.note_returned_error(text)
         return ToolErrorText(text, None, circuit_open=True, escalated=escalated)
+
+    def _refused_digest(self, key: str, line: str) -> Digest:
+        """The digest of the class an open breaker refuses a call for: this process's own when one of its
+        calls failed that way, else the breaker's (another worker of a fleet opened it, or this process
+        has forgotten it), so that a loop against the breaker escalates in every worker."""
+        with self._digests_lock:
+            digest = self._digests.get(key)
+        return digest if digest is not None else _digest_of_line(key, line)
 
     @staticmethod
     def _refusal(span: trace.Span, name: str, scope: str, text: str) -> Failure:
@@ -708,6 +718,36 @@ class _Pending:
 
 
 _pending: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar("otel_errcompact_pending", default=None)
+
+
+_DIGEST_LINE = re.compile(r"\[(?P<type>[^\]]*)\](?: at .*?)?: (?P<cause>.*)", re.DOTALL)
+"""A digest's line: ``[Type] at file:line in func: cause`` or ``[Type]: cause``."""
+
+
+def _digest_of_line(key: str, line: str) -> Digest:
+    """The digest a shared breaker names by its dedup key and line alone: its type and cause read back from
+    the line and classed as the compactor classes them (an HTTP code in the type included), so that a
+    refusal for a transient failure waits as the failure's own digest would, and a permanent one counts
+    toward a stuck loop."""
+    m = _DIGEST_LINE.fullmatch(line)
+    type_, cause = (m["type"], m["cause"]) if m is not None else ("Error", line)
+    code = type_.rsplit(None, 1)[-1] if "HTTP" in type_.upper() else ""
+    status = int(code) if code.isdigit() and 100 <= int(code) <= 599 else None
+    fmt = "http" if status is not None else "breaker"
+    klass = classify_text(type_, cause, status, fmt, is_retryable(type_, cause, status, fmt))
+    return Digest(
+        type=type_,
+        cause=cause,
+        location=None,
+        format=fmt,
+        retryable=klass.retryable,
+        status=status,
+        key_parts=DedupKey(type_, "", cause, key),
+        raw_chars=len(line),
+        line=line,
+        error_class=klass.error_class,
+        retry_after_s=klass.retry_after_s,
+    )
 
 
 def _model_text(call: ToolCall, exc: BaseException) -> str | None:

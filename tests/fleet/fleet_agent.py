@@ -1,7 +1,8 @@
 """One agent worker process, instrumented with init(redis_url=…); its tool really fails on a missing table.
 
-Usage: python fleet_agent.py REDIS_URL CALLS RUN_LOG
-Prints the result of each call, one line each; every time the tool body really runs it appends to RUN_LOG.
+Usage: python fleet_agent.py REDIS_URL CALLS RUN_LOG [CONSECUTIVE]
+Prints the result of each call, one line each, or ``halted: …`` when the agent is halted (after CONSECUTIVE
+identical failures in a row, 100 by default); every time the tool body really runs it appends to RUN_LOG.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import otel_errcompact
 
 def main() -> None:
     url, calls, run_log = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-    ec = otel_errcompact.init(service_name="fleet-worker", redis_url=url, sqlite_path="", consecutive=100)
+    consecutive = int(sys.argv[4]) if len(sys.argv) > 4 else 100
+    ec = otel_errcompact.init(service_name="fleet-worker", redis_url=url, sqlite_path="", consecutive=consecutive)
 
     @ec.tool
     def count_orders(customer: str) -> int:
@@ -25,7 +27,11 @@ def main() -> None:
 
     with ec.conversation("conv-shared"):
         for _ in range(calls):
-            print(str(count_orders("acme")).replace("\n", " "), flush=True)
+            try:
+                print(str(count_orders("acme")).replace("\n", " "), flush=True)
+            except otel_errcompact.ErrorBudgetExceeded as exc:
+                print(f"halted: {exc}".replace("\n", " "), flush=True)
+                break
     ec.shutdown()
 
 

@@ -15,11 +15,11 @@ AGENT = Path(__file__).with_name("fleet_agent.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _worker(url: str, calls: int, run_log: Path) -> list[str]:
+def _worker(url: str, calls: int, run_log: Path, consecutive: int = 100) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_EXPORTER_OTLP", "OTEL_ERRCOMPACT_"))}
     env["PYTHONPATH"] = str(ROOT)
     done = subprocess.run(
-        [sys.executable, str(AGENT), url, str(calls), str(run_log)],
+        [sys.executable, str(AGENT), url, str(calls), str(run_log), str(consecutive)],
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -36,6 +36,20 @@ def test_failures_in_two_workers_open_the_breaker_for_both(redis_server: RedisSe
     third = _worker(redis_server.url, 1, run_log)  # a fresh worker never runs the tool
     assert "circuit open" in third[0] and "(×3)" in third[0]
     assert run_log.read_text().count("ran") == 3
+
+
+def test_a_loop_against_a_breaker_other_workers_opened_escalates(redis_server: RedisServer, tmp_path: Path) -> None:
+    """A worker whose own calls never failed is refused by the shared breaker; its agent asking again and
+    again is one more occurrence of the class each time, and halts at its threshold as it would had the
+    worker seen the failures itself."""
+    run_log = tmp_path / "runs.log"
+    _worker(redis_server.url, 3, run_log)  # three real failures open the breaker fleet-wide
+    fresh = _worker(redis_server.url, 6, run_log, consecutive=3)
+    assert [line.startswith("circuit open") for line in fresh[:3]] == [True, True, True]
+    assert "error threshold breached" in fresh[2]
+    assert fresh[3].startswith("halted: ") and "no such table: orders" in fresh[3]
+    assert len(fresh) == 4
+    assert run_log.read_text().count("ran") == 3  # the fresh worker never ran the tool
 
 
 def test_a_worker_that_cannot_reach_redis_counts_the_outage(make_otel: Callable[..., OTel]) -> None:
