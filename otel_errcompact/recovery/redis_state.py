@@ -10,11 +10,13 @@ cluster:
   and the probe lease). Three failures from any workers open it for all; the half-open probe is a *lease*
   (``probe_until``): exactly one worker gets it, and if that worker dies mid-probe the lease runs out after
   ``probe_timeout_s`` and the next caller gets the probe, so a killed worker leaves nothing stuck;
-- all pacing budgets live in one hash, ``<prefix>:pace``, a field per budget (``host|dimension``). The
-  latest rate-limit headers from any worker replace the estimate; every worker's reservation comes off it.
+- the pacing budgets of one host and API key live in one hash, ``<prefix>:pace:<host>`` (the key as its
+  hash, never the key), a field per dimension. The latest rate-limit headers from any worker replace the
+  estimate; every worker's reservation comes off it.
 
-Footprint is bounded: each hash expires ``ttl_s`` after its last write (default a day), and a tool keeps
-at most ``max_breakers_per_tool`` breakers (closed ones are dropped first).
+Footprint is bounded: each hash expires ``ttl_s`` after its last write (default a day), so the budgets of a
+key no longer used (rotated out, a tenant gone) leave with it, and a tool keeps at most
+``max_breakers_per_tool`` breakers (closed ones are dropped first).
 
 :class:`FailoverStateStore` wraps the Redis store for production: each call has a bounded timeout (the
 client's socket timeouts); when Redis is down or slow it answers from a local in-memory store instead,
@@ -29,7 +31,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.recovery.state import (
@@ -46,6 +48,7 @@ from otel_errcompact.recovery.state import (
 __all__ = ["FailoverStateStore", "RedisStateStore", "redis_state_store"]
 
 _log = logging.getLogger("otel_errcompact")
+V = TypeVar("V")
 
 # Breakers as JSON: {"state", "failures", "digest", "opened_at", "retry_at", "probe_until", "fps": {fp: seen}}.
 # cjson encodes an empty Lua table as {}, which decodes to an empty dict: fps stays an object.
@@ -300,9 +303,8 @@ class RedisStateStore:
     def _breakers(self, tool: str) -> str:
         return f"{self.prefix}:breakers:{tool}"
 
-    @property
-    def _pace(self) -> str:
-        return f"{self.prefix}:pace"
+    def _pace(self, host: str) -> str:
+        return f"{self.prefix}:pace:{host}"
 
     # -- breaker -------------------------------------------------------------------------------------
 
@@ -367,37 +369,49 @@ class RedisStateStore:
     # -- pacer ---------------------------------------------------------------------------------------
 
     def pace_reserve(self, costs: Mapping[str, float], now: float) -> float:
-        if not costs:
-            return 0.0
-        args: list[Any] = [repr(now), repr(self.reservation_ttl_s), self.ttl_s]
-        for name, cost in costs.items():
-            args += [name, repr(float(cost))]
-        return float(self._reserve(keys=[self._pace], args=args))
+        delay = 0.0
+        for host, group in _by_host(costs).items():
+            args: list[Any] = [repr(now), repr(self.reservation_ttl_s), self.ttl_s]
+            for name, cost in group.items():
+                args += [name, repr(float(cost))]
+            delay = max(delay, float(self._reserve(keys=[self._pace(host)], args=args)))
+        return delay
 
     def pace_settle(
         self, budgets: Mapping[str, RateBudget], now: float, release: Mapping[str, float] | None = None
     ) -> None:
-        if not budgets and not release:
-            return
-        encoded = {
-            name: {
-                "limit": b.limit,
-                "remaining": b.remaining,
-                "reset_at": b.reset_at,
-                "window_s": b.window_s,
-                "refill": b.refill,
+        by_host = _by_host(budgets)
+        released = _by_host(release or {})
+        for host in by_host.keys() | released.keys():
+            encoded = {
+                name: {
+                    "limit": b.limit,
+                    "remaining": b.remaining,
+                    "reset_at": b.reset_at,
+                    "window_s": b.window_s,
+                    "refill": b.refill,
+                }
+                for name, b in by_host.get(host, {}).items()
             }
-            for name, b in budgets.items()
-        }
-        self._settle(
-            keys=[self._pace],
-            args=[
-                json.dumps(encoded) if encoded else "{}",
-                json.dumps(dict(release)) if release else "{}",
-                self.ttl_s,
-                repr(now),
-            ],
-        )
+            self._settle(
+                keys=[self._pace(host)],
+                args=[
+                    json.dumps(encoded) if encoded else "{}",
+                    json.dumps(released[host]) if host in released else "{}",
+                    self.ttl_s,
+                    repr(now),
+                ],
+            )
+
+
+def _by_host(named: Mapping[str, V]) -> dict[str, dict[str, V]]:
+    """Budgets (``host|dimension``) grouped by their host and API key: each group is one hash with its own
+    expiry, so a key no longer used leaves nothing behind while others stay busy (and one script touches
+    one key, as a cluster needs)."""
+    groups: dict[str, dict[str, V]] = {}
+    for name, value in named.items():
+        groups.setdefault(name.rpartition("|")[0], {})[name] = value
+    return groups
 
 
 class FailoverStateStore:

@@ -35,7 +35,7 @@ def test_workers_sharing_pacing_state_stay_under_the_key_limit(redis_server: Red
     assert limited <= 2, (ok, limited)  # at most the first responses, before any worker has seen a header
     assert ok >= 30  # and they still use most of the budget (10/s for 5 s, plus the burst)
     # The shared budget is in Redis.
-    assert redis_server.client().hlen("errcompact:pace") >= 1
+    assert list(redis_server.client().scan_iter("errcompact:pace:*"))
 
 
 def test_a_429_seen_by_one_worker_holds_another_through_redis(redis_server: RedisServer) -> None:
@@ -43,3 +43,34 @@ def test_a_429_seen_by_one_worker_holds_another_through_redis(redis_server: Redi
     from tests.recovery.test_pacing import a_429_seen_by_one_worker_holds_another
 
     a_429_seen_by_one_worker_holds_another(redis_state_store(redis_server.url))
+
+
+def test_the_budgets_of_a_key_no_longer_used_expire_while_others_stay_busy(redis_server: RedisServer) -> None:
+    """One key's requests, then only another key's: the first key's budgets leave Redis at their TTL,
+    though the fleet keeps writing the second's (a rotated-out key, a tenant gone: nothing piles up)."""
+    import hashlib
+
+    import openai
+
+    from otel_errcompact.recovery.pacing import Pacer, pace
+    from otel_errcompact.recovery.redis_state import RedisStateStore
+
+    pacer = Pacer(RedisStateStore(redis_server.client(), ttl_s=1))
+    with serve(ModelWireServer(bucket=TokenBucket(capacity=100, rate=100))) as (_server, url):
+        old, new = (
+            pace(openai.OpenAI(base_url=f"{url}/v1", api_key=key, max_retries=0), pacer)
+            for key in ("key-rotated-out", "key-in-use")
+        )
+        old.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        until = time.monotonic() + 2.5  # past the old key's TTL, writing the new key's budgets all along
+        while time.monotonic() < until:
+            new.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+            time.sleep(0.2)
+    redis = redis_server.client()
+    stored = " ".join(
+        f"{key.decode()} {' '.join(f.decode() for f in redis.hkeys(key))}" for key in redis.scan_iter("errcompact:*")
+    )
+    # The budgets are named by the hash of the Authorization header the client sends.
+    hashed = {k: hashlib.sha256(f"Bearer {k}".encode()).hexdigest()[:12] for k in ("key-rotated-out", "key-in-use")}
+    assert f"#{hashed['key-in-use']}|requests" in stored
+    assert hashed["key-rotated-out"] not in stored
