@@ -14,6 +14,13 @@ cluster:
   hash, never the key), a field per dimension. The latest rate-limit headers from any worker replace the
   estimate; every worker's reservation comes off it.
 
+Times are read on Redis's clock: each worker passes its own (wall-clock) time, and the store adds the
+offset between that clock and Redis's ``TIME``, measured at its first call and again every
+``clock_check_s`` seconds, and takes it off the times it returns. Workers whose clocks disagree (a host
+without NTP, a VM resumed from a snapshot) so keep one cooldown and one probe lease: a worker minutes
+behind would otherwise open breakers that half-open at once for every other worker, and take probe
+leases the others see as run out.
+
 Footprint is bounded: each hash expires ``ttl_s`` after its last write (default a day), so the budgets of a
 key no longer used (rotated out, a tenant gone) leave with it, and a tool keeps at most
 ``max_breakers_per_tool`` breakers (closed ones are dropped first).
@@ -251,7 +258,8 @@ def _state(value: Any) -> BreakerState:
     return cast(BreakerState, text)
 
 
-def _snapshot(tool: str, row: list[Any]) -> BreakerSnapshot:
+def _snapshot(tool: str, row: list[Any], offset: float, server_now: float) -> BreakerSnapshot:
+    """A breaker as a script returned it, its times taken back from Redis's clock to the worker's."""
     key, state, failures, digest, opened_at, retry_at, probe_until = (
         v.decode() if isinstance(v, bytes) else v for v in row
     )
@@ -261,9 +269,9 @@ def _snapshot(tool: str, row: list[Any]) -> BreakerSnapshot:
         state=_state(state),
         failures=int(failures),
         digest=str(digest),
-        opened_at=float(opened_at) if opened_at else None,
-        retry_at=float(retry_at) if retry_at else None,
-        probe_out=state == "half_open" and float(probe_until or 0) > time.time(),
+        opened_at=float(opened_at) - offset if opened_at else None,
+        retry_at=float(retry_at) - offset if retry_at else None,
+        probe_out=state == "half_open" and float(probe_until or 0) > server_now,
     )
 
 
@@ -285,8 +293,15 @@ class RedisStateStore:
         max_breakers_per_tool: int = 64,
         max_fingerprints: int = 16,
         reservation_ttl_s: float = 60.0,
+        clock: Callable[[], float] = time.time,
+        clock_check_s: float = 60.0,
     ) -> None:
         self.client = client
+        self.clock = clock
+        """The clock the callers' times come from (the breakers' and the pacer's; wall-clock seconds)."""
+        self.clock_check_s = clock_check_s
+        self._offset = 0.0
+        self._offset_due = float("-inf")  # time.monotonic() at which the offset is measured again
         self.prefix = prefix
         self.probe_timeout_s = probe_timeout_s
         self.ttl_s = ttl_s
@@ -300,6 +315,19 @@ class RedisStateStore:
         self._reserve = client.register_script(_RESERVE)
         self._settle = client.register_script(_SETTLE)
 
+    def _to_server(self, now: float) -> float:
+        """``now`` on this worker's clock as a time on Redis's clock (measuring the offset when due)."""
+        if time.monotonic() >= self._offset_due:
+            before = self.clock()
+            seconds, micros = self.client.time()
+            after = self.clock()
+            self._offset = float(seconds) + float(micros) / 1e6 - (before + after) / 2
+            self._offset_due = time.monotonic() + self.clock_check_s
+        return now + self._offset
+
+    def _server_now(self) -> float:
+        return self.clock() + self._offset
+
     def _breakers(self, tool: str) -> str:
         return f"{self.prefix}:breakers:{tool}"
 
@@ -310,12 +338,12 @@ class RedisStateStore:
 
     def breaker_admit(self, tool: str, fingerprint: str, now: float) -> Admission:
         verdict, changed_from, row = self._admit(
-            keys=[self._breakers(tool)], args=[fingerprint, repr(now), repr(self.probe_timeout_s)]
+            keys=[self._breakers(tool)], args=[fingerprint, repr(self._to_server(now)), repr(self.probe_timeout_s)]
         )
         verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
         if verdict == "allowed":
             return Admission(True)
-        snapshot = _snapshot(tool, row)
+        snapshot = _snapshot(tool, row, self._offset, self._server_now())
         changes: tuple[BreakerChange, ...] = ()
         if changed_from:
             changes = (BreakerChange(tool, snapshot.key, "open", "half_open", snapshot.failures, snapshot.digest),)
@@ -329,12 +357,12 @@ class RedisStateStore:
         old, row = self._failure(
             keys=[self._breakers(tool)],
             args=[
-                key, fingerprint, digest, repr(now), max(1, threshold), repr(max(0.0, cooldown_s)),
+                key, fingerprint, digest, repr(self._to_server(now)), max(1, threshold), repr(max(0.0, cooldown_s)),
                 self.ttl_s, self.max_breakers_per_tool, self.max_fingerprints,
             ],
         )
         before = _state(old)
-        snapshot = _snapshot(tool, row)
+        snapshot = _snapshot(tool, row, self._offset, self._server_now())
         if before == snapshot.state:
             return BreakerUpdate(snapshot)
         return BreakerUpdate(snapshot, (BreakerChange(tool, key, before, snapshot.state, snapshot.failures, digest),))
@@ -342,8 +370,9 @@ class RedisStateStore:
     def breaker_success(self, tool: str, fingerprint: str, now: float) -> tuple[BreakerChange, ...]:
         rows = self._success(keys=[self._breakers(tool)], args=[fingerprint])
         changes = []
+        server_now = self._server_now()
         for row in rows:
-            s = _snapshot(tool, row)
+            s = _snapshot(tool, row, self._offset, server_now)
             changes.append(BreakerChange(tool, s.key, s.state, "closed", s.failures, s.digest))
         return tuple(changes)
 
@@ -355,23 +384,16 @@ class RedisStateStore:
         if raw is None:
             return None
         b = json.loads(raw)
-        return BreakerSnapshot(
-            tool=tool,
-            key=key,
-            state=_state(b["state"]),
-            failures=int(b["failures"]),
-            digest=str(b.get("digest", "")),
-            opened_at=b.get("opened_at"),
-            retry_at=b.get("retry_at"),
-            probe_out=b["state"] == "half_open" and float(b.get("probe_until") or 0) > time.time(),
-        )
+        row = [key, b["state"], b["failures"], b.get("digest", ""), b.get("opened_at"), b.get("retry_at"),
+               b.get("probe_until")]  # fmt: skip
+        return _snapshot(tool, row, self._offset, self._to_server(self.clock()))
 
     # -- pacer ---------------------------------------------------------------------------------------
 
     def pace_reserve(self, costs: Mapping[str, float], now: float) -> float:
         delay = 0.0
         for host, group in _by_host(costs).items():
-            args: list[Any] = [repr(now), repr(self.reservation_ttl_s), self.ttl_s]
+            args: list[Any] = [repr(self._to_server(now)), repr(self.reservation_ttl_s), self.ttl_s]
             for name, cost in group.items():
                 args += [name, repr(float(cost))]
             delay = max(delay, float(self._reserve(keys=[self._pace(host)], args=args)))
@@ -380,6 +402,9 @@ class RedisStateStore:
     def pace_settle(
         self, budgets: Mapping[str, RateBudget], now: float, release: Mapping[str, float] | None = None
     ) -> None:
+        if not budgets and not release:
+            return
+        server_now = self._to_server(now)
         by_host = _by_host(budgets)
         released = _by_host(release or {})
         for host in by_host.keys() | released.keys():
@@ -387,7 +412,7 @@ class RedisStateStore:
                 name: {
                     "limit": b.limit,
                     "remaining": b.remaining,
-                    "reset_at": b.reset_at,
+                    "reset_at": b.reset_at + self._offset,
                     "window_s": b.window_s,
                     "refill": b.refill,
                 }
@@ -399,7 +424,7 @@ class RedisStateStore:
                     json.dumps(encoded) if encoded else "{}",
                     json.dumps(released[host]) if host in released else "{}",
                     self.ttl_s,
-                    repr(now),
+                    repr(server_now),
                 ],
             )
 

@@ -4,8 +4,8 @@ A breaker shared by the conversations of one process needs a lock; a breaker sha
 needs a shared store (Redis). Both sit behind :class:`RecoveryStateStore`, whose every method is one
 atomic unit: it reads and writes in one step and returns what it decided, so a Redis peer can implement
 each method as one Lua script and no caller ever does read-modify-write across two calls. Time is passed
-in (wall-clock seconds, so workers on several machines agree), which also makes the stores testable
-without sleeping.
+in (wall-clock seconds; the Redis store reads them on Redis's clock, so workers on several machines agree
+even when their clocks do not), which also makes the stores testable without sleeping.
 
 Breaker operations (keyed by tool name and dedup key; see :mod:`otel_errcompact.recovery.breaker`):
 

@@ -125,6 +125,30 @@ def test_a_killed_worker_leaves_no_stuck_probe(redis_server: RedisServer) -> Non
     assert after.allowed and after.probe  # its lease ran out: the next caller probes
 
 
+def test_workers_whose_clocks_disagree_keep_one_cooldown_and_one_probe(redis_server: RedisServer) -> None:
+    """Each worker passes its own clock's time; the store reads it on Redis's clock, so a worker ten
+    minutes behind neither cuts the fleet's cooldown short nor takes a probe lease others see as run out."""
+    digest = compact_text(workers.real_failure())
+    fp = fingerprint(workers.ARGS)
+    behind = workers.breakers(redis_server.url, skew_s=-600.0)
+    on_time = workers.breakers(redis_server.url)
+    for _ in range(3):
+        behind.failure(workers.TOOL, digest.key, fp, digest.line)
+    refused = on_time.admit(workers.TOOL, fp)
+    assert not refused.allowed and refused.breaker is not None and refused.breaker.retry_at is not None
+    assert 20 < refused.breaker.retry_at - on_time.clock() <= 30  # the 30 s cooldown, on this worker's clock
+    assert "retry after 30s" in circuit_open_text(refused, on_time.clock())
+
+    on_time.store.breaker_success(workers.TOOL, fp, on_time.clock())
+    on_time = workers.breakers(redis_server.url, cooldown_s=0.0)
+    behind = workers.breakers(redis_server.url, cooldown_s=0.0, skew_s=-600.0)
+    for _ in range(3):
+        on_time.failure(workers.TOOL, digest.key, fp, digest.line)
+    probe = behind.admit(workers.TOOL, fp)
+    assert probe.allowed and probe.probe
+    assert not on_time.admit(workers.TOOL, fp).allowed  # the probe is out: one probe fleet-wide
+
+
 def test_redis_restarting_mid_run_raises_nothing_and_state_resumes(redis_server: RedisServer) -> None:
     results, up, stop = SPAWN.Queue(), SPAWN.Queue(), SPAWN.Event()
     procs = [SPAWN.Process(target=workers.churn, args=(redis_server.url, up, stop, results)) for _ in range(4)]

@@ -27,11 +27,20 @@ def real_failure() -> str:
     raise AssertionError("the query succeeded")
 
 
-def breakers(url: str, *, cooldown_s: float = 30.0, probe_timeout_s: float = 30.0) -> CircuitBreakers:
+def breakers(
+    url: str, *, cooldown_s: float = 30.0, probe_timeout_s: float = 30.0, skew_s: float = 0.0
+) -> CircuitBreakers:
+    """A worker's breakers on the shared store; ``skew_s``: its clock runs that far ahead (behind when
+    negative), as on a host whose clock is off."""
     import redis
 
-    store = RedisStateStore(redis.Redis.from_url(url, socket_timeout=1), probe_timeout_s=probe_timeout_s)
-    return CircuitBreakers(BreakerPolicy(threshold=3, cooldown_s=cooldown_s), store)
+    def clock() -> float:
+        return time.time() + skew_s
+
+    store = RedisStateStore(
+        redis.Redis.from_url(url, socket_timeout=1), probe_timeout_s=probe_timeout_s, clock=clock
+    )
+    return CircuitBreakers(BreakerPolicy(threshold=3, cooldown_s=cooldown_s), store, clock=clock)
 
 
 def fail_once(url: str, results: Queue[Any]) -> None:
