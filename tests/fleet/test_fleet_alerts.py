@@ -62,3 +62,97 @@ def test_promtool_checks_and_unit_tests_the_fleet_rules() -> None:
     for args in checks:
         done = subprocess.run(["promtool", *args], capture_output=True, text=True, cwd=CONFIG)
         assert done.returncode == 0, done.stdout + done.stderr
+
+
+class _Worker:
+    """One worker's fleet counters, read as Prometheus scrapes them: one sample a minute, none (``_``) while
+    a series does not exist yet (the SDK makes a series at its first count, never at zero)."""
+
+    def __init__(self, instance: str) -> None:
+        self.instance = instance
+        self.reader = InMemoryMetricReader()
+        self.provider = MeterProvider(metric_readers=[self.reader])
+        self.metrics = FleetMetrics(self.provider.get_meter("test"))
+        self.samples: dict[str, list[str]] = {}
+        self.scrapes = 0
+
+    def lose_redis(self) -> None:
+        store = fleet_store(f"redis://127.0.0.1:{free_port()}/0", self.metrics)
+        store.breaker_admit(workers.TOOL, fingerprint(workers.ARGS), 0.0)
+
+    def refuse(self, calls: int) -> None:
+        breakers = CircuitBreakers(BreakerPolicy(threshold=3))
+        breakers.add_refusal_listener(self.metrics.on_refusal)
+        digest = compact_text(workers.real_failure())
+        fp = fingerprint(workers.ARGS)
+        for _ in range(3):
+            breakers.failure(workers.TOOL, digest.key, fp, digest.line)
+        for _ in range(calls):
+            assert not breakers.admit(workers.TOOL, fp).allowed
+
+    def scrape(self) -> None:
+        data = self.reader.get_metrics_data()
+        for rm in data.resource_metrics if data is not None else ():
+            for sm in rm.scope_metrics:
+                for metric in sm.metrics:
+                    for point in metric.data.data_points:
+                        labels = {k.replace(".", "_"): v for k, v in (point.attributes or {}).items()}
+                        labels |= {"service_name": "support-agent", "instance": self.instance}
+                        text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+                        name = f"{metric.name.replace('.', '_')}_total{{{text}}}"
+                        self.samples.setdefault(name, ["_"] * self.scrapes).append(str(int(point.value)))
+        self.scrapes += 1
+        for values in self.samples.values():
+            values.extend(["_"] * (self.scrapes - len(values)))
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
+def test_the_fleet_alerts_fire_on_the_first_outage_and_the_first_refusals_of_workers(tmp_path: Path) -> None:
+    """A worker's counter appears at 1 (its first outage, its first refused calls), not at 0: the rules count
+    that first appearance as an increase, or a worker's first outage would never be alerted on, nor a worker
+    whose breaker refused a burst of calls and then none."""
+    fleet = [_Worker(f"w{i}:9464") for i in (1, 2, 3)]
+    events = {1: lambda: fleet[1].refuse(2), 2: lambda: (fleet[0].lose_redis(), fleet[0].refuse(4)),
+              3: lambda: fleet[2].refuse(1)}  # fmt: skip
+    for minute in range(6):
+        if minute in events:
+            events[minute]()
+        for worker in fleet:
+            worker.scrape()
+    series = [{"series": name, "values": " ".join(values)} for w in fleet for name, values in w.samples.items()]
+    assert len(series) == 4 and all(s["values"].startswith("_") for s in series)
+    suite = {
+        "rule_files": [str(CONFIG / "errcompact-fleet-alerts.yml")],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [
+                {"eval_time": "5m", "alertname": "AgentToolBreakerOpenAcrossFleet", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "service_name": "support-agent",
+                                   "gen_ai_tool_name": workers.TOOL},
+                    "exp_annotations": {
+                        "summary": f"Tool {workers.TOOL} of support-agent is cut off by its circuit breaker "
+                                   "in 3 workers",
+                        "description": "Calls are refused fleet-wide: the tool or its dependency is down. The breaker "
+                                       "lets one probe through after its cooldown and closes on success.",
+                        "runbook_url": "#agenttoolbreakeropenacrossfleet",
+                    },
+                }]},
+                {"eval_time": "5m", "alertname": "AgentSharedStateDegraded", "exp_alerts": [{
+                    "exp_labels": {"severity": "info", "service_name": "support-agent"},
+                    "exp_annotations": {
+                        "summary": "Workers of support-agent lost the shared Redis state",
+                        "description": "1 fallback(s) to per-process breakers and pacing in 10m; each worker goes "
+                                       "back to Redis on its own when it answers.",
+                        "runbook_url": "#agentsharedstatedegraded",
+                    },
+                }]},
+            ],
+        }],
+    }  # fmt: skip
+    (tmp_path / "fleet.test.yml").write_text(yaml.safe_dump(suite))
+    for worker in fleet:
+        worker.provider.shutdown()
+    done = subprocess.run(["promtool", "test", "rules", "fleet.test.yml"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
