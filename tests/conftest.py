@@ -134,6 +134,32 @@ def metrics_by_name(reader: InMemoryMetricReader) -> dict[str, list[Any]]:
     return metrics
 
 
+class MinuteScrapes:
+    """A reader's counters as Prometheus scrapes them, one sample a minute, for promtool's ``input_series``:
+    ``_`` (no sample) while a series does not exist yet, since the SDK makes a series at its first count,
+    never at zero. ``labels`` are added to every series (the resource's, as a collector promotes them)."""
+
+    def __init__(self, reader: InMemoryMetricReader, **labels: str) -> None:
+        self.reader = reader
+        self.labels = labels
+        self.samples: dict[str, list[str]] = {}
+        self.scrapes = 0
+
+    def scrape(self) -> None:
+        for name, points in metrics_by_name(self.reader).items():
+            for point in points:
+                labels = {k.replace(".", "_"): str(v) for k, v in (point.attributes or {}).items()} | self.labels
+                text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
+                series = f"{name.replace('.', '_')}_total{{{text}}}"
+                self.samples.setdefault(series, ["_"] * self.scrapes).append(str(int(point.value)))
+        self.scrapes += 1
+        for values in self.samples.values():
+            values.extend(["_"] * (self.scrapes - len(values)))
+
+    def input_series(self) -> list[dict[str, str]]:
+        return [{"series": name, "values": " ".join(values)} for name, values in self.samples.items()]
+
+
 def metric_points(reader: InMemoryMetricReader, name: str) -> list[Any]:
     """The data points ``reader`` collects now for the metric ``name``, empty when it was never recorded."""
     return metrics_by_name(reader).get(name, [])

@@ -22,7 +22,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otel_errcompact.history import ErrorHistory, Thresholds
 from otel_errcompact.pipeline import ErrorPipeline, Failure
 from otel_errcompact.telemetry import ErrorMetrics
-from tests.conftest import metrics_by_name
+from tests.conftest import MinuteScrapes, metrics_by_name
 from tests.realerrors import python_error
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -130,3 +130,82 @@ def test_promtool_checks_and_unit_tests_the_alert_rules() -> None:
         ["promtool", "test", "rules", str(CONFIG / "errcompact-alerts.test.yml")], capture_output=True, text=True
     )
     assert test.returncode == 0, test.stdout + test.stderr
+
+
+def _missing_module(name: str) -> str:
+    """The real traceback of importing a module that does not exist."""
+    import importlib
+    import traceback
+
+    try:
+        importlib.import_module(name)
+    except ModuleNotFoundError:
+        return traceback.format_exc()
+    raise AssertionError(f"{name} imported")
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
+def test_a_workers_first_escalation_and_first_burst_of_classes_fire_their_alerts(tmp_path: Path) -> None:
+    """A worker's escalation counter appears at 1 and its new-class counter at its first count, never at 0:
+    the rules take that first appearance as an increase, or a worker's first breach, the one that matters,
+    would never be alerted on."""
+    import itertools
+
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    metrics = ErrorMetrics(provider.get_meter("test"))
+    pipeline = ErrorPipeline(ErrorHistory(Thresholds(consecutive=3)))
+    pipeline.add_failure_listener(metrics.on_failure)
+    pipeline.add_escalation_listener(metrics.on_escalation)
+    scrapes = MinuteScrapes(reader, service_name="support-agent")
+    scrapes.scrape()
+    names = ["".join(letters) for letters in itertools.product("qxz", "qxz", "jkvw", "jkvwy")][:60]
+    for n, name in enumerate(names):
+        pipeline.handle(Failure(scope=f"c{n}", raw_error=_missing_module(f"plug_{name}"), tool_name="load_plugin"))
+    raw = _missing_module("plug_absent")
+    for _ in range(3):
+        pipeline.handle(Failure(scope="looping", raw_error=raw, tool_name="load_plugin"))
+    assert metrics.flush(30)
+    for _ in range(9):
+        scrapes.scrape()
+    provider.shutdown()
+    metrics.shutdown()
+    series = scrapes.input_series()
+    escalations = [s for s in series if s["series"].startswith("errcompact_escalations_total")]
+    assert len(escalations) == 1 and escalations[0]["values"].split()[:2] == ["_", "1"]
+    suite = {
+        "rule_files": [str(CONFIG / "errcompact-alerts.yml")],
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": series,
+            "alert_rule_test": [
+                {"eval_time": "2m", "alertname": "AgentErrorEscalation", "exp_alerts": [{
+                    "exp_labels": {"severity": "warning", "service_name": "support-agent",
+                                   "gen_ai_tool_name": "load_plugin", "errcompact_reason": "consecutive",
+                                   "errcompact_action": "halt"},
+                    "exp_annotations": {
+                        "summary": "Agent support-agent breached its error threshold on tool load_plugin",
+                        "description": "1 escalation(s) in 5m, reason consecutive, action halt. The trajectory "
+                                       "records hold the raw errors.",
+                        "runbook_url": "#agenterrorescalation",
+                        "dashboard_url": "/d/otel-errcompact?var-service=support-agent",
+                    },
+                }]},
+                {"eval_time": "9m", "alertname": "AgentErrorEscalation", "exp_alerts": []},
+                {"eval_time": "2m", "alertname": "AgentErrorClassesExploding", "exp_alerts": [{
+                    "exp_labels": {"severity": "info", "service_name": "support-agent"},
+                    "exp_annotations": {
+                        "summary": "support-agent saw more than 50 new error classes in 15m",
+                        "description": "Many distinct failures: dedup cannot help; check the trajectory store for "
+                                       "a systemic fault.",
+                        "runbook_url": "#agenterrorclassesexploding",
+                        "dashboard_url": "/d/otel-errcompact?var-service=support-agent",
+                    },
+                }]},
+            ],
+        }],
+    }  # fmt: skip
+    (tmp_path / "first.test.yml").write_text(yaml.safe_dump(suite))
+    done = subprocess.run(["promtool", "test", "rules", "first.test.yml"], capture_output=True, text=True, cwd=tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr

@@ -16,6 +16,7 @@ from otel_errcompact import compact_text
 from otel_errcompact.recovery.breaker import BreakerPolicy, CircuitBreakers, fingerprint
 from otel_errcompact.recovery.fleet import FleetMetrics, fleet_store
 from tests.fleet import workers
+from tests.conftest import MinuteScrapes
 from tests.fleet.conftest import free_port
 
 CONFIG = Path(__file__).resolve().parents[2] / "collector-config"
@@ -65,16 +66,14 @@ def test_promtool_checks_and_unit_tests_the_fleet_rules() -> None:
 
 
 class _Worker:
-    """One worker's fleet counters, read as Prometheus scrapes them: one sample a minute, none (``_``) while
-    a series does not exist yet (the SDK makes a series at its first count, never at zero)."""
+    """One worker's fleet counters, scraped once a minute (see :class:`MinuteScrapes`)."""
 
     def __init__(self, instance: str) -> None:
-        self.instance = instance
         self.reader = InMemoryMetricReader()
         self.provider = MeterProvider(metric_readers=[self.reader])
         self.metrics = FleetMetrics(self.provider.get_meter("test"))
-        self.samples: dict[str, list[str]] = {}
-        self.scrapes = 0
+        self.scrapes = MinuteScrapes(self.reader, service_name="support-agent", instance=instance)
+        self.scrape = self.scrapes.scrape
 
     def lose_redis(self) -> None:
         store = fleet_store(f"redis://127.0.0.1:{free_port()}/0", self.metrics)
@@ -90,21 +89,6 @@ class _Worker:
         for _ in range(calls):
             assert not breakers.admit(workers.TOOL, fp).allowed
 
-    def scrape(self) -> None:
-        data = self.reader.get_metrics_data()
-        for rm in data.resource_metrics if data is not None else ():
-            for sm in rm.scope_metrics:
-                for metric in sm.metrics:
-                    for point in metric.data.data_points:
-                        labels = {k.replace(".", "_"): v for k, v in (point.attributes or {}).items()}
-                        labels |= {"service_name": "support-agent", "instance": self.instance}
-                        text = ",".join(f'{k}="{v}"' for k, v in sorted(labels.items()))
-                        name = f"{metric.name.replace('.', '_')}_total{{{text}}}"
-                        self.samples.setdefault(name, ["_"] * self.scrapes).append(str(int(point.value)))
-        self.scrapes += 1
-        for values in self.samples.values():
-            values.extend(["_"] * (self.scrapes - len(values)))
-
 
 @pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
 def test_the_fleet_alerts_fire_on_the_first_outage_and_the_first_refusals_of_workers(tmp_path: Path) -> None:
@@ -119,7 +103,7 @@ def test_the_fleet_alerts_fire_on_the_first_outage_and_the_first_refusals_of_wor
             events[minute]()
         for worker in fleet:
             worker.scrape()
-    series = [{"series": name, "values": " ".join(values)} for w in fleet for name, values in w.samples.items()]
+    series = [series for worker in fleet for series in worker.scrapes.input_series()]
     assert len(series) == 4 and all(s["values"].startswith("_") for s in series)
     suite = {
         "rule_files": [str(CONFIG / "errcompact-fleet-alerts.yml")],
