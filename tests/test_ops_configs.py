@@ -209,3 +209,22 @@ def test_a_workers_first_escalation_and_first_burst_of_classes_fire_their_alerts
     (tmp_path / "first.test.yml").write_text(yaml.safe_dump(suite))
     done = subprocess.run(["promtool", "test", "rules", "first.test.yml"], capture_output=True, text=True, cwd=tmp_path)
     assert done.returncode == 0, done.stdout + done.stderr
+def _heading_anchor(heading: str) -> str:
+    """The anchor a Markdown renderer (GitHub's) gives a heading: lower case, punctuation dropped, spaces
+    to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("rules", ["errcompact-alerts.yml", "errcompact-fleet-alerts.yml"])
+def test_every_alert_links_to_its_own_runbook_section(rules: str) -> None:
+    runbook = (CONFIG / "RUNBOOK.md").read_text(encoding="utf-8")
+    anchors = {_heading_anchor(line.lstrip("#")) for line in runbook.splitlines() if line.startswith("## ")}
+    alerts = [rule for group in yaml.safe_load((CONFIG / rules).read_text())["groups"]
+              for rule in group["rules"] if "alert" in rule]
+    assert alerts
+    for alert in alerts:
+        url = alert["annotations"]["runbook_url"]
+        assert url.startswith("{{ $externalLabels.errcompact_runbook_url }}#"), url
+        anchor = url.partition("#")[2]
+        assert anchor == _heading_anchor(alert["alert"]), (alert["alert"], url)
+        assert anchor in anchors, f"{alert['alert']}: RUNBOOK.md has no section #{anchor}"
