@@ -66,10 +66,22 @@ def _ratio(part: str, whole: str) -> str:
     return f"(({part}) or ({whole}) * 0) / (({whole}) > 0)"
 
 
+def _increase(selector: str, window: str) -> str:
+    """The increase of the counters ``selector`` over ``window``, counting the series that appeared in it.
+
+    A series appears with its first count (the SDK exports no 0 for attributes it has not seen), and
+    ``increase()`` has no earlier sample to count that step from: a single escalation, or a tool's first
+    new class, would read as 0. A series absent ``window`` ago is new, so all of its value is in the window
+    (the alert rules count the same way)."""
+    return f"({selector} unless {selector} offset {window}) or increase({selector}[{window}])"
+
+
 def build() -> dict[str, Any]:
     """The dashboard as Grafana's JSON model."""
     calls = f"errcompact_tool_calls_total{{{SERVICE}}}"
     failed = f'errcompact_tool_calls_total{{{SERVICE},errcompact_outcome="error"}}'
+    escalations = f"errcompact_escalations_total{{{SERVICE}}}"
+    new_classes = f"errcompact_classes_new_total{{{SERVICE}}}"
     builder = (
         dash.Dashboard("otel-errcompact: agent tool errors")
         .uid(UID)
@@ -101,7 +113,7 @@ def build() -> dict[str, Any]:
             _stat(
                 "Escalations",
                 "Error-threshold breaches (halts or human reviews) in the selected range.",
-                f"sum(increase(errcompact_escalations_total{{{SERVICE}}}[$__range]))",
+                f"sum({_increase(escalations, '$__range')})",
             )
         )
         .with_panel(
@@ -124,7 +136,7 @@ def build() -> dict[str, Any]:
                 "New error classes",
                 "Distinct failures first seen by a worker in the range (a class seen again in another "
                 "conversation is not new).",
-                f"sum(increase(errcompact_classes_new_total{{{SERVICE}}}[$__range]))",
+                f"sum({_increase(new_classes, '$__range')})",
             )
         )
         .with_panel(
@@ -184,7 +196,7 @@ def build() -> dict[str, Any]:
                 "Breaches per interval, by tool, reason (consecutive/budget) and action (halt/human).",
                 (
                     "sum by (gen_ai_tool_name, errcompact_reason, errcompact_action) "
-                    f"(increase(errcompact_escalations_total{{{SERVICE}}}[$__rate_interval]))",
+                    f"({_increase(escalations, '$__rate_interval')})",
                     "{{gen_ai_tool_name}} {{errcompact_reason}} {{errcompact_action}}",
                 ),
             )
@@ -195,8 +207,7 @@ def build() -> dict[str, Any]:
                 "New error classes by tool",
                 "First sightings of a dedup key per worker; a spike means many distinct failures.",
                 (
-                    "sum by (gen_ai_tool_name) "
-                    f"(increase(errcompact_classes_new_total{{{SERVICE}}}[$__rate_interval]))",
+                    f"sum by (gen_ai_tool_name) ({_increase(new_classes, '$__rate_interval')})",
                     "{{gen_ai_tool_name}}",
                 ),
             )

@@ -228,3 +228,43 @@ def test_every_alert_links_to_its_own_runbook_section(rules: str) -> None:
         anchor = url.partition("#")[2]
         assert anchor == _heading_anchor(alert["alert"]), (alert["alert"], url)
         assert anchor in anchors, f"{alert['alert']}: RUNBOOK.md has no section #{anchor}"
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool (Debian package prometheus) not installed")
+def test_dashboard_counts_a_single_escalation_and_a_first_new_class(tmp_path: Path) -> None:
+    """A counter series appears with its first count (the SDK exports no 0 for attributes it has not seen):
+    one escalation, or a tool's first new class, is a series born at 1. The panels count it (promtool runs
+    their queries over such series, with the selected range 10m and a rate interval of 2m)."""
+    by_title = dict(generate.panel_queries(generate.build()))
+    tool = 'gen_ai_tool_name="query_db"'
+    escalation = f'{{service_name="ops-agent",{tool},errcompact_reason="consecutive",errcompact_action="halt"}}'
+    new_class = f'{{service_name="ops-agent",{tool},error_type="OperationalError"}}'
+
+    def query(title: str) -> str:
+        expr = by_title[title].replace("$service", ".*").replace("$__range", "10m")
+        return expr.replace("$__rate_interval", "2m")
+
+    cases = [
+        ("Escalations", "5m", "{}"),
+        ("New error classes", "5m", "{}"),
+        ("Escalations by tool and reason", "3m", escalation.replace('service_name="ops-agent",', "")),
+        ("New error classes by tool", "3m", f"{{{tool}}}"),
+    ]
+    suite = {
+        "evaluation_interval": "1m",
+        "tests": [{
+            "interval": "1m",
+            "input_series": [  # absent, then born at 1 at 2m
+                {"series": f"errcompact_escalations_total{escalation}", "values": "_ _ 1x10"},
+                {"series": f"errcompact_classes_new_total{new_class}", "values": "_ _ 1x10"},
+            ],
+            "promql_expr_test": [
+                {"expr": query(title), "eval_time": at, "exp_samples": [{"labels": labels, "value": 1}]}
+                for title, at, labels in cases
+            ],
+        }],
+    }
+    path = tmp_path / "dashboard.test.yml"
+    path.write_text(yaml.safe_dump(suite))
+    result = subprocess.run(["promtool", "test", "rules", str(path)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
