@@ -107,7 +107,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     with _store(args) as store:
         try:
             record = store.get(args.record_id)
-        except AmbiguousRecordId as exc:
+        except (AmbiguousRecordId, ValueError) as exc:  # ValueError: a record this release cannot read
             print(f"otel-errcompact: {exc}", file=sys.stderr)
             return 2
         if record is None:

@@ -11,6 +11,7 @@ import sqlite3
 import subprocess
 import sys
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -273,3 +274,40 @@ def test_a_wal_that_a_read_only_folder_keeps_from_being_read_is_named(tmp_path: 
         assert "copy store.db with store.db-wal into a folder you can write to" in line, line
     finally:
         folder.chmod(0o755)
+
+
+def _newer_schema(record: str) -> str:
+    """The stored record as a later release with a new record schema would write it: a new version, a new
+    field."""
+    data = json.loads(record)
+    data["schema_version"] += 1
+    data["retry_budget"] = {"left": 2}
+    return json.dumps(data)
+
+
+def _damaged(record: str) -> str:
+    """The stored record cut short, as a damaged page or a row edited by hand leaves it."""
+    return record[: len(record) // 2]
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    (_newer_schema, "written by a newer otel-errcompact (errcompact.trajectory v2; this release reads v1)"),
+    (_damaged, "not a readable trajectory record ("),
+], ids=["newer-schema", "damaged"])
+def test_a_record_that_cannot_be_read_is_one_line_naming_it(
+    tmp_path: Path, change: Callable[[str], str], says: str
+) -> None:
+    """``show`` of a record this release cannot read (a newer release's record schema, a damaged row) says
+    which record, in which store, and why; not a JSON or pydantic traceback. ``tonnage`` over the store
+    too."""
+    db = tmp_path / "store.db"
+    _record_failures(db).shutdown()
+    with sqlite3.connect(db) as conn:
+        record_id, record = conn.execute("SELECT record_id, record FROM trajectory ORDER BY id LIMIT 1").fetchone()
+        conn.execute("UPDATE trajectory SET record = ? WHERE record_id = ?", (change(record), record_id))
+    conn.close()
+    for args in (["trajectories", "show", record_id], ["trajectories", "show", record_id, "--raw"]):
+        line = _one_line_error(_cli([*args, "--db", str(db)], _env(tmp_path)))
+        assert line.startswith(f"otel-errcompact: record {record_id} in {db}: {says}"), line
+    line = _one_line_error(_cli(["tonnage", str(db), "--no-plot"], _env(tmp_path)))
+    assert line.startswith(f"otel-errcompact: record {record_id} in {db}: {says}"), line

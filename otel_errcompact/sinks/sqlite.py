@@ -40,6 +40,7 @@ from __future__ import annotations
 import builtins
 import functools
 import itertools
+import json
 import logging
 import os
 import sqlite3
@@ -52,7 +53,7 @@ from typing import Any
 
 from otel_errcompact._forked import hold_across_fork
 from otel_errcompact.exceptions import AmbiguousRecordId
-from otel_errcompact.trajectory import TrajectoryRecord, record_of
+from otel_errcompact.trajectory import SCHEMA_NAME, SCHEMA_VERSION, TrajectoryRecord, record_of
 
 __all__ = [
     "TABLE_VERSION",
@@ -251,6 +252,35 @@ def _open_read_only(path: Path) -> sqlite3.Connection:
             f"with {wal.name} into a folder you can write to, and read that copy"
         )
     return sqlite3.connect(f"{uri}?mode=ro&immutable=1", uri=True, check_same_thread=False)
+
+
+def _stored_record(text: str | bytes, record_id: str, path: Path) -> TrajectoryRecord:
+    """The record stored as ``text``, or a one-line ``ValueError`` naming the record and the store when it
+    cannot be read (written by a newer release, or damaged), instead of a JSON error or pydantic's report of
+    every field, which say neither."""
+    try:
+        return TrajectoryRecord.from_storage_json(text)
+    except ValueError as exc:
+        raise ValueError(f"record {record_id} in {path}: {_unreadable(text, exc)}") from None
+
+
+def _unreadable(text: str | bytes, exc: ValueError) -> str:
+    """Why a stored record cannot be read, in a line."""
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    version = data.get("schema_version") if isinstance(data, dict) else None
+    if isinstance(data, dict) and isinstance(version, int) and version > SCHEMA_VERSION:
+        return (f"written by a newer otel-errcompact ({data.get('schema_name') or SCHEMA_NAME} v{version}; "
+                f"this release reads v{SCHEMA_VERSION}): read it with a newer otel-errcompact")
+    errors = getattr(exc, "errors", None)  # pydantic's ValidationError: the first field at fault
+    if callable(errors) and errors():
+        first = errors()[0]
+        why = f"{'.'.join(map(str, first.get('loc', ()))) or 'record'}: {first.get('msg', '')}"
+    else:
+        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+    return f"not a readable trajectory record ({why})"
 
 
 def _size(path: Path) -> int:
@@ -535,7 +565,7 @@ class TrajectoryStore:
             return None
         with self._lock:
             row = self._conn.execute(
-                "SELECT record FROM trajectory WHERE record_id = ?", (record_id,)
+                "SELECT record_id, record FROM trajectory WHERE record_id = ?", (record_id,)
             ).fetchone()
             if row is None:
                 ids = self._conn.execute(
@@ -547,9 +577,9 @@ class TrajectoryStore:
                     raise AmbiguousRecordId(record_id, [r[0] for r in ids[:5]], more=len(ids) > 5)
                 if ids:
                     row = self._conn.execute(
-                        "SELECT record FROM trajectory WHERE record_id = ?", (ids[0][0],)
+                        "SELECT record_id, record FROM trajectory WHERE record_id = ?", (ids[0][0],)
                     ).fetchone()
-        return None if row is None else TrajectoryRecord.from_storage_json(row[0])
+        return None if row is None else _stored_record(row[1], row[0], self.path)
 
     def records(self, conversation: str | None = None) -> Iterator[TrajectoryRecord]:
         """Every record (of one conversation or scope), oldest first, read in pages to bound memory."""
@@ -558,15 +588,15 @@ class TrajectoryStore:
         while True:
             with self._lock:
                 page = self._conn.execute(
-                    f"SELECT id, record FROM trajectory {where}"
+                    f"SELECT id, record_id, record FROM trajectory {where}"
                     f"{' AND' if where else ' WHERE'} id > ? ORDER BY id LIMIT 256",
                     [*args, last],
                 ).fetchall()
             if not page:
                 return
-            for row_id, text in page:
+            for row_id, record_id, text in page:
                 last = row_id
-                yield TrajectoryRecord.from_storage_json(text)
+                yield _stored_record(text, record_id, self.path)
 
     def close(self) -> None:
         """Close the read connection."""
