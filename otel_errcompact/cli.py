@@ -69,11 +69,17 @@ def _store(args: argparse.Namespace) -> Any:
     if path is None:
         raise OSError("no trajectory database: pass --db or set OTEL_ERRCOMPACT_SQLITE_PATH")
     try:
-        return TrajectoryStore(path)
+        store = TrajectoryStore(path)
     except FileNotFoundError as exc:
         raise OSError(f"{origin} {str(path)!r}: {exc}") from None
     except (sqlite3.Error, RuntimeError) as exc:
         raise _StoreError(f"{origin} {str(path)!r}: not a readable trajectory database ({exc})") from None
+    try:
+        store.list(limit=1)  # one row, newest first: another SQLite file (no trajectory table) fails here
+    except sqlite3.Error as exc:
+        store.close()
+        raise _StoreError(f"{origin} {str(path)!r}: not a readable trajectory database ({exc})") from None
+    return store
 
 
 class _StoreError(Exception):
@@ -165,17 +171,11 @@ def _cmd_tonnage(args: argparse.Namespace) -> int:
 def _cmd_viewer(args: argparse.Namespace) -> int:
     from otel_errcompact.ops import viewer
 
-    path = args.db or _store_path()
+    # Opened as list and show open it, then closed: Datasette serves any file, and would start on one that is
+    # not a trajectory store (or one of a layout it cannot read) with a traceback, or with every page broken.
+    with _store(args) as store:
+        path = store.path
     return viewer.serve(path, host=args.host, port=args.port, trace_url=args.trace_url)
-
-
-def _store_path() -> Path:
-    from otel_errcompact.config import load_settings
-
-    path = load_settings().sqlite_path
-    if path is None:
-        raise OSError("no trajectory database: pass --db or set OTEL_ERRCOMPACT_SQLITE_PATH")
-    return Path(path)
 
 
 def build_parser() -> argparse.ArgumentParser:

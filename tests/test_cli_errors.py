@@ -311,3 +311,34 @@ def test_a_record_that_cannot_be_read_is_one_line_naming_it(
         assert line.startswith(f"otel-errcompact: record {record_id} in {db}: {says}"), line
     line = _one_line_error(_cli(["tonnage", str(db), "--no-plot"], _env(tmp_path)))
     assert line.startswith(f"otel-errcompact: record {record_id} in {db}: {says}"), line
+
+
+def _newer_layout(tmp_path: Path) -> Path:
+    """A store whose table layout a later release wrote."""
+    path = tmp_path / "later.db"
+    SQLiteSink(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE errcompact_schema SET version = version + 1 WHERE component = 'trajectory'")
+    conn.close()
+    return path
+
+
+@pytest.mark.parametrize("make", [_not_sqlite, _other_sqlite, _newer_layout],
+                         ids=["not-sqlite", "other-sqlite", "newer-layout"])
+def test_the_viewer_refuses_what_is_not_a_trajectory_store_in_one_line(tmp_path: Path, make: object) -> None:
+    """The viewer checks the store as ``list`` and ``show`` do, before Datasette starts: Datasette serves any
+    file, with a traceback for one that is not SQLite and broken pages for another SQLite file."""
+    db = make(tmp_path)  # type: ignore[operator]
+    assert ENTRY.exists()
+    args = [str(ENTRY), "viewer", "--db", str(db), "--port", "0"]
+    with subprocess.Popen(args, env=_env(tmp_path), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True) as viewer:
+        try:
+            stdout, stderr = viewer.communicate(timeout=60)
+        except subprocess.TimeoutExpired:  # it serves the file: stopped as a process manager stops it
+            viewer.terminate()
+            stdout, stderr = viewer.communicate(timeout=60)
+    proc = subprocess.CompletedProcess(args, viewer.returncode, stdout, stderr)
+    line = _one_line_error(proc)
+    assert f"--db {str(db)!r}: not a readable trajectory database" in line, line
+    assert proc.stdout == ""  # nothing was served
