@@ -21,6 +21,7 @@ that occurred at least :data:`RECURRING` times.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -274,15 +275,20 @@ def _read_otlp(path: Path, docs: list[Any]) -> Source:
 
 
 def _read_store(path: Path) -> Source:
+    """The raw errors of a trajectory store; a ``ValueError`` naming it when it is a SQLite file this
+    release cannot read as one (another database, a layout of another release, a damaged page)."""
     from otel_errcompact.sinks import TrajectoryStore
 
     source = Source(path, "store")
-    with TrajectoryStore(path) as store:
-        for row in store.list(limit=max(1, store.count())):
-            record = store.get(row.record_id)
-            if record is not None:
-                scope = record.conversation_id or record.scope or "default"
-                source.errors.append(ErrorText(record.raw_error, scope, record.tool_name))
+    try:
+        with TrajectoryStore(path) as store:
+            for row in store.list(limit=max(1, store.count())):
+                record = store.get(row.record_id)
+                if record is not None:
+                    scope = record.conversation_id or record.scope or "default"
+                    source.errors.append(ErrorText(record.raw_error, scope, record.tool_name))
+    except (sqlite3.Error, RuntimeError) as exc:  # RuntimeError: a table layout it does not read
+        raise ValueError(f"{path}: not a readable trajectory store ({exc})") from None
     return source
 
 

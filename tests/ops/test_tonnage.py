@@ -182,3 +182,31 @@ def test_unreadable_input_is_a_clear_error(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "not a trajectory store, OTLP JSON traces or a JSON/JSONL transcript" in done.stderr
     assert "Traceback" not in done.stderr
+
+
+def _other_database(path: Path) -> None:
+    """A SQLite database of another application: no trajectory table."""
+    with sqlite3.connect(path) as conn:
+        conn.execute("CREATE TABLE orders (id INTEGER PRIMARY KEY, total REAL)")
+    conn.close()
+
+
+def _newer_layout(path: Path) -> None:
+    """A trajectory store whose table layout a later release wrote."""
+    from otel_errcompact.sinks import SQLiteSink
+
+    SQLiteSink(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("UPDATE errcompact_schema SET version = version + 1 WHERE component = 'trajectory'")
+    conn.close()
+
+
+@pytest.mark.parametrize("make", [_other_database, _newer_layout], ids=["other-database", "newer-layout"])
+def test_a_store_this_release_cannot_read_is_a_clear_error(tmp_path: Path, make: Callable[[Path], None]) -> None:
+    path = tmp_path / "store.sqlite3"
+    make(path)
+    done = subprocess.run([sys.executable, "-m", "otel_errcompact.cli", "tonnage", str(path), "--no-plot"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"otel-errcompact: {path}: not a readable trajectory store ("), done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.splitlines()) == 1, done.stderr
