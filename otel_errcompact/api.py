@@ -58,7 +58,7 @@ from otel_errcompact.processor import (
     attach_exception_logs,
     attach_span_processor,
 )
-from otel_errcompact.prometheus import prometheus_requested, start_prometheus
+from otel_errcompact.prometheus import PrometheusEndpoint, prometheus_address, prometheus_requested, start_prometheus
 from otel_errcompact.recovery.breaker import BreakerPolicy, CircuitBreakers
 from otel_errcompact.recovery.fleet import FleetMetrics, fleet_store
 from otel_errcompact.recovery.loop import ModelAdapter, RecoveryLoop
@@ -622,6 +622,22 @@ def _trajectory_sinks(config: Settings, overrides: dict[str, Any]) -> tuple[list
     return sinks, has_store
 
 
+def _start_prometheus(address: tuple[str, int]) -> PrometheusEndpoint | None:
+    """The endpoint Prometheus scrapes, or ``None`` with a ``ConfigurationWarning`` when the address cannot
+    be bound. Not an error: it is most often another worker process of the same application, started with
+    the same variables, that serves the port, and failing ``init()`` there would stop the agent for want
+    of a metrics endpoint (the other metric readers, spans and trajectory records go on)."""
+    try:
+        return start_prometheus(*address)
+    except OSError as exc:
+        warnings.warn(
+            f"otel-errcompact: not serving metrics for Prometheus on {address[0]}:{address[1]} "
+            f"(OTEL_EXPORTER_PROMETHEUS_HOST/_PORT): {exc}; give each process its own port",
+            ConfigurationWarning, stacklevel=4,
+        )
+        return None
+
+
 def _ours_again(provider: Any, owned: list[Any]) -> Any:
     """``provider``, counted among this handle's own when an earlier ``init()`` created it (the handle
     then flushes it, as the one that created it did)."""
@@ -656,7 +672,13 @@ def _build(
     global _exit_timeout_s
     owned: list[Any] = []
     _exit_timeout_s = config.shutdown_timeout_s
-    # Files first: a refused path must fail init() before any provider or thread exists.
+    # Files first: a refused path must fail init() before any provider or thread exists. So must a bad
+    # Prometheus port, when a meter provider of ours would serve it.
+    serve_prometheus = (
+        config.enabled and meter_provider is None and prometheus_requested()
+        and not isinstance(metrics_api.get_meter_provider(), MeterProvider)
+    )
+    prometheus = prometheus_address() if serve_prometheus else None
     file_sinks, has_store = _trajectory_sinks(config, overrides)
     # The recovery state store too (redis-py missing fails here): its outage counter is wired below.
     breaker_policy, retry_policy, state_store = recovery
@@ -706,7 +728,7 @@ def _build(
             readers: list[Any] = []
             if otlp_metrics:
                 readers.append(PeriodicExportingMetricReader(_metric_exporter()))
-            endpoint = start_prometheus() if prometheus_requested() else None
+            endpoint = _start_prometheus(prometheus) if prometheus is not None else None
             if endpoint is not None:
                 readers.append(endpoint.reader)
             # Our atexit shutdown bounds the time; the SDK's own would wait out a dead endpoint.

@@ -18,7 +18,15 @@ import logging
 import os
 from typing import Any
 
-__all__ = ["PROMOTED_RESOURCE_ATTRIBUTES", "PrometheusEndpoint", "prometheus_requested", "start_prometheus"]
+from otel_errcompact.exceptions import ConfigurationError
+
+__all__ = [
+    "PROMOTED_RESOURCE_ATTRIBUTES",
+    "PrometheusEndpoint",
+    "prometheus_address",
+    "prometheus_requested",
+    "start_prometheus",
+]
 
 _log = logging.getLogger("otel_errcompact")
 
@@ -30,6 +38,25 @@ def prometheus_requested() -> bool:
     """True when ``OTEL_METRICS_EXPORTER`` (a comma-separated list) names ``prometheus``."""
     names = os.environ.get("OTEL_METRICS_EXPORTER", "")
     return "prometheus" in {name.strip().lower() for name in names.split(",")}
+
+
+def prometheus_address() -> tuple[str, int]:
+    """``OTEL_EXPORTER_PROMETHEUS_HOST`` and ``_PORT`` (default ``localhost:9464``).
+
+    A port that is not a number from 0 to 65535 is a ``ConfigurationError`` naming the variable, as every bad
+    value is: ``init()`` checks it before it creates anything, rather than failing halfway with the
+    ``ValueError`` of ``int()`` or the ``OverflowError`` of ``bind()``."""
+    host = os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST") or "localhost"
+    text = os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") or ""
+    if not text.strip():
+        return host, 9464
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise ConfigurationError(f"OTEL_EXPORTER_PROMETHEUS_PORT={text!r}: expected a port number from 0 to 65535")
+    return host, port
 
 
 class PrometheusEndpoint:
@@ -48,7 +75,8 @@ class PrometheusEndpoint:
 def start_prometheus(host: str | None = None, port: int | None = None) -> PrometheusEndpoint:
     """Start serving metrics for scraping; ``host``/``port`` default to the standard variables.
 
-    Raises ``ImportError`` with the install hint when the ``prometheus`` extra is missing.
+    Raises ``ImportError`` with the install hint when the ``prometheus`` extra is missing, ``OSError`` when
+    the address cannot be bound (another process serves that port).
     """
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
@@ -58,8 +86,9 @@ def start_prometheus(host: str | None = None, port: int | None = None) -> Promet
             "OTEL_METRICS_EXPORTER=prometheus needs opentelemetry-exporter-prometheus: "
             "pip install 'otel-errcompact[prometheus]'"
         ) from exc
-    host = host or os.environ.get("OTEL_EXPORTER_PROMETHEUS_HOST") or "localhost"
-    port = port if port is not None else int(os.environ.get("OTEL_EXPORTER_PROMETHEUS_PORT") or 9464)
+    default_host, default_port = prometheus_address()
+    host = host or default_host
+    port = port if port is not None else default_port
     # A registry of its own: a second reader in the process must not collide in the global one.
     registry = CollectorRegistry(auto_describe=True)
     reader = PrometheusMetricReader(

@@ -463,3 +463,53 @@ def test_init_after_shutdown_exports_through_the_providers_it_created(tmp_path: 
     exported = _exported_tool_names(bodies)
     assert "app work after shutdown" in exported.pop("spans")
     assert exported == {signal: {"first_lookup", "second_lookup"} for signal in ("traces", "logs", "metrics")}
+
+
+PROMETHEUS_AGENT = """
+    import json, os, socket, sys, warnings
+    from opentelemetry import trace
+    import otel_errcompact
+
+    if sys.argv[1] == "taken":  # another worker of the application already serves the port
+        other = socket.create_server(("127.0.0.1", 0))
+        os.environ["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(other.getsockname()[1])
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            ec = otel_errcompact.init(service_name="prometheus")
+    except Exception as exc:
+        print(json.dumps({"raised": f"{type(exc).__name__}: {exc}",
+                          "tracer_provider": type(trace.get_tracer_provider()).__name__}))
+        raise SystemExit(0)
+
+    @ec.tool
+    def lookup(key):
+        return {"a": 1}[key]
+
+    with ec.conversation("c"):
+        result = lookup("b")
+    ec.shutdown()
+    print(json.dumps({"warnings": [str(w.message) for w in caught], "result": result}))
+"""
+
+
+def test_a_prometheus_port_another_process_serves_is_a_warning(tmp_path: Path) -> None:
+    """``OTEL_METRICS_EXPORTER=prometheus`` in a second worker process on the same host: the port is taken.
+    ``init()`` says so and the agent runs, its tool failure compacted."""
+    env = _env(tmp_path, OTEL_METRICS_EXPORTER="prometheus", OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1")
+    last = _last_json(_python(PROMETHEUS_AGENT, env, "taken"))
+    assert "raised" not in last, last
+    (warning,) = [w for w in last["warnings"] if "Prometheus" in w]  # type: ignore[attr-defined]
+    assert warning.startswith("otel-errcompact: not serving metrics for Prometheus on 127.0.0.1:"), warning
+    assert "(OTEL_EXPORTER_PROMETHEUS_HOST/_PORT)" in warning, warning
+    assert "[KeyError]" in str(last["result"]), last
+
+
+@pytest.mark.parametrize("port", ["9464x", "99999"])
+def test_a_bad_prometheus_port_is_named_before_anything_starts(tmp_path: Path, port: str) -> None:
+    env = _env(tmp_path, OTEL_METRICS_EXPORTER="prometheus", OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
+               OTEL_EXPORTER_PROMETHEUS_PORT=port)
+    last = _last_json(_python(PROMETHEUS_AGENT, env, "as-set"))
+    assert last["raised"] == (f"ConfigurationError: OTEL_EXPORTER_PROMETHEUS_PORT={port!r}: "
+                              "expected a port number from 0 to 65535")
+    assert last["tracer_provider"] == "ProxyTracerProvider"  # nothing was set up before the refusal
