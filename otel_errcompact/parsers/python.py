@@ -29,7 +29,9 @@ group's box (``  | `` prefixes). That one list is enough for every shape CPython
   ``[type=…, input_value=…]`` detail dropped (the input value would split the dedup key); a first line
   that is empty or ends with ``:`` gets the next non-empty line, and one followed by a line naming the
   file it is about (PyYAML's ``in "app.yaml", line 2, column 9``, configparser's ``file: 'app.ini', line:
-  1``) gets that line: the same message about two files is two failures.
+  1``) gets that line: the same message about two files is two failures. PyYAML's message that opens
+  with its context (``while parsing a flow sequence``) says what went wrong on a later line of its own
+  (``expected ',' or ']', but got ':'``): that line and the file line under it join the context.
 * **Module-qualified types** (``urllib.error.HTTPError``, ``sqlite3.OperationalError``,
   ``f.<locals>.MyError``) are reported by their class name.
 * **Django's debug page** (the plain text it serves a client that does not take HTML, and the text of its
@@ -95,6 +97,9 @@ _PYDANTIC = re.compile(r"\d+ validation errors? for \S+$")
 # The line under a message that names the file it is about: PyYAML's ``  in "app.yaml", line 2, column 9``,
 # configparser's ``file: 'app.ini', line: 1``.
 _FILE_MARK = re.compile(r"\s*(?:in|file:) ([\"'])[^\"'\n]{1,1000}\1, line:? \d")
+# PyYAML's context line (``while parsing a block mapping``, ``while scanning a quoted scalar``): the problem
+# follows on a later line that starts at column 0, under the context's own indented file and snippet lines.
+_YAML_CONTEXT = "while "
 _ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Group|Iteration)$")
 _WS = re.compile(r"\s+")
 # CPython's own library on Windows (``C:\...\Python311\Lib\json\decoder.py``): no ``pythonX.Y`` folder.
@@ -499,6 +504,10 @@ def _message(unit: _Unit) -> str:
         fields = _pydantic_errors(unit.more)
         if fields:
             return f"{first}: {fields}"
+    if first.startswith(_YAML_CONTEXT):
+        problem = _yaml_problem(unit.more)
+        if problem:
+            return f"{first}: {problem}"
     if not first or first.endswith(":"):
         following = next((line.strip() for line in unit.more if line.strip()), "")
         if following:
@@ -506,6 +515,17 @@ def _message(unit: _Unit) -> str:
     elif unit.more and _FILE_MARK.match(unit.more[0]):
         first = f"{first} {unit.more[0].strip()}"
     return first
+
+
+def _yaml_problem(lines: list[str]) -> str:
+    """The problem under PyYAML's context line (the first line at column 0), with the line naming its file
+    and position when one follows: without it every error in one kind of block reads the same."""
+    for at, line in enumerate(lines):
+        if line and line[0] != " ":
+            problem = line.strip()
+            after = lines[at + 1] if at + 1 < len(lines) else ""
+            return f"{problem} {after.strip()}" if _FILE_MARK.match(after) else problem
+    return ""
 
 
 def _pydantic_errors(lines: list[str]) -> str:

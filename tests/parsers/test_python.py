@@ -184,6 +184,24 @@ def test_a_message_keeps_the_line_naming_its_file(tmp_path: Path) -> None:
     assert digests["app.ini"].key != digests["db.ini"].key
 
 
+def test_a_yaml_context_line_keeps_the_problem_under_it(tmp_path: Path) -> None:
+    """PyYAML opens some messages with their context (``while parsing a flow sequence``) and says what went
+    wrong on a later line: that problem is the cause, so two mistakes in one kind of block are two
+    classes, and the same mistake with other values is one."""
+    pytest.importorskip("yaml")
+    contents = {"colon": "hosts: [a, b\nport: 80\n", "end": "hosts: [a, b\n", "colon again": "users: [x, y\nmax: 3\n"}
+    digests = {label: compact_text(python_error(tmp_path / label.replace(" ", "_"), LOAD_CONFIG,
+                                                name="load_config.py", args=["app.yaml"],
+                                                extra_files={"app.yaml": text}))
+               for label, text in contents.items()}
+    assert digests["colon"].cause == (
+        "while parsing a flow sequence: expected ',' or ']', but got ':' in \"app.yaml\", line 2, column 5"
+    )
+    assert "<stream end>" in digests["end"].cause
+    assert digests["colon"].key != digests["end"].key
+    assert digests["colon again"].key == digests["colon"].key
+
+
 # --- chained exceptions --------------------------------------------------------------------------------
 
 
