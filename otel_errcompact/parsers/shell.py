@@ -31,7 +31,8 @@ The cause is the telling line with the shell's ``bash: line 1:`` prefix removed.
 one naming the failure most specifically (``cannot``/``denied``/``not found``/``No such file`` beat a
 bare ``error``, which beats other lines, which beat advice and summaries of other lines (``Use …``,
 ``As a reminder …``, ``… aborted due to compilation errors``); ties go to the last, since a failing
-tool's summary comes last); progress lines (``45%``, ``[3/10]``, ``Downloading…``) are never chosen.
+tool's summary comes last); progress lines (``45%``, ``[3/10]``, ``Downloading…``) and pointer lines (the
+``^--- error here`` sqlite3 prints under the statement it quotes) are never chosen.
 When that line does not name the program, the command (first line, cut to 60 characters) is put in
 front so the agent knows what failed; with no output at all the cause is ``<command>: exited with
 status N``, never empty. A signal's cause is ``<command>: killed by SIGxxx``, except for a process that
@@ -89,6 +90,9 @@ _PROGRESS_START = re.compile(
     re.IGNORECASE,
 )
 _PERCENT = re.compile(r"\d%")
+# How a line that points at a spot in the line above it starts (``^--- error here``, ``~~~^``); a lone ``~``
+# may start a path.
+_POINTER = ("^", "~~", "~^")
 _SIGNAL_TYPES: dict[int, str] = {
     int(signal.SIGKILL): "Killed",
     int(signal.SIGTERM): "Terminated",
@@ -183,7 +187,10 @@ def _telling_line(lines: list[str]) -> str:
 
 def _score(line: str) -> int:
     """4 for a specific failure phrase, 3 for a generic failure word, 2 for other text, 1 for advice or a
-    summary of other lines, 0 for progress."""
+    summary of other lines, 0 for progress or a pointer (``^--- error here``: it marks a spot in the line
+    above, and its word ``error`` would otherwise outrank the message above that)."""
+    if line.startswith(_POINTER):
+        return 0
     if _ADVICE.search(line):
         return 1
     lowered = line.lower()

@@ -157,6 +157,19 @@ def test_specific_line_beats_a_generic_error_summary(tmp_path: Path) -> None:
     assert "backup-2024.tar" in d.cause and "not recoverable" not in d.cause
 
 
+@pytest.mark.skipif(not have("sqlite3"), reason="sqlite3 is not installed")
+def test_a_pointer_line_is_not_the_cause(tmp_path: Path) -> None:
+    """sqlite3 quotes the failing statement under its message and points into it (``^--- error here``):
+    the pointer's word ``error`` must not outrank the message, which names the missing column."""
+    _bash(tmp_path, "sqlite3 shop.db 'create table orders(id integer primary key, email text)'")
+    result, missing = _bash(tmp_path, "sqlite3 shop.db 'select nosuch from orders'")
+    _, other = _bash(tmp_path, "sqlite3 shop.db 'select total from orders'")
+    assert result.output.rstrip().endswith("^--- error here")
+    assert missing.cause == "sqlite3 shop.db 'select nosuch from orders': Error: in prepare, no such column: nosuch"
+    assert other.cause.endswith("no such column: total")
+    assert missing.key != other.key
+
+
 def test_unstructured_output_uses_the_last_line(tmp_path: Path) -> None:
     script = write(tmp_path, "job.py", """
         import sys
