@@ -69,8 +69,15 @@ _NOT_FOUND = re.compile(
 # interpreter: No such file or directory``, bash 5.2 ``./x.sh: cannot execute: required file not found``. A
 # missing one exits 127 as a command not on PATH does, but the cure differs (the ``#!`` line, not PATH).
 _BAD_INTERPRETER = ("bad interpreter", "cannot execute: required file not found")
-_SYNTAX = re.compile(r"(?i)syntax error|unexpected EOF while looking for matching|unexpected end of file")
-_SYNTAX_WORDS = ("syntax error", "unexpected")  # each alternative of _SYNTAX contains one, lowercased
+# How the shells themselves word a parse error: bash's ``syntax error near unexpected token `)'``, ``syntax
+# error: unexpected end of file``, ``unexpected EOF while looking for matching `"'``, dash's ``Syntax error:
+# Unterminated quoted string``, zsh's ``parse error near `)'``. A tool's own syntax error (sqlite3's ``near
+# "selec": syntax error``, jq's ``syntax error, unexpected $end``, gzip's ``unexpected end of file``) is not
+# the shell's: it falls to ``exit N`` with the tool's line.
+_SYNTAX = re.compile(
+    r"(?i)syntax error(?::| near unexpected token)|unexpected EOF while looking for matching|parse error near `"
+)
+_SYNTAX_WORDS = ("syntax error", "unexpected eof", "parse error")  # each alternative of _SYNTAX holds one
 # Phrases that name a failure specifically, then generic failure words, matched on the lower-cased line
 # with plain substring tests: a handful of ``in`` checks is far cheaper than one alternation regex.
 _STRONG = ("command not found", ": not found", "permission denied", "no such file", "unbound variable",

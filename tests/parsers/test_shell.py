@@ -135,6 +135,20 @@ def test_unbound_variable_and_syntax_error(tmp_path: Path) -> None:
     assert d.type == "ShellSyntaxError"
 
 
+@pytest.mark.skipif(not have("sqlite3") or not have("gzip"), reason="sqlite3 or gzip is not installed")
+def test_a_tool_syntax_error_is_not_the_shells(tmp_path: Path) -> None:
+    """sqlite3's ``near "selec": syntax error`` and gzip's ``unexpected end of file`` are the tool's own:
+    the shell parsed the command, so the cure is in the SQL or the file, not in the quoting."""
+    result, sql = _bash(tmp_path, "sqlite3 shop.db 'selec 1'")
+    _, gz = _bash(tmp_path, "printf x | gzip -dc")
+    _, shell_error = _bash(tmp_path, "echo )")
+    assert result.returncode == 1
+    assert sql.type == "exit 1"
+    assert sql.cause == "sqlite3 shop.db 'selec 1': Error: in prepare, near \"selec\": syntax error"
+    assert gz.type == "exit 1" and gz.cause.endswith("gzip: stdin: unexpected end of file")
+    assert (shell_error.type, shell_error.cause) == ("ShellSyntaxError", "syntax error near unexpected token `)'")
+
+
 def test_telling_line_beats_progress_lines(tmp_path: Path) -> None:
     script = write(tmp_path, "build.sh", """
         for step in 1 2 3; do echo "[$step/4] compiling module_$step"; done
