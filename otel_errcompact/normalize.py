@@ -24,6 +24,7 @@ timestamps          ``2026-11-22T06:02:19.123Z``, ``Sun Nov 22 06:02:19 2026``  
 UUIDs               ``3f2c…-…``                                                ``<uuid>``
 memory addresses    ``0x7f3a2c1b9e80``                                         ``<addr>``
 bytes               ``can't decode byte 0xff in position 3``                   ``byte <b> …``
+characters          ``can't encode character '\xe9' in position 1``            ``character <c> …``
 temp paths          ``/tmp/tmpa1b2/users.json``, ``/var/folders/…/T/x``        ``<tmp>/users.json``
 gcc's temp objects  ``/tmp/cc9mQisY.o`` (new on every run)                     ``<tmp>/<obj>.o``
 URLs                ``http://127.0.0.1:54321/v1/items/42?page=3&sig=…``        ``http://<ip>:<port>/v1/items/<n>?page=<v>&sig=<v>``
@@ -246,6 +247,15 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(r"(?i)(?=b)\b(bytes?) 0x[0-9a-f]{1,2}(?:[ ,]+0x[0-9a-f]{1,2})*\b"),
         "\\1 <b>",
         lambda t, d: " 0" in t and ("byte" in t or "BYTE" in t),
+        True,
+        False,
+    ),
+    # The character a codec cannot encode is the text's, as the byte one cannot decode is the data's: the
+    # same failure for every accented letter of the input (``'\xe9'``, ``'\u2192'``).
+    (
+        re.compile(r"(?<=encode character )'\\(?:x[0-9a-f]{2}|u[0-9a-f]{4}|U[0-9a-f]{8})'"),
+        "<c>",
+        lambda t, d: "encode character '" in t,
         True,
         False,
     ),

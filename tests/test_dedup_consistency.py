@@ -101,6 +101,28 @@ def test_unicode_bytes_and_positions_are_values(tmp_path: Path) -> None:
     assert len({_key(tmp_path, source, v) for v in ("61ff00", "6162ff", "78797a80")}) == 1
 
 
+def test_a_character_a_codec_cannot_encode_is_a_value(tmp_path: Path) -> None:
+    """Writing accented text to an ASCII file fails alike whichever letter comes first: one class, with its
+    different values told; a codec that fails for another reason stays its own class."""
+    source = """
+        import sys
+
+        def save_note(text, encoding):
+            with open("note.txt", "w", encoding=encoding) as handle:
+                handle.write(text)
+
+        save_note(sys.argv[1], sys.argv[2])
+    """
+    raws = [python_error(tmp_path, source, args=[text, "ascii"]) for text in ("café", "naïve", "a → b")]
+    assert "can't encode character '\\xe9'" in raws[0] and "'\\u2192'" in raws[2]
+    digests = [compact_text(raw) for raw in raws]
+    assert len({d.key for d in digests}) == 1
+    assert "encode character <c> in position" in digests[0].key_parts.message
+    assert len({value_signature(d.cause) for d in digests}) == 3
+    surrogate = compact_text(python_error(tmp_path, source, args=["\udce9", "utf-8"]))
+    assert surrogate.key != digests[0].key
+
+
 def test_numbered_files_are_one_class_named_files_are_not(tmp_path: Path) -> None:
     source = """
         import sys
