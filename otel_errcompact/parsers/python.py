@@ -32,6 +32,10 @@ group's box (``  | `` prefixes). That one list is enough for every shape CPython
   1``) gets that line: the same message about two files is two failures. PyYAML's message that opens
   with its context (``while parsing a flow sequence``) says what went wrong on a later line of its own
   (``expected ',' or ']', but got ':'``): that line and the file line under it join the context.
+* **The logging module's report** of a record it could not format (``--- Logging error ---``): under the
+  exception it prints ``Call stack:`` with the frames of the logging call, then ``Message: '…'`` and
+  ``Arguments: (…)``. Those frames locate the exception (its own frames are all inside ``logging``), and
+  the two lines after them are no exception.
 * **Module-qualified types** (``urllib.error.HTTPError``, ``sqlite3.OperationalError``,
   ``f.<locals>.MyError``) are reported by their class name.
 * **Django's debug page** (the plain text it serves a client that does not take HTML, and the text of its
@@ -100,6 +104,10 @@ _FILE_MARK = re.compile(r"\s*(?:in|file:) ([\"'])[^\"'\n]{1,1000}\1, line:? \d")
 # PyYAML's context line (``while parsing a block mapping``, ``while scanning a quoted scalar``): the problem
 # follows on a later line that starts at column 0, under the context's own indented file and snippet lines.
 _YAML_CONTEXT = "while "
+# The logging module's report of a record it could not format: the frames of the logging call follow this
+# line, then the record's ``Message: '…'`` and ``Arguments: (…)`` lines.
+_CALL_STACK = "Call stack:"
+_RECORD_LINES = ("Message: ", "Arguments: ")
 _ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Group|Iteration)$")
 _WS = re.compile(r"\s+")
 # CPython's own library on Windows (``C:\...\Python311\Lib\json\decoder.py``): no ``pythonX.Y`` folder.
@@ -155,6 +163,7 @@ class _Unit:
     superseded: bool = False  # a later link of the same chain follows it
     hidden: int = 0  # "and N more exceptions" under a group
     page: bool = False  # read off Django's debug page (its ``Exception Type:`` line)
+    caller: _Frames | None = None  # the logging call's frames, under the logging module's ``Call stack:``
 
 
 def parse(text: str, hints: Hints) -> Parsed | None:
@@ -264,6 +273,7 @@ def _units(text: str) -> list[_Unit]:
     source = ""  # the source line printed under the latest frame
     expecting = False  # after a header, frame or group separator an exception line may follow
     in_message: _Unit | None = None
+    logged: _Unit | None = None  # the exception whose logging ``Call stack:`` is being read
     header_is_group = False
     top_chained = False
     in_group = False
@@ -284,6 +294,14 @@ def _units(text: str) -> list[_Unit]:
             continue
         if not body or body.isspace():
             in_message = None
+            continue
+        if logged is not None:
+            if _logged_call(logged, body):
+                continue
+            logged = None
+        if body == _CALL_STACK and level == 0 and in_message is not None and units and in_message is units[-1]:
+            logged, in_message = in_message, None
+            logged.caller = _Frames()
             continue
         if body.startswith(HEADER) or body.startswith(_GROUP_HEADER):
             header_is_group = body.startswith(_GROUP_HEADER)
@@ -351,6 +369,18 @@ def _units(text: str) -> list[_Unit]:
     return units
 
 
+def _logged_call(unit: _Unit, body: str) -> bool:
+    """Read one line of the logging module's ``Call stack:`` block into ``unit``'s caller frames; ``False``
+    at the first line that is not part of the block (a frame, its source line, the record's lines)."""
+    if body.startswith('  File "'):
+        frame = _FRAME.match(body)
+        if frame is not None and unit.caller is not None:
+            file = frame.group("file")
+            unit.caller.add(Frame(file, int(frame.group("line")), frame.group("func"), in_app=in_app(file)))
+            return True
+    return body.startswith("    ") or body.startswith(_RECORD_LINES)
+
+
 def _unbox(line: str, in_group: bool) -> tuple[int, str, bool]:
     """Split an exception-group box prefix off a line: ``(level, body, is_header_or_separator)``.
 
@@ -404,6 +434,8 @@ def _digest(units: list[_Unit]) -> Parsed:
         message = _with_root(message, final, units, tops[0])
     if location is None:
         location = final.frames.in_app
+    if location is None and final.caller is not None:
+        location = final.caller.in_app
     for i in reversed(tops[:-1]):
         if location is not None:
             break

@@ -582,6 +582,34 @@ def test_traceback_inside_log_noise(tmp_path: Path) -> None:
     assert d.line == "[KeyError] at app.py:9 in handle: 'order_id'"
 
 
+def test_a_logging_error_is_the_exception_at_the_logging_call(tmp_path: Path) -> None:
+    """A record the logging module cannot format prints ``--- Logging error ---``, the exception, then the
+    logging call's ``Call stack:`` and the record's ``Message:`` and ``Arguments:`` lines: the exception is
+    the failure, located at the logging call (its own frames are all inside ``logging``)."""
+    source = """
+        import logging
+        import sys
+
+        log = logging.getLogger("orders")
+
+        def record_order(order_id):
+            log.warning("order %s shipped to %s", order_id)
+
+        def record_refund(refund_id):
+            log.warning("refund %d", refund_id)
+
+        record_refund(sys.argv[2]) if sys.argv[1] == "refund" else record_order(sys.argv[2])
+        sys.exit(1)
+    """
+    raw, order = _compact(tmp_path, source, args=["order", "A-17"])
+    again = compact_text(python_error(tmp_path, source, args=["order", "B-99"]))
+    refund = compact_text(python_error(tmp_path, source, args=["refund", "R-3"]))
+    assert raw.startswith("--- Logging error ---") and "\nCall stack:\n" in raw and "\nArguments: ('A-17',)" in raw
+    assert order.line == "[TypeError] at app.py:7 in record_order: not enough arguments for format string"
+    assert refund.line == "[TypeError] at app.py:10 in record_refund: %d format: a real number is required, not str"
+    assert again.key == order.key != refund.key
+
+
 def test_prefixed_log_lines(tmp_path: Path) -> None:
     write(tmp_path, "app.py", LOAD_USER)
     out = run(f"{sys.executable} app.py 2>&1 | sed 's/^/api-1  | /'", tmp_path, shell=True)
