@@ -15,7 +15,9 @@ group's box (``  | `` prefixes). That one list is enough for every shape CPython
 * **Exception groups** (``asyncio.TaskGroup``, ``ExceptionGroup``): type ``ExceptionGroup`` (or the
   subclass's name); the cause is the group message plus its leaf exceptions, nested groups flattened,
   identical leaves counted: ``unhandled errors in a TaskGroup (2 sub-exceptions): ValueError: bad id
-  'x'; KeyError: 'k'``. The location is the innermost in-app frame of the first leaf.
+  'x'; KeyError: 'k'``. The location is the innermost in-app frame of the first leaf. The dedup key
+  lists each leaf once per masked form, without counts: a batch whose tasks fail alike for other data
+  (``KeyError: 'user_42'``, ``'user_43'``) is one class whatever its size.
 * **SyntaxError / IndentationError / TabError**: the location is the position CPython reports (the
   ``File "x.py", line N`` line without a function), even without a ``Traceback`` header (source
   compiled from a string, ``<string>``, is located at the caller of ``compile()`` instead), and the
@@ -63,7 +65,9 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
+from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
+from otel_errcompact.redact import redact
 
 __all__ = ["COLUMN_0", "HEADER", "in_app", "parse", "parse_plain", "plain_exception", "plain_location"]
 MARKERS = ('File "', "Traceback (most recent call last):")  # see parsers/__init__.py
@@ -84,6 +88,7 @@ _HEAD_FRAMES = 8
 _TAIL_FRAMES = 56
 _MAX_CONTINUATION = 16
 _MAX_LEAVES = 3
+_KEY_LEAVES = 64  # leaves masked for a group's key (CPython prints 15 per group): the cost stays bounded
 _MAX_PART = 120  # each part of a composed cause; the compactor bounds the whole
 _MAX_SOURCE = 60
 
@@ -108,6 +113,8 @@ _YAML_CONTEXT = "while "
 # line, then the record's ``Message: '…'`` and ``Arguments: (…)`` lines.
 _CALL_STACK = "Call stack:"
 _RECORD_LINES = ("Message: ", "Arguments: ")
+# What a group's str() appends to its message: its size, not what failed.
+_SUB_COUNT = re.compile(r" \(\d+ sub-exceptions?\)$")
 _ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Group|Iteration)$")
 _WS = re.compile(r"\s+")
 # CPython's own library on Windows (``C:\...\Python311\Lib\json\decoder.py``): no ``pythonX.Y`` folder.
@@ -415,8 +422,10 @@ def _digest(units: list[_Unit]) -> Parsed:
     final = units[final_at]
     message = _message(final)
     location: Frame | None = None
+    key_message: str | None = None
     if final.group:
         leaves = _leaves(units, final_at)
+        key_message = _group_key(message, leaves)
         message = _group_cause(message, units, final_at, leaves)
         location = _group_location(units, final_at, leaves)
     elif final.type in _SYNTAX_TYPES:
@@ -428,9 +437,9 @@ def _digest(units: list[_Unit]) -> Parsed:
             # number is relative to that string, so the caller of compile()/exec() says more.
             pseudo = last.file.startswith("<")
             location = (final.frames.in_app_above_last or last) if pseudo else last
-    key_text = None
+    key_text = key_message
     if len(tops) > 1:
-        key_text = _with_root(message, final, units, tops[0], shorten=False)
+        key_text = _with_root(key_message or message, final, units, tops[0], shorten=False)
         message = _with_root(message, final, units, tops[0])
     if location is None:
         location = final.frames.in_app
@@ -480,6 +489,18 @@ def _group_cause(message: str, units: list[_Unit], at: int, leaves: list[_Unit])
     if not shown:
         return head
     return f"{head}: {'; '.join(shown)}" if head else "; ".join(shown)
+
+
+def _group_key(message: str, leaves: list[_Unit]) -> str:
+    """The group's message and each of its leaves once per masked form (redacted first, as the compactor
+    redacts a cause before masking it): what the group failed of, not how many tasks it ran."""
+    message = _SUB_COUNT.sub("", message)
+    forms: dict[str, None] = {}
+    for leaf in leaves[:_KEY_LEAVES]:
+        forms.setdefault(normalize_message(redact(_describe(leaf))), None)
+    if len(forms) > _MAX_LEAVES:
+        return f"{message}: {'; '.join(list(forms)[:_MAX_LEAVES])}; +more"
+    return f"{message}: {'; '.join(forms)}" if forms else message
 
 
 def _group_location(units: list[_Unit], at: int, leaves: list[_Unit]) -> Frame | None:

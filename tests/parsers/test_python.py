@@ -366,6 +366,37 @@ def test_identical_leaves_are_counted(tmp_path: Path) -> None:
     assert d.location is not None and d.location.func == "call_tool"
 
 
+def test_a_group_of_one_failure_over_other_data_is_one_class(tmp_path: Path) -> None:
+    """A batch whose tasks fail alike, each for its own item, is one class whatever its size; a batch with a
+    second kind of failure in it is another."""
+    source = """
+        import asyncio
+        import sys
+
+        USERS = {}
+
+        async def load_user(user_id):
+            if user_id.startswith("bad"):
+                raise ValueError(f"malformed id {user_id!r}")
+            return USERS[user_id]
+
+        async def main(ids):
+            async with asyncio.TaskGroup() as tg:
+                for user_id in ids:
+                    tg.create_task(load_user(user_id))
+
+        asyncio.run(main(sys.argv[1:]))
+    """
+    two = compact_text(python_error(tmp_path, source, args=["u_42", "u_43"]))
+    three = compact_text(python_error(tmp_path, source, args=["u_7", "u_8", "u_9"]))
+    one = compact_text(python_error(tmp_path, source, args=["u_5"]))
+    mixed = compact_text(python_error(tmp_path, source, args=["u_5", "bad-1"]))
+    assert two.cause == "unhandled errors in a TaskGroup (2 sub-exceptions): KeyError: 'u_42'; KeyError: 'u_43'"
+    assert two.key == three.key == one.key
+    assert mixed.key != two.key
+    assert "ValueError: malformed id 'bad-1'" in mixed.cause
+
+
 def test_base_exception_group_and_group_chained_to_plain(tmp_path: Path) -> None:
     _, base = _compact(tmp_path / "base", """
         def stop():
