@@ -94,6 +94,8 @@ _LIBRARY_PATH = re.compile(
     (?:^|[\\/])(?:site|dist)-packages[\\/]         # pip-installed Python packages
     | (?:^|[\\/])lib[\\/]python\d+(?:\.\d+)?[\\/]  # the Python standard library
     | ^<frozen\s                                   # frozen stdlib modules (<frozen runpy>)
+    | ^[^\\/<:]+[\\/][^:]*\.(?:pyx|pxi|pxd)$      # a compiled extension's Cython source, by the relative
+                                                   # path it was built from (pandas/_libs/parsers.pyx)
     | (?:^|[\\/])node_modules[\\/]                 # npm packages
     | ^node:                                       # node:internal/…, node:fs
     | ^internal[\\/]                               # node's internal modules in older releases
@@ -115,7 +117,8 @@ _BRIDGES_DIR = os.path.join(_PACKAGE_DIR, "integrations", "")
 
 
 # Every alternative above contains one of these; a path with none of them skips the regex entirely.
-_MARKERS = ("packages", "python", "<frozen", "node", "internal", "go", "pkg", "cargo", "rustc")
+_MARKERS = ("packages", "python", "<frozen", "node", "internal", "go", "pkg", "cargo", "rustc", ".pyx", ".pxi",
+            ".pxd")
 
 
 @functools.lru_cache(maxsize=4096)

@@ -578,6 +578,34 @@ def test_pydantic_several_errors_name_each_field(tmp_path: Path) -> None:
     assert d.cause.endswith("+1 more")
 
 
+def test_a_compiled_extension_frame_is_not_the_users(tmp_path: Path) -> None:
+    """pandas raises from its Cython parser, whose frames name the relative ``.pyx`` path it was built from
+    (``pandas/_libs/parsers.pyx``): the location is the user's call, so two functions reading broken CSV
+    files are two classes, not one located inside pandas."""
+    pytest.importorskip("pandas")
+    source = """
+        import io
+        import sys
+        import pandas as pd
+
+        def load_orders():
+            return pd.read_csv(io.StringIO("id,sku\\n1,a\\n2,b,extra\\n"))
+
+        def load_users():
+            return pd.read_csv(io.StringIO("id,name\\n1,ada\\n2,bob,extra\\n"))
+
+        load_orders() if sys.argv[1] == "orders" else load_users()
+    """
+    raw, orders = _compact(tmp_path, source, args=["orders"])
+    users = compact_text(python_error(tmp_path, source, args=["users"]))
+    assert 'File "pandas/_libs/parsers.pyx"' in raw
+    assert orders.line == (
+        "[ParserError] at app.py:6 in load_orders: Error tokenizing data. C error: Expected 2 fields in line 3, saw 3"
+    )
+    assert users.location is not None and users.location.func == "load_users"
+    assert orders.key != users.key
+
+
 def test_missing_module(tmp_path: Path) -> None:
     _, d = _compact(tmp_path, """
         import os
