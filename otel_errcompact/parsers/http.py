@@ -8,7 +8,8 @@ A status line is looked for only near the top (so a stray ``500`` deep in other 
 - ``status: 503`` / ``status_code=503`` at the start of a line;
 - ``429 Client Error: Too Many Requests for url: …`` (requests), ``Client error '429 …' for url '…'``
   (httpx), ``Error code: 429 - {…}`` (the OpenAI and Anthropic SDKs);
-- curl's ``The requested URL returned error: 404`` (``curl -f``).
+- curl's ``The requested URL returned error: 404`` (``curl -f``); with ``--fail-with-body`` the body comes
+  first, often glued to curl's line (a body seldom ends with a newline), and is read as the body.
 
 Without a status line the text is claimed only when the caller says ``kind="http"`` or when it is a
 self-describing API error envelope (Anthropic's ``"type": "error"``, Google's numeric ``error.code``, a
@@ -60,6 +61,9 @@ _REQUESTS = re.compile(r"^(?:[\w.]+:[ \t]+)?(\d{3}) (?:Client|Server) Error: (.*
 _HTTPX = re.compile(r"^(?:[\w.]+:[ \t]+)?(?:Informational|Redirect|Client|Server) error '(\d{3}) ([^']*)'")
 _SDK = re.compile(r"^(?:[\w.]+:[ \t]+)?Error code: (\d{3})(?: - (.*))?$")
 _CURL_MARK = "The requested URL returned error:"
+_CURL_PREFIX = "curl: ("
+_FAIL_WITH_BODY = "--fail-with-body"
+_CURL_22 = "curl: (22)"  # curl's exit code for an HTTP error under --fail and --fail-with-body
 _CURL = re.compile(r"The requested URL returned error: (\d{3})\b[ \t]*([^\n]{0,200})")
 _HEADER = re.compile(r"^(?:< )?([A-Za-z0-9!#$%&'*+.^_`|~\-]{1,64}):[ \t]*(.*)$")
 _COMMON_HEADERS = frozenset(
@@ -158,7 +162,7 @@ def parse(text: str, hints: Hints) -> Parsed | None:
     if status is None:
         if _FOREIGN.search(head):
             return None
-        at, status = _later_status(text, parts, first)
+        at, status = _later_status(text, parts, first, with_body=_FAIL_WITH_BODY in (hints.command or ""))
     if status is None:
         return _without_status(text, wanted)
 
@@ -250,7 +254,7 @@ def _status_line(line: str, *, first_line: bool, wanted: bool) -> _Status | None
     return None
 
 
-def _later_status(text: str, parts: list[str], first: int) -> tuple[int, _Status | None]:
+def _later_status(text: str, parts: list[str], first: int, *, with_body: bool) -> tuple[int, _Status | None]:
     seen = 0
     for index in range(first + 1, len(parts) - 1):
         if not parts[index].strip():
@@ -268,8 +272,30 @@ def _later_status(text: str, parts: list[str], first: int) -> tuple[int, _Status
         if match:
             found = _valid(match.group(1), match.group(2))
             if found is not None:
+                found.inline_body = _body_before_curl(text[:position], with_body)
                 return len(parts), found
     return first, None
+
+
+def _body_before_curl(before: str, with_body: bool) -> str:
+    """The response body ``curl --fail-with-body`` printed ahead of its ``curl: (22) …`` line: what the
+    command printed when the command says ``--fail-with-body``, else only text glued to that line (a body
+    without a final newline, as most JSON APIs send it: its last line). Output above a plain ``curl -f``
+    line (an earlier command's JSON, a script's ``echo``) is no body."""
+    line_at = before.rfind(_CURL_PREFIX)
+    if line_at < 0 or before[line_at:].strip() != _CURL_22:
+        return ""
+    body = before[:line_at]
+    if with_body:
+        return body.strip()
+    if body[-1:] in ("", "\n"):
+        return ""
+    last = body.rsplit("\n", 1)[-1]
+    if last.strip(" \t}]"):
+        return last.strip()
+    # The close of a pretty-printed JSON body: the body is the document that opened at column 0.
+    opened = max(body.rfind("\n{"), body.rfind("\n["))
+    return body[opened + 1 :].strip()
 
 
 def _valid(code_text: str, reason: str, *, raw: bool = False) -> _Status | None:

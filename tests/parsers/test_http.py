@@ -230,6 +230,8 @@ _ROUTES: dict[str, tuple[int, dict[str, str], str, str]] = {
                         "application/json"),
     **{f"/token/{state}": (401, {}, json.dumps({"message": f"Token {state}."}), "application/json")
        for state in ("expired", "revoked", "malformed")},
+    "/pretty/404": (404, {}, json.dumps({"error": {"code": "not_found", "message": "No order with id 4711"}},
+                                        indent=2), "application/json"),
     "/ok": (200, {}, json.dumps({"id": "chatcmpl-123", "object": "chat.completion", "choices": []}),
             "application/json"),
     "/welcome": (200, {}, "<html><head><title>Welcome to nginx!</title></head><body><h1>Welcome</h1>"
@@ -306,6 +308,7 @@ _EXPECTED: dict[str, tuple[int, str, str]] = {
     "/ollama": (404, 'model "llama3.2" not found, try pulling it first', ""),
     "/envoy": (503, "upstream connect error or disconnect/reset before headers. reset reason: connection "
                     "failure", ""),
+    "/pretty/404": (404, "not_found: No order with id 4711", ""),
     "/nginx": (502, "Bad Gateway", "Bad Gateway"),
     "/apache": (404, "Not Found", "Not Found"),
     "/cloudflare": (522, "example.com | 522: Connection timed out: Connection timed out Error code 522", ""),
@@ -496,6 +499,35 @@ def test_curl_fail_flag(server: str, tmp_path: Path) -> None:
     assert digest.type == "HTTP 502"
     assert digest.status == 502
     assert "Bad Gateway" in digest.cause
+
+
+def test_curl_fail_with_body_reads_the_body(server: str, tmp_path: Path) -> None:
+    """``curl --fail-with-body`` prints the body, then ``curl: (22) The requested URL returned error: 400``
+    on the same line when the body ends without a newline: the body says why, so two 400s of different
+    causes are two classes, as they are under ``curl -i``. A plain ``curl -f`` prints no body."""
+    if not have("curl"):
+        pytest.skip("curl is not installed")
+    digests = {}
+    for path in ("/openai/400", "/openai/400-param", "/fastapi/422", "/envoy", "/pretty/404"):
+        command = ["curl", "-sS", "--fail-with-body", "-X", "POST", "-d", "{}", server + path]
+        result = run(command, cwd=tmp_path)
+        if "--fail-with-body" in result.stderr:
+            pytest.skip("this curl has no --fail-with-body")
+        assert result.returncode == 22 and "curl: (22) The requested URL returned error:" in result.output
+        digest = compactor.compact_text(result.output, exit_code=result.returncode, command=" ".join(command))
+        status, prefix, _ = _EXPECTED[path]
+        assert (digest.type, digest.status) == (f"HTTP {status}", status)
+        assert digest.cause.startswith(prefix), digest.cause
+        # Without the command, the body still reads as one: it is glued to curl's line (no final newline).
+        assert compactor.compact_text(result.output).cause == digest.cause
+        digests[path] = digest
+    # A plain ``curl -f`` prints no body: the JSON above its line is an earlier command's output.
+    script = f"curl -sS {server}/users/email; echo; curl -sSf {server}/openai/400"
+    result = run(["bash", "-c", script], cwd=tmp_path)
+    assert result.output.startswith('{"message": "Validation failed.') and result.returncode == 22
+    assert compactor.compact_text(result.output, exit_code=22, command=script).cause == "Bad Request"
+    assert "curl: (22){" not in digests["/openai/400"].cause
+    assert digests["/openai/400"].key != digests["/openai/400-param"].key
 
 
 def test_streamed_error_event_under_200(server: str, tmp_path: Path) -> None:
