@@ -31,7 +31,8 @@ The cause is the telling line with the shell's ``bash: line 1:`` prefix removed.
 one naming the failure most specifically (``cannot``/``denied``/``not found``/``No such file`` beat a
 bare ``error``, which beats other lines, which beat advice and summaries of other lines (``Use …``,
 ``As a reminder …``, ``… aborted due to compilation errors``); ties go to the last, since a failing
-tool's summary comes last); progress lines (``45%``, ``[3/10]``, ``Downloading…``) and pointer lines (the
+tool's summary comes last; curl's numbered ``curl: (60) …`` report counts as specific, whatever the
+explanation after it says); progress lines (``45%``, ``[3/10]``, ``Downloading…``) and pointer lines (the
 ``^--- error here`` sqlite3 prints under the statement it quotes) are never chosen.
 When that line does not name the program, the command (first line, cut to 60 characters) is put in
 front so the agent knows what failed; with no output at all the cause is ``<command>: exited with
@@ -97,6 +98,11 @@ _PROGRESS_START = re.compile(
     re.IGNORECASE,
 )
 _PERCENT = re.compile(r"\d%")
+# curl's one report of its failure, numbered by its exit code (``curl: (60) SSL certificate problem: …``):
+# the paragraph of explanation it may print after it (``curl failed to verify the legitimacy of …``) says
+# ``failed`` where the report need not.
+_CURL_REPORT = "curl: ("
+_CURL_CODE = re.compile(r"curl: \(\d{1,3}\) ")
 # How a line that points at a spot in the line above it starts (``^--- error here``, ``~~~^``); a lone ``~``
 # may start a path.
 _POINTER = ("^", "~~", "~^")
@@ -198,6 +204,8 @@ def _score(line: str) -> int:
     above, and its word ``error`` would otherwise outrank the message above that)."""
     if line.startswith(_POINTER):
         return 0
+    if line.startswith(_CURL_REPORT) and _CURL_CODE.match(line):
+        return 4
     if _ADVICE.search(line):
         return 1
     lowered = line.lower()

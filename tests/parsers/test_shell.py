@@ -10,7 +10,7 @@ from otel_errcompact.compactor import compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.parsers import shell
 from otel_errcompact.parsers._base import Hints
-from tests.realerrors import Run, have, run, write
+from tests.realerrors import Run, have, run, tls_loopback_server, write
 
 pytestmark = pytest.mark.skipif(not have("bash"), reason="bash is not installed on this machine")
 
@@ -147,6 +147,17 @@ def test_a_tool_syntax_error_is_not_the_shells(tmp_path: Path) -> None:
     assert sql.cause == "sqlite3 shop.db 'selec 1': Error: in prepare, near \"selec\": syntax error"
     assert gz.type == "exit 1" and gz.cause.endswith("gzip: stdin: unexpected end of file")
     assert (shell_error.type, shell_error.cause) == ("ShellSyntaxError", "syntax error near unexpected token `)'")
+
+
+@pytest.mark.skipif(not have("curl") or not have("openssl"), reason="curl or openssl is not installed")
+def test_curl_report_beats_the_explanation_after_it(tmp_path: Path) -> None:
+    """curl reports a certificate it cannot verify as ``curl: (60) SSL certificate problem: …``, then explains
+    in a paragraph whose ``curl failed to verify …`` would outrank the report for its word ``failed``."""
+    with tls_loopback_server(tmp_path) as url:
+        result, d = _bash(tmp_path / "run", f"curl -sS {url}/health")
+    assert result.returncode == 60
+    assert "curl failed to verify the legitimacy of the server" in result.output
+    assert (d.type, d.cause) == ("exit 60", "curl: (60) SSL certificate problem: self-signed certificate")
 
 
 def test_telling_line_beats_progress_lines(tmp_path: Path) -> None:
