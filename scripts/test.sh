@@ -38,6 +38,7 @@ command -v git >/dev/null 2>&1 || need+=(git)
 command -v promtool >/dev/null 2>&1 || need+=(prometheus)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
 command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v sqlite3 >/dev/null 2>&1 || need+=(sqlite3)
 command -v valgrind >/dev/null 2>&1 || need+=(valgrind)
 if [ "${#need[@]}" -gt 0 ]; then
   echo "installing toolchains: ${need[*]}"
