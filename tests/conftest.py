@@ -160,6 +160,25 @@ class MinuteScrapes:
         return [{"series": name, "values": " ".join(values)} for name, values in self.samples.items()]
 
 
+def promtool_alert_test(
+    folder: Path, rule_file: Path, input_series: list[dict[str, str]], alert_rule_test: list[dict[str, Any]]
+) -> None:
+    """Run ``promtool test rules`` on one test of ``rule_file``, evaluated once a minute over ``input_series``
+    (see :class:`MinuteScrapes`), and fail with promtool's report unless every expectation holds."""
+    import subprocess
+
+    import yaml
+
+    suite = {
+        "rule_files": [str(rule_file)],
+        "evaluation_interval": "1m",
+        "tests": [{"interval": "1m", "input_series": input_series, "alert_rule_test": alert_rule_test}],
+    }
+    (folder / "alerts.test.yml").write_text(yaml.safe_dump(suite))
+    done = subprocess.run(["promtool", "test", "rules", "alerts.test.yml"], capture_output=True, text=True, cwd=folder)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
 def metric_points(reader: InMemoryMetricReader, name: str) -> list[Any]:
     """The data points ``reader`` collects now for the metric ``name``, empty when it was never recorded."""
     return metrics_by_name(reader).get(name, [])

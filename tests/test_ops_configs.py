@@ -22,7 +22,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otel_errcompact.history import ErrorHistory, Thresholds
 from otel_errcompact.pipeline import ErrorPipeline, Failure
 from otel_errcompact.telemetry import ErrorMetrics
-from tests.conftest import MinuteScrapes, metrics_by_name
+from tests.conftest import MinuteScrapes, metrics_by_name, promtool_alert_test
 from tests.realerrors import python_error
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -36,18 +36,25 @@ def _prometheus_name(name: str, unit_suffix: str = "_total") -> str:
     return name.replace(".", "_") + unit_suffix
 
 
+def _metered_pipeline(consecutive: int) -> tuple[InMemoryMetricReader, MeterProvider, ErrorMetrics, ErrorPipeline]:
+    """A pipeline whose failures, successes and escalations are counted by the library's metrics, read by
+    ``reader``."""
+    reader = InMemoryMetricReader()
+    provider = MeterProvider(metric_readers=[reader])
+    metrics = ErrorMetrics(provider.get_meter("test"))
+    pipeline = ErrorPipeline(ErrorHistory(Thresholds(consecutive=consecutive)))
+    pipeline.add_failure_listener(metrics.on_failure)
+    pipeline.add_success_listener(metrics.on_success)
+    pipeline.add_escalation_listener(metrics.on_escalation)
+    return reader, provider, metrics, pipeline
+
+
 @pytest.fixture(scope="module")
 def emitted(tmp_path_factory: pytest.TempPathFactory) -> tuple[set[str], set[str]]:
     """(metric names, label names) as a Prometheus exporter would write what the library emits."""
     folder = tmp_path_factory.mktemp("ops")
     raw = python_error(folder, "import sqlite3\nsqlite3.connect(':memory:').execute('SELECT * FROM orders')\n")
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    metrics = ErrorMetrics(provider.get_meter("test"))
-    pipeline = ErrorPipeline(ErrorHistory(Thresholds(consecutive=2)))
-    pipeline.add_failure_listener(metrics.on_failure)
-    pipeline.add_success_listener(metrics.on_success)
-    pipeline.add_escalation_listener(metrics.on_escalation)
+    reader, provider, metrics, pipeline = _metered_pipeline(consecutive=2)
     pipeline.succeeded("s", "query_db")
     for _ in range(2):
         pipeline.handle(Failure(scope="s", raw_error=raw, tool_name="query_db"))
@@ -151,12 +158,7 @@ def test_a_workers_first_escalation_and_first_burst_of_classes_fire_their_alerts
     would never be alerted on."""
     import itertools
 
-    reader = InMemoryMetricReader()
-    provider = MeterProvider(metric_readers=[reader])
-    metrics = ErrorMetrics(provider.get_meter("test"))
-    pipeline = ErrorPipeline(ErrorHistory(Thresholds(consecutive=3)))
-    pipeline.add_failure_listener(metrics.on_failure)
-    pipeline.add_escalation_listener(metrics.on_escalation)
+    reader, provider, metrics, pipeline = _metered_pipeline(consecutive=3)
     scrapes = MinuteScrapes(reader, service_name="support-agent")
     scrapes.scrape()
     names = ["".join(letters) for letters in itertools.product("qxz", "qxz", "jkvw", "jkvwy")][:60]
@@ -173,42 +175,31 @@ def test_a_workers_first_escalation_and_first_burst_of_classes_fire_their_alerts
     series = scrapes.input_series()
     escalations = [s for s in series if s["series"].startswith("errcompact_escalations_total")]
     assert len(escalations) == 1 and escalations[0]["values"].split()[:2] == ["_", "1"]
-    suite = {
-        "rule_files": [str(CONFIG / "errcompact-alerts.yml")],
-        "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": series,
-            "alert_rule_test": [
-                {"eval_time": "2m", "alertname": "AgentErrorEscalation", "exp_alerts": [{
-                    "exp_labels": {"severity": "warning", "service_name": "support-agent",
-                                   "gen_ai_tool_name": "load_plugin", "errcompact_reason": "consecutive",
-                                   "errcompact_action": "halt"},
-                    "exp_annotations": {
-                        "summary": "Agent support-agent breached its error threshold on tool load_plugin",
-                        "description": "1 escalation(s) in 5m, reason consecutive, action halt. The trajectory "
-                                       "records hold the raw errors.",
-                        "runbook_url": "#agenterrorescalation",
-                        "dashboard_url": "/d/otel-errcompact?var-service=support-agent",
-                    },
-                }]},
-                {"eval_time": "9m", "alertname": "AgentErrorEscalation", "exp_alerts": []},
-                {"eval_time": "2m", "alertname": "AgentErrorClassesExploding", "exp_alerts": [{
-                    "exp_labels": {"severity": "info", "service_name": "support-agent"},
-                    "exp_annotations": {
-                        "summary": "support-agent saw more than 50 new error classes in 15m",
-                        "description": "Many distinct failures: dedup cannot help; check the trajectory store for "
-                                       "a systemic fault.",
-                        "runbook_url": "#agenterrorclassesexploding",
-                        "dashboard_url": "/d/otel-errcompact?var-service=support-agent",
-                    },
-                }]},
-            ],
-        }],
-    }  # fmt: skip
-    (tmp_path / "first.test.yml").write_text(yaml.safe_dump(suite))
-    done = subprocess.run(["promtool", "test", "rules", "first.test.yml"], capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
+    promtool_alert_test(tmp_path, CONFIG / "errcompact-alerts.yml", series, [
+        {"eval_time": "2m", "alertname": "AgentErrorEscalation", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "service_name": "support-agent",
+                           "gen_ai_tool_name": "load_plugin", "errcompact_reason": "consecutive",
+                           "errcompact_action": "halt"},
+            "exp_annotations": {
+                "summary": "Agent support-agent breached its error threshold on tool load_plugin",
+                "description": "1 escalation(s) in 5m, reason consecutive, action halt. The trajectory "
+                               "records hold the raw errors.",
+                "runbook_url": "#agenterrorescalation",
+                "dashboard_url": "/d/otel-errcompact?var-service=support-agent",
+            },
+        }]},
+        {"eval_time": "9m", "alertname": "AgentErrorEscalation", "exp_alerts": []},
+        {"eval_time": "2m", "alertname": "AgentErrorClassesExploding", "exp_alerts": [{
+            "exp_labels": {"severity": "info", "service_name": "support-agent"},
+            "exp_annotations": {
+                "summary": "support-agent saw more than 50 new error classes in 15m",
+                "description": "Many distinct failures: dedup cannot help; check the trajectory store for "
+                               "a systemic fault.",
+                "runbook_url": "#agenterrorclassesexploding",
+                "dashboard_url": "/d/otel-errcompact?var-service=support-agent",
+            },
+        }]},
+    ])  # fmt: skip
 def _heading_anchor(heading: str) -> str:
     """The anchor a Markdown renderer (GitHub's) gives a heading: lower case, punctuation dropped, spaces
     to hyphens."""

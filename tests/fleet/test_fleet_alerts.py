@@ -15,7 +15,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from otel_errcompact import compact_text
 from otel_errcompact.recovery.breaker import BreakerPolicy, CircuitBreakers, fingerprint
 from otel_errcompact.recovery.fleet import FleetMetrics, fleet_store
-from tests.conftest import MinuteScrapes
+from tests.conftest import MinuteScrapes, promtool_alert_test
 from tests.fleet import workers
 from tests.fleet.conftest import free_port
 
@@ -105,39 +105,28 @@ def test_the_fleet_alerts_fire_on_the_first_outage_and_the_first_refusals_of_wor
             worker.scrape()
     series = [series for worker in fleet for series in worker.scrapes.input_series()]
     assert len(series) == 4 and all(s["values"].startswith("_") for s in series)
-    suite = {
-        "rule_files": [str(CONFIG / "errcompact-fleet-alerts.yml")],
-        "evaluation_interval": "1m",
-        "tests": [{
-            "interval": "1m",
-            "input_series": series,
-            "alert_rule_test": [
-                {"eval_time": "5m", "alertname": "AgentToolBreakerOpenAcrossFleet", "exp_alerts": [{
-                    "exp_labels": {"severity": "warning", "service_name": "support-agent",
-                                   "gen_ai_tool_name": workers.TOOL},
-                    "exp_annotations": {
-                        "summary": f"Tool {workers.TOOL} of support-agent is cut off by its circuit breaker "
-                                   "in 3 workers",
-                        "description": "Calls are refused fleet-wide: the tool or its dependency is down. The breaker "
-                                       "lets one probe through after its cooldown and closes on success.",
-                        "runbook_url": "#agenttoolbreakeropenacrossfleet",
-                    },
-                }]},
-                {"eval_time": "5m", "alertname": "AgentSharedStateDegraded", "exp_alerts": [{
-                    "exp_labels": {"severity": "info", "service_name": "support-agent"},
-                    "exp_annotations": {
-                        "summary": "Workers of support-agent lost the shared Redis state",
-                        "description": "1 fallback(s) to per-process breakers and pacing in 10m; each worker goes "
-                                       "back to Redis on its own when it answers.",
-                        "runbook_url": "#agentsharedstatedegraded",
-                    },
-                }]},
-            ],
-        }],
-    }  # fmt: skip
-    (tmp_path / "fleet.test.yml").write_text(yaml.safe_dump(suite))
+    promtool_alert_test(tmp_path, CONFIG / "errcompact-fleet-alerts.yml", series, [
+        {"eval_time": "5m", "alertname": "AgentToolBreakerOpenAcrossFleet", "exp_alerts": [{
+            "exp_labels": {"severity": "warning", "service_name": "support-agent",
+                           "gen_ai_tool_name": workers.TOOL},
+            "exp_annotations": {
+                "summary": f"Tool {workers.TOOL} of support-agent is cut off by its circuit breaker "
+                           "in 3 workers",
+                "description": "Calls are refused fleet-wide: the tool or its dependency is down. The breaker "
+                               "lets one probe through after its cooldown and closes on success.",
+                "runbook_url": "#agenttoolbreakeropenacrossfleet",
+            },
+        }]},
+        {"eval_time": "5m", "alertname": "AgentSharedStateDegraded", "exp_alerts": [{
+            "exp_labels": {"severity": "info", "service_name": "support-agent"},
+            "exp_annotations": {
+                "summary": "Workers of support-agent lost the shared Redis state",
+                "description": "1 fallback(s) to per-process breakers and pacing in 10m; each worker goes "
+                               "back to Redis on its own when it answers.",
+                "runbook_url": "#agentsharedstatedegraded",
+            },
+        }]},
+    ])  # fmt: skip
     for worker in fleet:
         worker.provider.shutdown()
-    done = subprocess.run(["promtool", "test", "rules", "fleet.test.yml"], capture_output=True, text=True, cwd=tmp_path)
-    assert done.returncode == 0, done.stdout + done.stderr
 
