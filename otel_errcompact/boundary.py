@@ -130,11 +130,19 @@ class ToolErrorText(str):
         return self.outcome.record_id if self.outcome is not None else None
 
 
-def _error_text_of(result: Any) -> str | None:
-    """The error text of a tool result that reports failure as data (MCP ``isError``), else None (also
-    when the result is an object that fails to answer)."""
+ErrorOf = Callable[[Any], "str | None"]
+"""``@ec.tool(error_of=...)``: the error text a tool's result reports, or None when the result is a success."""
+
+
+def _error_text_of(result: Any, error_of: ErrorOf | None = None) -> str | None:
+    """The error text of a tool result that reports failure as data (MCP ``isError``, else what the tool's
+    ``error_of`` finds in it), else None (also when the result, or ``error_of``, fails to answer)."""
     try:
-        return _data_error_text(result)
+        text = _data_error_text(result)
+        if text is None and error_of is not None:
+            found = error_of(result)
+            text = None if found is None else (str(found) or "tool reported an error with no text")
+        return text
     except Exception:
         _log.debug("otel-errcompact: could not inspect a tool result", exc_info=True)
         return None
@@ -326,6 +334,7 @@ class ToolBoundary:
         on_error: OnError | None = None,
         retry: RetrySpec = None,
         mutating: bool = False,
+        error_of: ErrorOf | None = None,
     ) -> ToolDecorator: ...
 
     def tool(
@@ -337,6 +346,7 @@ class ToolBoundary:
         on_error: OnError | None = None,
         retry: RetrySpec = None,
         mutating: bool = False,
+        error_of: ErrorOf | None = None,
     ) -> Any:
         """Decorate a sync or async tool function. ``@ec.tool`` or ``@ec.tool(name="search")``.
 
@@ -347,6 +357,12 @@ class ToolBoundary:
         ``retry``: a :class:`~otel_errcompact.recovery.retry.RetryPolicy` or a number of attempts (default:
         the boundary's policy, one retry of transient failures). ``mutating=True``: the tool changes the
         world (writes, sends, pays): an abort lets it finish instead of cancelling it.
+
+        ``error_of(result)``: for a tool that reports its failures in what it returns instead of raising (a
+        code runner that returns the traceback it caught, a shell tool's non-zero exit with its stderr), the
+        error text the result carries, or None for a success. Such a result fails the call as a raised
+        exception does: it is recorded, counted, and the agent gets the digest instead of the raw text. MCP's
+        ``isError`` results are recognised without it. An ``error_of`` that raises is taken as a success.
         """
         policy = self.retry if retry is None else (retry if isinstance(retry, RetryPolicy) else _attempts(retry))
 
@@ -376,7 +392,7 @@ class ToolBoundary:
                                 if reason is None or not inner.cancelled():
                                     raise  # the host cancelled this task: not ours to swallow
                                 return self._cancelled(call.span, tool_name, scope, arguments, reason)
-                            self._settle(call, pending, result)
+                            self._settle(call, pending, result, error_of)
                     finally:
                         self._finish(pending, token)
                     return call.error if call.error is not None else result
@@ -395,7 +411,7 @@ class ToolBoundary:
                     with self._call(tool_name, None, arguments_json, on_error) as call:
                         self._admitted(pending)
                         result = policy.retrying(before_sleep=_note_retry(call.span))(fn, *args, **kwargs)
-                        self._settle(call, pending, result)
+                        self._settle(call, pending, result, error_of)
                 finally:
                     self._finish(pending, token)
                 return call.error if call.error is not None else result
@@ -427,9 +443,9 @@ class ToolBoundary:
         arguments_json = whole[:_MAX_ARGUMENT_CHARS] if self._capture_arguments else None
         return arguments, arguments_json, scope, _Pending(tool_name, fp, refused)
 
-    def _settle(self, call: ToolCall, pending: _Pending, result: Any) -> None:
+    def _settle(self, call: ToolCall, pending: _Pending, result: Any, error_of: ErrorOf | None = None) -> None:
         """After the tool returned: an error reported as data fails the call, anything else is a success."""
-        if (text := _error_text_of(result)) is not None:
+        if (text := _error_text_of(result, error_of)) is not None:
             call.fail(text)
         else:
             self._succeeded(pending)

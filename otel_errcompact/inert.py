@@ -36,6 +36,7 @@ class InertToolBoundary(ToolBoundary):
         on_error: OnError | None = None,
         retry: RetryPolicy | int | None = None,
         mutating: bool = False,
+        error_of: Callable[[Any], str | None] | None = None,
     ) -> Any:
         """The function, unwrapped (``@ec.tool`` and ``@ec.tool(name=...)`` alike)."""
 

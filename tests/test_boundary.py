@@ -219,6 +219,55 @@ def test_mcp_style_error_result(otel: OTel, tmp_path: Path) -> None:
     assert records[0].digest.line in text
 
 
+def test_a_tool_that_returns_the_traceback_it_caught_is_a_failure_with_error_of(otel: OTel) -> None:
+    """A code runner that catches the exception and returns its traceback, as agent harnesses' tools do:
+    with ``error_of`` the call fails as a raising tool's does (recorded in full, counted, halted at the
+    threshold) and the agent gets the digest, never the traceback."""
+
+    def caught(result: str) -> str | None:
+        return result if result.startswith("Traceback (most recent call last):") else None
+
+    @otel.ec.tool(error_of=caught)
+    def run_python(code: str) -> str:
+        try:
+            exec(compile(code, "job.py", "exec"), {})
+        except Exception:
+            return traceback.format_exc()
+        return "ok"
+
+    code = "def load(settings):\n    return settings['region']\n\nload({})\n"
+    assert run_python("x = 1") == "ok"
+    with otel.ec.conversation("conv-runner"):
+        results = [run_python(code) for _ in range(3)]
+        with pytest.raises(ErrorBudgetExceeded):
+            run_python(code)
+    first = assert_compact(results[0])
+    assert first.startswith("Error: [KeyError] at job.py:2 in load: 'region'")
+    assert "Traceback" not in first and results[1].endswith("(×2)") and results[2].escalated
+    failed = [s for s in otel.spans("execute_tool run_python") if s.status.status_code is StatusCode.ERROR]
+    assert len(failed) == 3 and (failed[0].attributes or {})["error.type"] == "tool_error"
+    records = otel.records()
+    assert len(records) == 3 and records[0].raw_error.startswith("Traceback (most recent call last):")
+    assert 'File "job.py", line 2, in load' in records[0].raw_error
+
+
+def test_an_error_of_that_fails_leaves_the_result_as_it_is(otel: OTel, tmp_path: Path) -> None:
+    """``error_of`` is the user's code: one that raises on a result must not raise into the agent."""
+
+    def strict(result: subprocess.CompletedProcess[str]) -> str | None:
+        return result.stderr.splitlines()[0] if result.returncode else None  # raises on an empty stderr
+
+    @otel.ec.tool(error_of=strict)
+    def shell(*argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(list(argv), capture_output=True, text=True, check=False, cwd=tmp_path)
+
+    failed = shell("ls", "no-such-file")
+    assert "no-such-file" in assert_compact(failed)
+    quiet = shell("false")  # exit 1, nothing on stderr: strict raises IndexError
+    assert isinstance(quiet, subprocess.CompletedProcess) and quiet.returncode == 1
+    assert len(otel.records()) == 1
+
+
 def test_halt_raises_at_the_next_call_without_running_the_tool(otel: OTel) -> None:
     ran: list[str] = []
 
@@ -310,8 +359,13 @@ def test_with_the_master_switch_off_tools_raise_as_unwrapped(make_otel: Callable
     def lookup(key: str) -> str:
         return {"a": "1"}[key]
 
+    @otel.ec.tool(name="runner", retry=2, mutating=True, error_of=lambda result: result or None)
+    def runner(code: str) -> str:
+        return code
+
     with pytest.raises(KeyError, match="zzz"):
         lookup("zzz")
+    assert runner("Traceback …") == "Traceback …"  # every keyword is taken, and the result is left as it is
     assert otel.ec.writer is None
     assert otel.spans() == []
 
