@@ -308,6 +308,9 @@ class ToolBoundary:
                 if (on_error or self._on_error) == "raise":
                     raise
                 return
+            except BaseException:  # CancelledError (a timeout, task.cancel()), KeyboardInterrupt, GeneratorExit
+                _mark_interrupted(span, name)
+                raise
             if call._data_error is not None:
                 text = _safe_str(call._data_error)
                 try:
@@ -764,6 +767,20 @@ def _digest_of_line(key: str, line: str) -> Digest:
         error_class=klass.error_class,
         retry_after_s=klass.retry_after_s,
     )
+
+
+def _mark_interrupted(span: trace.Span, name: str) -> None:
+    """Mark a tool span that a cancellation (or an interrupt) ended as neither a failure nor a success.
+
+    OpenTelemetry records no exception and no status for a ``BaseException`` that is not an
+    ``Exception``, so the span would end as a plain success: the span processor would count it as one,
+    and a timed-out call would reset its conversation's consecutive-failure counter. The mark makes the
+    processor leave it alone, as it leaves calls cancelled by an abort or a halt."""
+    try:
+        span.set_attribute("errcompact.cancelled", True)
+        span.add_event("errcompact.cancelled", {"errcompact.reason": "cancelled", semconv.GEN_AI_TOOL_NAME: name})
+    except Exception:
+        _log.debug("otel-errcompact: could not mark an interrupted tool span", exc_info=True)
 
 
 def _model_text(call: ToolCall, exc: BaseException) -> str | None:

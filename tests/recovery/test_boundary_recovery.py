@@ -493,3 +493,35 @@ def test_abort_cancels_read_only_tools_and_lets_mutating_ones_finish(make_otel: 
     assert otel.ec.context("conv-abort") == ""  # cancellations are not failures
     assert otel.metric_sum("errcompact.errors") == 0
     assert [r.raw_error for r in otel.records()] == ["cancelled: abort", "cancelled: abort"]
+
+
+def test_a_call_cut_short_by_a_timeout_is_neither_a_failure_nor_a_success(make_otel: Callable[..., OTel]) -> None:
+    """A call the host cancels (``asyncio.wait_for`` timing out) ends its span with no status and no
+    exception event, as OpenTelemetry ends a span on a ``BaseException``: it must not count as the success
+    that resets the consecutive counter, so the third identical failure still escalates."""
+    otel = make_otel(thresholds=Thresholds(consecutive=3, budget=None), breaker_threshold=0)
+
+    @otel.ec.tool
+    async def lookup(key: str, wait_s: float = 0.0) -> int:
+        await asyncio.sleep(wait_s)
+        return {"a": 1}[key]
+
+    async def main() -> list[Any]:
+        with otel.ec.conversation("conv-timeout"):
+            results = [await lookup("user_id"), await lookup("user_id")]
+            with pytest.raises(TimeoutError):
+                await asyncio.wait_for(lookup("user_id", 30.0), 0.05)
+            results.append(await lookup("user_id"))
+            return results
+
+    *_, third = asyncio.run(main())
+    assert isinstance(third, ToolErrorText) and third.escalated, third
+    assert otel.ec.history.escalation("conv-timeout") is not None
+    timed_out = [s for s in otel.spans("execute_tool lookup") if (s.attributes or {}).get("errcompact.cancelled")]
+    assert len(timed_out) == 1
+    assert [e.attributes for e in timed_out[0].events] == [
+        {"errcompact.reason": "cancelled", "gen_ai.tool.name": "lookup"}
+    ]
+    outcomes = {p.attributes["errcompact.outcome"]: p.value for p in otel.metric_points("errcompact.tool.calls")}
+    assert outcomes == {"error": 3}  # the timed-out call is no successful call
+    assert "3 tool failure(s), 1 distinct" in otel.ec.context("conv-timeout")
