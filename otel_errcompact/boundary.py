@@ -49,7 +49,7 @@ from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import ErrorHistory
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, span_annotations
-from otel_errcompact.recovery.abort import AbortRegistry
+from otel_errcompact.recovery.abort import AbortRegistry, owner_cancelled
 from otel_errcompact.recovery.breaker import CircuitBreakers, circuit_open_text, fingerprint
 from otel_errcompact.recovery.classify import RETRY_AFTER_ATTRIBUTE, classify_exception, classify_text
 from otel_errcompact.recovery.retry import NO_RETRY, RetryPolicy
@@ -392,7 +392,7 @@ class ToolBoundary:
                                     result = await inner
                             except asyncio.CancelledError:
                                 reason = self._cancel_reason(scope)
-                                if reason is None or not inner.cancelled():
+                                if reason is None or not inner.cancelled() or owner_cancelled():
                                     raise  # the host cancelled this task: not ours to swallow
                                 return self._cancelled(call.span, tool_name, scope, arguments, reason)
                             self._settle(call, pending, result, error_of)

@@ -24,7 +24,7 @@ from typing import Literal, TypeVar
 
 from otel_errcompact._forked import new_locks_in_child
 
-__all__ = ["AbortRegistry", "TaskKind"]
+__all__ = ["AbortRegistry", "TaskKind", "owner_cancelled"]
 
 TaskKind = Literal["model", "tool"]
 
@@ -119,6 +119,18 @@ class AbortRegistry:
     def in_flight(self, scope: str) -> int:
         with self._lock:
             return len(self._tasks.get(scope, ()))
+
+
+def owner_cancelled() -> bool:
+    """True when the running task itself is being cancelled by its owner (``task.cancel()``, a timeout, a
+    task group), not only a task it awaits that an abort or a halt cancelled. The owner's cancellation
+    must propagate even while an abort or a halt stands for the scope: turned into a "cancelled" result,
+    it would be lost, and the task would run on past its timeout or its caller's cancellation."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:  # no running loop
+        return False
+    return task is not None and task.cancelling() > 0
 
 
 def _soon(loop: asyncio.AbstractEventLoop, fn: object) -> None:

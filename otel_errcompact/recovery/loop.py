@@ -50,7 +50,7 @@ from typing import Any, Literal, Protocol
 from opentelemetry import trace
 
 from otel_errcompact.exceptions import ConfigurationError
-from otel_errcompact.recovery.abort import AbortRegistry
+from otel_errcompact.recovery.abort import AbortRegistry, owner_cancelled
 from otel_errcompact.recovery.classify import classify_exception
 from otel_errcompact.recovery.compaction import compact_messages
 
@@ -533,7 +533,9 @@ class RecoveryLoop:
                     with self.aborts.track(self.scope, task, "model"):
                         turn = await task
                 except BaseException as exc:
-                    if isinstance(exc, asyncio.CancelledError) and not self.aborts.aborted(self.scope):
+                    if isinstance(exc, asyncio.CancelledError) and (
+                        not self.aborts.aborted(self.scope) or owner_cancelled()
+                    ):
                         raise  # the host cancelled us: not ours to swallow
                     if not isinstance(exc, Exception | asyncio.CancelledError):
                         raise

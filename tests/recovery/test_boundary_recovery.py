@@ -525,3 +525,57 @@ def test_a_call_cut_short_by_a_timeout_is_neither_a_failure_nor_a_success(make_o
     outcomes = {p.attributes["errcompact.outcome"]: p.value for p in otel.metric_points("errcompact.tool.calls")}
     assert outcomes == {"error": 3}  # the timed-out call is no successful call
     assert "3 tool failure(s), 1 distinct" in otel.ec.context("conv-timeout")
+
+
+def test_the_hosts_cancellation_propagates_while_a_halt_or_an_abort_stands(make_otel: Callable[..., OTel]) -> None:
+    """A halt or an abort turns the cancellation of a tool *it* cancelled into a "Cancelled" result; the
+    host's own cancellation of the task (a timeout, ``task.cancel()``) must still reach the host, also
+    while one of them stands for the scope: swallowed, the task would run on past its deadline."""
+    otel = make_otel(thresholds=Thresholds(consecutive=1, budget=None), breaker_threshold=0)
+
+    @otel.ec.tool(mutating=True)
+    async def save(name: str) -> str:
+        await asyncio.sleep(30)
+        return "saved"
+
+    @otel.ec.tool
+    async def grep(pattern: str) -> str:
+        await asyncio.sleep(30)
+        return "matches"
+
+    @otel.ec.tool
+    async def broken(key: str) -> int:
+        return {"a": 1}[key]
+
+    async def halted_then_timed_out() -> str:
+        with otel.ec.conversation("conv-halted"):
+            saving = asyncio.ensure_future(save("a.txt"))  # a mutating tool: the halt lets it finish
+            await asyncio.sleep(0.01)
+            assert (await broken("user_id")).escalated
+            try:
+                async with asyncio.timeout(0.05):
+                    await saving
+            except TimeoutError:
+                return "timed out"
+            return "ran on past its timeout"
+
+    async def aborted_and_cancelled() -> str:
+        async def agent() -> Any:
+            with otel.ec.conversation("conv-aborted"):
+                return await grep("TODO")
+
+        task = asyncio.ensure_future(agent())
+        while otel.ec.boundary.aborts.in_flight("conv-aborted") == 0:
+            await asyncio.sleep(0.005)
+        otel.ec.abort("conv-aborted")  # a stop button: the abort, and the request's task cancelled with it
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "ran on after its cancellation"
+
+    assert asyncio.run(halted_then_timed_out()) == "timed out"
+    assert asyncio.run(aborted_and_cancelled()) == "cancelled"
+    assert otel.ec.boundary.aborts.in_flight("conv-halted") == 0
+    assert otel.ec.boundary.aborts.in_flight("conv-aborted") == 0

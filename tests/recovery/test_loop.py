@@ -258,3 +258,25 @@ def test_sync_loop_abort_ends_the_wait_for_an_in_flight_model_call(wire: tuple[M
     result = loop.run([{"role": "user", "content": "x"}])
     assert result.transition == "aborted_streaming" and result.turns == 1
     assert time.perf_counter() - started < 2.0  # not the 5 s the server holds the answer back
+
+
+def test_the_hosts_cancellation_propagates_while_an_abort_stands(wire: tuple[ModelWireServer, str]) -> None:
+    """An abort ends a loop with ``aborted_streaming``; the host cancelling the loop's task at the same
+    moment (a server dropping the request) must still see the task cancelled, not a normal return."""
+    server, url = wire
+    server.add(Reply("text", delay_s=5))  # an in-flight model call
+
+    async def main() -> str:
+        loop = RecoveryLoop(async_adapters(url)[0])
+        task = asyncio.ensure_future(loop.arun([{"role": "user", "content": "x"}]))
+        while loop.aborts.in_flight(loop.scope) == 0:
+            await asyncio.sleep(0.01)
+        loop.aborts.abort(loop.scope)
+        task.cancel()
+        try:
+            await task
+        except asyncio.CancelledError:
+            return "cancelled"
+        return "returned after its cancellation"
+
+    assert asyncio.run(main()) == "cancelled"
