@@ -579,7 +579,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         if "errcompact.key" in attrs or "errcompact.cancelled" in attrs or "errcompact.circuit_open" in attrs:
             return  # handled at the tool boundary while live, or a cancelled / refused call: not a result
         claim = current_claim()
-        if claim is not None:  # a framework bridge handles this call's failure on its own span
+        if claim is not None and claim.covers(span.parent):  # a framework bridge handles this call's failure
             claim.note(span.status.status_code is StatusCode.ERROR, span.events)
             return
         if is_tool and context is None:
@@ -660,7 +660,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             or "errcompact.key" in attrs
             or "errcompact.cancelled" in attrs
             or "errcompact.circuit_open" in attrs
-            or current_claim() is not None
+            or ((claim := current_claim()) is not None and claim.covers(span.parent))
         ):
             self._process(span, span, attrs, is_tool=True, context=context)
             return

@@ -96,11 +96,20 @@ def _fail_on_data_error(call: ToolCall, claim: Claim, result: T, data_error: Cal
         call.fail(claim.stacktraces[-1] if claim.stacktraces else text)
 
 
+def _own_parents(call: ToolCall, spec: BridgedCall[T]) -> set[int]:
+    """The spans the call's own tool spans are children of: the library's span of the call (an
+    instrumentation that follows the OpenTelemetry context), and the framework's span it was opened under
+    (one that keeps its own, as OpenInference does). Tool spans deeper down belong to work nested in the
+    tool (an agent used as a tool), which the claim must not hide from the span processor."""
+    spans = (call.span, spec.parent)
+    return {c.span_id for c in (s.get_span_context() for s in spans if s is not None) if c.is_valid}
+
+
 def run_sync(ec: ErrCompact, run: Callable[[], T], spec: BridgedCall[T]) -> T | ToolErrorText:
     """Run ``run()`` as one bridged tool call: its result, or the digest text of its failure."""
     result: T | None = None
     with _bridged(ec, spec) as call:
-        with claimed() as claim:
+        with claimed(_own_parents(call, spec)) as claim:
             result = run()
         _fail_on_data_error(call, claim, result, spec.data_error)
     error = _outcome(call, spec.halt)
@@ -111,7 +120,7 @@ async def run_async(ec: ErrCompact, run: Callable[[], Awaitable[T]], spec: Bridg
     """The ``async`` form of :func:`run_sync`."""
     result: T | None = None
     with _bridged(ec, spec) as call:
-        with claimed() as claim:
+        with claimed(_own_parents(call, spec)) as claim:
             result = await run()
         _fail_on_data_error(call, claim, result, spec.data_error)
     error = _outcome(call, spec.halt)

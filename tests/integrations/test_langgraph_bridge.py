@@ -357,3 +357,38 @@ def test_invalid_arguments_are_digested_by_field_and_halt_at_the_threshold(
     assert [r.count for r in records] == [1, 2, 3]
     assert all(r.digest is not None and r.digest.error_class == "permanent" for r in records)
     assert all("'client': 'acme'" in (r.raw_error or "") for r in records)  # the audit copy keeps the arguments
+
+
+def test_an_agent_used_as_a_tool_counts_its_own_tool_failures(
+    traced: Callable[..., OTel], tools: list[Any], db: Path
+) -> None:
+    """An agent run inside a bridged tool call (an agent used as a tool): its tool failures end inside
+    the outer call, but are not that call's, so the claim must not take them. Here the inner agent is
+    wired with ``init()`` alone (``handle_tool_errors=True``): its failure is counted by the span
+    processor, in the outer thread's conversation, while the outer call itself succeeded."""
+    otel = traced(consecutive=3)
+    bridge = LangGraphBridge(otel.ec, agent_name=AGENT)
+    inner = build_agent(ToolNode(tools[:1], handle_tool_errors=True), scripted_model(("count_orders",)), stateless=True)
+
+    @tool
+    def ask_orders_agent(question: str) -> str:
+        """Ask the orders agent a question."""
+        return str(invoke_stateless(inner)["messages"][-1].content)
+
+    outer_model = ScriptedChatModel(
+        responses=[
+            AIMessage(content="", tool_calls=[
+                {"name": "ask_orders_agent", "args": {"question": "How many?"}, "id": "call_outer", "type": "tool_call"}
+            ]),
+            AIMessage(content="Done."),
+        ]
+    )  # fmt: skip
+    outer = build_agent(bridge.tool_node([ask_orders_agent]), outer_model, pre_model_hook=bridge.pre_model_hook)
+    result = invoke(outer)
+    assert [str(m.content) for m in tool_messages(result["messages"])] == [GIVE_UP]
+
+    records = otel.records()
+    assert [(r.scope, r.tool_name) for r in records] == [(THREAD, "count_orders")]
+    assert records[0].digest is not None and records[0].digest.line.endswith(where(db))
+    assert "1 tool failure(s), 1 distinct" in otel.ec.context(THREAD)
+    assert otel.metric_sum("errcompact.errors") == 1
