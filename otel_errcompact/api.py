@@ -223,12 +223,17 @@ class ErrCompact:
         self.boundary.check(scope)
 
     def acknowledge(self, scope: str) -> None:
-        """Clear a standing breach after review, keeping the history (see ErrorHistory.acknowledge)."""
+        """Clear a standing breach after review, keeping the history (see ErrorHistory.acknowledge), and
+        a standing :meth:`abort` of the scope: the conversation goes on. Without it, an abort that no
+        recovery loop consumed would refuse every later tool call of a conversation whose id is used
+        again by a later run."""
         self.history.acknowledge(scope)
+        self.boundary.aborts.clear(scope)
 
     def reset(self, scope: str) -> None:
-        """Forget a scope, e.g. when its conversation ends."""
+        """Forget a scope, e.g. when its conversation ends: its history and a standing :meth:`abort`."""
         self.history.reset(scope)
+        self.boundary.aborts.clear(scope)
 
     def conversation(self, conversation_id: str) -> AbstractContextManager[str]:
         """Context manager: tool calls inside share ``conversation_id`` as their scope."""

@@ -579,3 +579,38 @@ def test_the_hosts_cancellation_propagates_while_a_halt_or_an_abort_stands(make_
     assert asyncio.run(aborted_and_cancelled()) == "cancelled"
     assert otel.ec.boundary.aborts.in_flight("conv-halted") == 0
     assert otel.ec.boundary.aborts.in_flight("conv-aborted") == 0
+
+
+def test_a_conversation_aborted_while_others_run_can_be_used_again(make_otel: Callable[..., OTel]) -> None:
+    """``abort()`` stops one conversation's tools while its neighbours run on; a later run that reuses
+    the conversation id (the user writes again after pressing stop) calls ``acknowledge`` or ``reset``
+    first, and its tools run again (the abort stood for good without a recovery loop to consume it)."""
+    otel = make_otel()
+
+    @otel.ec.tool
+    async def grep(pattern: str, wait_s: float = 0.0) -> str:
+        await asyncio.sleep(wait_s)
+        return f"matches for {pattern}"
+
+    async def agent(conv: str, wait_s: float) -> Any:
+        with otel.ec.conversation(conv):
+            return await grep("TODO", wait_s)
+
+    async def main() -> list[Any]:
+        tasks = [asyncio.ensure_future(agent(f"conv-{i}", 0.3 if i else 30.0)) for i in range(4)]
+        while otel.ec.boundary.aborts.in_flight("conv-0") == 0:
+            await asyncio.sleep(0.005)
+        assert otel.ec.abort("conv-0") == 1
+        return await asyncio.gather(*tasks)
+
+    stopped, *neighbours = asyncio.run(main())
+    assert isinstance(stopped, ToolErrorText) and stopped.cancelled
+    assert neighbours == ["matches for TODO"] * 3
+    assert asyncio.run(agent("conv-0", 0.0)).cancelled  # the abort stands until cleared
+
+    otel.ec.acknowledge("conv-0")
+    assert asyncio.run(agent("conv-0", 0.0)) == "matches for TODO"
+    otel.ec.abort("conv-0")
+    otel.ec.reset("conv-0")
+    assert asyncio.run(agent("conv-0", 0.0)) == "matches for TODO"
+    assert otel.ec.context("conv-0") == "" and otel.metric_sum("errcompact.errors") == 0
