@@ -883,11 +883,14 @@ def _clip(text: str) -> str:
 
 
 def _safe_str(value: Any) -> str:
-    """``str(value)``, or a placeholder naming its type when ``__str__`` raises or returns a non-string."""
+    """``str(value)``, or a placeholder naming its type when ``__str__`` raises or returns a non-string.
+
+    A ``__str__`` may return an instance of a ``str`` subclass: it is copied into a plain ``str``, since
+    formatting or converting the subclass again (an f-string does) runs its own ``__str__``, which may raise."""
     try:
         text = str(value)
         if isinstance(text, str):
-            return text
+            return str.__str__(text)
     except Exception:
         pass
     return f"<{_safe_name(type(value))} object: str() failed>"

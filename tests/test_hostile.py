@@ -35,6 +35,20 @@ class ExplodingStr(Exception):
         raise IndexError("str() of this exception fails")
 
 
+class ExplodingText(str):
+    """A ``str`` subclass whose own ``__str__`` fails (what formatting it again calls)."""
+
+    def __str__(self) -> str:
+        raise LookupError("str() of this text fails")
+
+
+class SubclassMessage(Exception):
+    """An exception whose ``__str__`` returns a ``str`` subclass rather than a plain ``str``."""
+
+    def __str__(self) -> str:
+        return ExplodingText("quota exhausted for tenant acme")
+
+
 class ExplodingRepr:
     def __repr__(self) -> str:
         raise RuntimeError("repr() of this argument fails")
@@ -80,6 +94,20 @@ def test_exception_whose_str_raises_becomes_a_compact_error(otel: OTel) -> None:
     assert "str() failed" in str(event.attributes["exception.message"])  # type: ignore[index]
     assert "in fragile" in str(event.attributes["exception.stacktrace"])  # type: ignore[index]
     assert "ExplodingStr" in otel.records()[0].raw_error
+
+
+def test_exception_whose_str_returns_a_str_subclass_becomes_a_compact_error(otel: OTel) -> None:
+    @otel.ec.tool
+    def metered() -> str:
+        raise SubclassMessage()
+
+    returned = metered()
+    assert isinstance(returned, ToolErrorText)
+    assert "[SubclassMessage] at test_hostile.py" in returned
+    span = _span(otel, "execute_tool metered")
+    assert span.status.description == "SubclassMessage: quota exhausted for tenant acme"
+    (record,) = otel.records()
+    assert record.exception_message == "quota exhausted for tenant acme"
 
 
 @pytest.mark.parametrize("capture", [True, False])
