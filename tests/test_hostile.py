@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import socket
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -108,6 +110,35 @@ def test_exception_whose_str_returns_a_str_subclass_becomes_a_compact_error(otel
     assert span.status.description == "SubclassMessage: quota exhausted for tenant acme"
     (record,) = otel.records()
     assert record.exception_message == "quota exhausted for tenant acme"
+
+
+def _folder_with_a_name_not_utf8(folder: Path) -> Path:
+    """A real folder holding a file whose name is not UTF-8 (``caf\\xe9.txt``): ``os.listdir`` gives the
+    undecodable byte as a lone surrogate."""
+    folder.mkdir()
+    with open(os.fsencode(folder) + b"/caf\xe9.txt", "wb"):
+        pass
+    return folder
+
+
+def test_a_file_name_that_is_not_utf8_reaches_the_prompt_as_escapes(otel: OTel, tmp_path: Path) -> None:
+    @otel.ec.tool
+    def import_notes(folder: str) -> int:
+        for name in os.listdir(folder):
+            if not name.endswith(".md"):
+                raise ValueError(f"unsupported note file {name}")
+        return 0
+
+    with otel.ec.conversation("c-files"):
+        returned = import_notes(str(_folder_with_a_name_not_utf8(tmp_path / "inbox")))
+        block = otel.ec.context("c-files")
+    assert isinstance(returned, ToolErrorText)
+    digest = str(_span(otel, "execute_tool import_notes").attributes["errcompact.digest"])  # type: ignore[index]
+    for text in (returned, block, digest):
+        text.encode("utf-8")  # what a model client and a span exporter do with it
+        assert "unsupported note file caf\\xe9.txt" in text
+    (record,) = otel.records()
+    assert "unsupported note file caf\\xe9.txt" in record.raw_error  # stored with the same escape
 
 
 @pytest.mark.parametrize("capture", [True, False])
