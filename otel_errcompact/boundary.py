@@ -57,7 +57,7 @@ from otel_errcompact.recovery.state import Admission
 from otel_errcompact.redact import redact
 from otel_errcompact.sinks.otlp import cap_text
 from otel_errcompact.statuscode import code_attributes
-from otel_errcompact.trajectory import TrajectoryRecord
+from otel_errcompact.trajectory import TrajectoryRecord, escape_surrogates
 
 __all__ = ["ToolBoundary", "ToolCall", "ToolErrorText", "conversation", "current_conversation"]
 
@@ -283,7 +283,7 @@ class ToolBoundary:
         if conversation_id:
             attributes[semconv.GEN_AI_CONVERSATION_ID] = conversation_id
         if arguments_json is not None:
-            attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = redact(arguments_json)
+            attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _span_text(arguments_json)
         with self._tracer.start_as_current_span(
             f"execute_tool {name}",
             kind=SpanKind.INTERNAL,
@@ -314,7 +314,7 @@ class ToolBoundary:
             if call._data_error is not None:
                 text = _safe_str(call._data_error)
                 try:
-                    span.set_status(Status(StatusCode.ERROR, redact(text)))
+                    span.set_status(Status(StatusCode.ERROR, escape_surrogates(redact(text))))
                     span.set_attribute(semconv.ERROR_TYPE, "tool_error")
                 except Exception:
                     _log.debug("otel-errcompact: could not mark the tool span failed", exc_info=True)
@@ -630,12 +630,12 @@ class ToolBoundary:
                 {
                     "exception.type": qualified,
                     # Bounded like the OTLP log events: the full text is in the trajectory record.
-                    "exception.message": redact(cap_text(message, _MAX_SPAN_TEXT)),
-                    "exception.stacktrace": redact(cap_text(raw, _MAX_SPAN_TEXT)),
+                    "exception.message": _span_text(message, _MAX_SPAN_TEXT),
+                    "exception.stacktrace": _span_text(raw, _MAX_SPAN_TEXT),
                     "exception.escaped": "False",
                 },
             )
-            span.set_status(Status(StatusCode.ERROR, redact(cap_text(f"{exc_type}: {message}", 1024))))
+            span.set_status(Status(StatusCode.ERROR, _span_text(f"{exc_type}: {message}", 1024)))
             span.set_attribute(semconv.ERROR_TYPE, qualified)
         except Exception:
             _log.debug("otel-errcompact: could not record the exception on the tool span", exc_info=True)
@@ -845,7 +845,7 @@ def _note_retry(span: trace.Span) -> Callable[[tenacity.RetryCallState], None]:
                     "errcompact.error_class": c.error_class if c else "unknown",
                     "errcompact.wait_s": round(float(wait), 3),
                     "exception.type": type(exc).__name__ if exc is not None else "",
-                    "exception.message": redact(_safe_str(exc))[:512] if exc is not None else "",
+                    "exception.message": escape_surrogates(redact(_safe_str(exc))[:512]) if exc is not None else "",
                 },
             )
         except Exception:
@@ -880,6 +880,14 @@ def _safe_name(cls: type) -> str:
 
 def _clip(text: str) -> str:
     return text[:80].replace("\n", " ")
+
+
+def _span_text(text: str, limit: int = _MAX_SPAN_TEXT) -> str:
+    """Text written on the tool span, which leaves the process: bounded (head and tail), redacted, and
+    valid UTF-8. A lone surrogate (the byte of a file name that is not UTF-8) is written as its escape, as
+    the trajectory record stores it: an OTLP exporter cannot encode one, and fails the whole batch of spans
+    over a status description holding it."""
+    return escape_surrogates(redact(cap_text(text, limit)))
 
 
 def _safe_str(value: Any) -> str:

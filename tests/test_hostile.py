@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from google.protobuf.json_format import MessageToDict
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -139,6 +141,37 @@ def test_a_file_name_that_is_not_utf8_reaches_the_prompt_as_escapes(otel: OTel, 
         assert "unsupported note file caf\\xe9.txt" in text
     (record,) = otel.records()
     assert "unsupported note file caf\\xe9.txt" in record.raw_error  # stored with the same escape
+
+
+def test_a_tool_span_naming_a_file_that_is_not_utf8_is_exported(
+    make_otel: Callable[..., OTel], tmp_path: Path
+) -> None:
+    otel = make_otel(capture_arguments=True)
+    folder = _folder_with_a_name_not_utf8(tmp_path / "inbox")
+
+    @otel.ec.tool
+    def import_notes(names: list[str]) -> int:
+        for name in names:
+            if not name.endswith(".md"):
+                raise ValueError(f"unsupported note file {name}")
+        return 0
+
+    with otel.tracer.start_as_current_span("invoke_agent notes"):
+        assert isinstance(import_notes(os.listdir(folder)), ToolErrorText)
+    request = encode_spans(otel.spans())  # what the OTLP exporters send: one request for the batch
+    resource_spans = MessageToDict(request)["resourceSpans"]
+    spans = {s["name"]: s for rs in resource_spans for scope in rs["scopeSpans"] for s in scope["spans"]}
+    assert set(spans) == {"invoke_agent notes", "execute_tool import_notes"}
+    tool = spans["execute_tool import_notes"]
+    assert tool["status"]["message"] == "ValueError: unsupported note file caf\\xe9.txt"
+    (event,) = [e for e in tool["events"] if e["name"] == "exception"]
+    texts = {a["key"]: a["value"]["stringValue"] for a in event["attributes"]}
+    assert texts["exception.message"] == "unsupported note file caf\\xe9.txt"
+    assert texts["exception.stacktrace"].endswith("ValueError: unsupported note file caf\\xe9.txt\n")
+    arguments = [a for a in tool["attributes"] if a["key"] == "gen_ai.tool.call.arguments"]
+    assert [a["value"]["stringValue"] for a in arguments] == ['{"names": ["caf\\xe9.txt"]}']
+    (record,) = otel.records()
+    assert record.exception_message == "unsupported note file caf\\xe9.txt"
 
 
 @pytest.mark.parametrize("capture", [True, False])
