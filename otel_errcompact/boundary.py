@@ -314,7 +314,8 @@ class ToolBoundary:
             if call._data_error is not None:
                 text = _safe_str(call._data_error)
                 try:
-                    span.set_status(Status(StatusCode.ERROR, escape_surrogates(redact(text))))
+                    # Bounded like an exception's: the whole text is in the trajectory record.
+                    span.set_status(Status(StatusCode.ERROR, _span_text(text, 1024)))
                     span.set_attribute(semconv.ERROR_TYPE, "tool_error")
                 except Exception:
                     _log.debug("otel-errcompact: could not mark the tool span failed", exc_info=True)

@@ -266,6 +266,31 @@ def test_an_error_of_that_fails_leaves_the_result_as_it_is(otel: OTel, tmp_path:
     quiet = shell("false")  # exit 1, nothing on stderr: strict raises IndexError
     assert isinstance(quiet, subprocess.CompletedProcess) and quiet.returncode == 1
     assert len(otel.records()) == 1
+def test_a_long_error_returned_as_data_is_bounded_on_the_span_and_whole_in_the_record(
+    otel: OTel, tmp_path: Path
+) -> None:
+    """A failure returned as data gets the same bounds on its span as an exception's: a status description
+    of ~1 KiB (head and tail), not the whole text, which leaves the process with every export."""
+
+    @otel.ec.tool
+    def stat_files(paths: list[str]) -> dict[str, Any]:
+        proc = subprocess.run(["ls", *paths], capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            return {"isError": True, "content": [{"type": "text", "text": proc.stderr}]}
+        return {"isError": False, "content": [{"type": "text", "text": proc.stdout}]}
+
+    paths = [str(tmp_path / f"missing-{i}.csv") for i in range(5000)]
+    text = assert_compact(stat_files(paths))
+    assert "missing-" in text
+
+    (record,) = otel.records()
+    stderr = record.raw_error
+    assert len(stderr) > 300_000 and stderr.count("\n") == 5000  # the whole stderr, as the tool returned it
+    (span,) = otel.spans("execute_tool stat_files")
+    description = span.status.description or ""
+    assert len(description) <= 1200
+    first, *_, last = stderr.splitlines()
+    assert description.startswith(first[:200]) and description.rstrip("\n").endswith(last)
 
 
 def test_halt_raises_at_the_next_call_without_running_the_tool(otel: OTel) -> None:
