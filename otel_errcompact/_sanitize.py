@@ -5,9 +5,9 @@ error page, terminal colour codes, bidirectional-override characters that hide t
 Everything downstream can assume plain text of bounded length with ``\\n`` line ends.
 
 :func:`prompt_text` is the second, stricter gate, for every field that reaches a model's prompt (digest
-type, cause and location, ``command=`` hints, plain-event codes, tool names): one line, no invisible
-characters of any kind, valid UTF-8, NFKC-normalised, secrets redacted, and nothing that reads as a delimiter of the
-``[RECENT ERRORS]`` block, whatever script, width or bracket it is written in.
+type, cause and location, ``command=`` hints, plain-event codes, tool names): one line, no invisible,
+private-use or unassigned characters of any kind, valid UTF-8, NFKC-normalised, secrets redacted, and nothing
+that reads as a delimiter of the ``[RECENT ERRORS]`` block, whatever script, width or bracket it is written in.
 """
 
 from __future__ import annotations
@@ -120,7 +120,17 @@ def prompt_text(text: str) -> str:
     if not text.isascii():
         text = unicodedata.normalize("NFKC", _INVISIBLE.sub("", escape_surrogates(text)))
         text = _INVISIBLE.sub("", text)  # NFKC can compose a character the first pass did not see
+        text = "".join([c for c in text if c.isascii() or _assigned(c)])
     return defuse_delimiters(redact(text))
+
+
+@lru_cache(maxsize=4096)
+def _assigned(char: str) -> bool:
+    """False for a private-use character and a code point this Unicode version leaves unassigned: neither
+    has a glyph a reader can rely on (a font draws nothing, or what it likes, and a later Unicode version
+    may make an unassigned one an invisible format character), so text can hide in them, or split a
+    delimiter so that only the model sees it whole."""
+    return unicodedata.category(char) not in ("Co", "Cn")
 
 
 # --- the delimiter check ----------------------------------------------------------------------------
