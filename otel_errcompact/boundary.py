@@ -483,15 +483,17 @@ class ToolBoundary:
                  "errcompact.key": b.key if b else "", "errcompact.count": b.failures if b else 0},
             )  # fmt: skip
             refusal = self._refusal(span, name, scope, text)
-        # The agent asked again for a call known to fail: that is the same class once more for the
-        # history (a loop against an open breaker still escalates), though the tool did not run.
-        digest = self._refused_digest(b.key, b.digest) if b is not None else None
-        escalated = False
-        if digest is not None:
-            outcome = self._pipeline.handle_repeat(refusal, digest)
-            escalated = outcome.observation.escalation is not None
-            if escalated:
-                text += " — error threshold breached: stop retrying this step."
+            # The agent asked again for a call known to fail: that is the same class once more for the
+            # history (a loop against an open breaker still escalates), though the tool did not run.
+            # Counted while the refusal's span is live: the escalation event of a breach it causes goes
+            # on the call's agent span, or on this span when no agent or root span is open around it.
+            digest = self._refused_digest(b.key, b.digest) if b is not None else None
+            escalated = False
+            if digest is not None:
+                outcome = self._pipeline.handle_repeat(refusal, digest)
+                escalated = outcome.observation.escalation is not None
+                if escalated:
+                    text += " — error threshold breached: stop retrying this step."
         if self._processor is not None:
             self._processor.note_returned_error(text)
         return ToolErrorText(text, None, circuit_open=True, escalated=escalated)

@@ -339,6 +339,34 @@ def test_a_breach_a_refused_call_causes_is_an_escalation_like_any_other(make_ote
     assert otel.metric_sum("errcompact.errors") == 3  # refusals are no tool failures of their own
 
 
+def test_a_breach_a_refused_call_causes_in_a_plain_loop_is_an_event_on_its_span(make_otel: Callable[..., OTel]) -> None:
+    """A plain loop (``ec.conversation`` around ``@ec.tool`` calls, no agent span): the refused call that
+    breaches carries the ``errcompact.escalation`` event on its own span, as a failing call does, and the
+    halt marks that root span ERROR (the breach was counted after its span ended, so it had no span at all)."""
+    otel = make_otel(
+        retry=RetryPolicy(attempts=1),
+        breaker=BreakerPolicy(threshold=3, cooldown_s=30),
+        thresholds=Thresholds(consecutive=5, budget=None),
+    )
+
+    @otel.ec.tool
+    def load(user_id: str) -> Any:
+        return {}[user_id]
+
+    with otel.ec.conversation("c1"):
+        results = [load("u1") for _ in range(5)]  # three failures open the breaker; two refusals follow
+    assert results[4].circuit_open and results[4].escalated  # type: ignore[attr-defined]
+    spans = otel.spans("execute_tool load")
+    assert len(spans) == 5
+    breached = spans[4]
+    events = [dict(e.attributes or {}) for e in breached.events if e.name == "errcompact.escalation"]
+    assert len(events) == 1
+    assert events[0]["errcompact.reason"] == "consecutive" and events[0]["errcompact.count"] == 5
+    assert events[0]["errcompact.action"] == "halt" and events[0]["gen_ai.tool.name"] == "load"
+    assert breached.status.status_code is StatusCode.ERROR
+    assert [e.name for s in spans[:4] for e in s.events if e.name == "errcompact.escalation"] == []
+
+
 def test_rate_limits_are_not_stuck_but_the_budget_caps_them(make_otel: Callable[..., OTel], upstream: Any) -> None:
     otel = make_otel(retry=RetryPolicy(attempts=1), breaker_threshold=0, thresholds=Thresholds(consecutive=3, budget=6))
     server, url = upstream
