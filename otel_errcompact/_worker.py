@@ -107,7 +107,12 @@ class BackgroundQueue(Generic[T]):
             return True
 
     def flush(self, timeout_s: float = 10.0) -> bool:
-        """Wait until every queued item has been handled; False on timeout."""
+        """Wait until every queued item has been handled; False on timeout. Called from the handler itself
+        (a review hook that flushes the library), it does not wait for its own item, which cannot end
+        while it waits: True when no other item is queued."""
+        if threading.current_thread() is self._thread:
+            with self._cond:
+                return not self._items
         with self._cond:
             self._flush_wanted += 1
             self._cond.notify_all()

@@ -78,7 +78,7 @@ _log = logging.getLogger("otel_errcompact")
 
 HumanReviewHook = Callable[[Escalation], None]
 """Called (on a background thread) with each breach when the action is ``human``. It may call
-``shutdown()`` (a reviewer who stops the agent): the shutdown does not wait for the hook's own thread."""
+``shutdown()`` (a reviewer who stops the agent) or ``flush()``: neither waits for the hook's own call."""
 
 _INSTANCE: ErrCompact | None = None
 _INSTANCE_LOCK = threading.Lock()

@@ -517,6 +517,33 @@ def test_a_review_hook_that_shuts_the_library_down_stops_it_whole(make_otel: Cal
         again.shutdown()
 
 
+def test_a_review_hook_may_flush_acknowledge_and_check_its_conversation(make_otel: Callable[..., OTel]) -> None:
+    """A reviewer who writes everything out, accepts the breach and lets the agent go on: ``flush()`` on
+    the review thread does not wait for the hook's own call (it timed out and said False), and the
+    acknowledged conversation is no longer halted."""
+    done = threading.Event()
+    answers: list[object] = []
+
+    def review(escalation: Escalation) -> None:
+        try:
+            answers.append(otel.ec.flush(timeout_s=5))
+            otel.ec.acknowledge(escalation.scope)
+            answers.append(otel.ec.check(escalation.scope))
+        except BaseException as exc:
+            answers.append(exc)
+        finally:
+            done.set()
+
+    otel = make_otel(thresholds=Thresholds(consecutive=2, action="human"), human_review=review)
+    with agent(otel.tracer, "conv-reviewed"):
+        for _ in range(2):
+            failing_tool_span(otel.tracer)
+    assert done.wait(30)
+    assert answers == [True, None]
+    assert otel.ec.history.escalation("conv-reviewed") is None
+    assert otel.ec.flush()
+
+
 # -- never raises into the host -----------------------------------------------------------------------
 
 
