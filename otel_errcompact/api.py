@@ -78,7 +78,9 @@ _log = logging.getLogger("otel_errcompact")
 
 HumanReviewHook = Callable[[Escalation], None]
 """Called (on a background thread) with each breach when the action is ``human``. It may call
-``shutdown()`` (a reviewer who stops the agent) or ``flush()``: neither waits for the hook's own call."""
+``shutdown()`` (a reviewer who stops the agent) or ``flush()``: neither waits for the hook's own call.
+``flush()`` and ``shutdown()`` called elsewhere export the breach first and wait for a hook still
+running last, with what is left of their timeout: a hook may wait for a person."""
 
 _INSTANCE: ErrCompact | None = None
 _INSTANCE_LOCK = threading.Lock()
@@ -309,7 +311,8 @@ class ErrCompact:
         """Write every queued trajectory record and token count, and export what the providers the
         library created hold; True when all finished in time and no trajectory record has been lost
         (dropped at a full queue, or refused by a sink). Returns within ``timeout_s`` in all, even
-        when an OTLP endpoint is dead (an export still running goes on in the background)."""
+        when an OTLP endpoint is dead (an export still running goes on in the background). The calls of
+        the human-review hook are waited for last (see :data:`HumanReviewHook`)."""
         deadline = Deadline(timeout_s)
         ok = True
         if self.processor is not None:
@@ -318,13 +321,15 @@ class ErrCompact:
             ok = self.writer.force_flush(deadline.remaining()) and ok
         if self._metrics is not None:
             ok = self._metrics.flush(deadline.remaining()) and ok
-        if self._review_queue is not None:
-            ok = self._review_queue.flush(deadline.remaining()) and ok
         for provider in self._owned_providers:
             if not callable(getattr(provider, "force_flush", None)):
                 continue  # e.g. the Prometheus endpoint: nothing buffered, scraped on demand
             flush = functools.partial(provider.force_flush, int(deadline.remaining() * 1000))
             ok = call_within(flush, deadline.remaining(), f"otel_errcompact.flush.{type(provider).__name__}") and ok
+        if self._review_queue is not None:
+            # Last: a hook may wait for a person for longer than any timeout, and the breach it reviews
+            # must be exported (its span event, log event and metric) whatever the person does.
+            ok = self._review_queue.flush(deadline.remaining()) and ok
         return ok
 
     def shutdown(self) -> None:
@@ -370,17 +375,26 @@ class ErrCompact:
                 _step("the span processor", processor.shutdown)
             if writer is not None:  # the audit trail first: it gets the most of the deadline
                 _step("the trajectory writer", lambda: writer.shutdown(deadline.remaining()))
-            if review_queue is not None:
-                _step("the review queue", lambda: review_queue.shutdown(deadline.remaining()))
+            if review_queue is not None:  # closed now, waited for last (see _await_reviews)
+                _step("the review queue", lambda: review_queue.shutdown(0))
             if metrics is not None:
                 _step("the metrics", lambda: metrics.shutdown(deadline.remaining()))
             _step("the SIGTERM handler", uninstall_sigterm_flush)
             if flush_providers:
                 _step("the providers", lambda: self._flush_providers(deadline))
+                self._await_reviews(deadline)
         finally:
             with _INSTANCE_LOCK:
                 if _INSTANCE is self:
                     _INSTANCE = None
+
+    def _await_reviews(self, deadline: Deadline) -> None:
+        """Wait for the review hook's calls still queued or running, until ``deadline``: after the
+        providers are flushed (or, at exit, shut down), as a hook may wait for a person for longer than
+        the whole shutdown may take, and the breach it reviews is exported before."""
+        review_queue = self._review_queue
+        if review_queue is not None:
+            _step("the review queue", lambda: review_queue.shutdown(deadline.remaining()))
 
     def _flush_providers(self, deadline: Deadline) -> None:
         for provider in self._owned_providers:
@@ -407,6 +421,8 @@ def _shut_down_at_exit() -> None:
     while _LIBRARY_PROVIDERS:
         _step("a provider", functools.partial(_within, _LIBRARY_PROVIDERS.pop(0).shutdown, deadline,
                                               "shut down", _exit_timeout_s))
+    if handle is not None:
+        handle._await_reviews(deadline)
 
 
 def _shut_down_at_exit_before_earlier_handlers() -> None:

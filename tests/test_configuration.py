@@ -465,6 +465,55 @@ def test_init_after_shutdown_exports_through_the_providers_it_created(tmp_path: 
     assert exported == {signal: {"first_lookup", "second_lookup"} for signal in ("traces", "logs", "metrics")}
 
 
+REVIEWED_AGENT = """
+    import json, os, sqlite3, sys, threading
+    import otel_errcompact
+
+    person = threading.Event()  # the reviewer, who has not answered yet
+    ec = otel_errcompact.init(service_name="reviewed", action="human", human_review=lambda escalation: person.wait())
+
+    @ec.tool
+    def count_orders():
+        with sqlite3.connect(":memory:") as conn:
+            return conn.execute("SELECT count(*) FROM orders").fetchall()
+
+    with ec.conversation("c"):
+        results = [count_orders() for _ in range(3)]
+    flushed = ec.flush(timeout_s=2) if sys.argv[1] == "flush" else ec.shutdown()
+    print(json.dumps({"escalated": [r.escalated for r in results], "flushed": flushed}), flush=True)
+    os._exit(0)  # only what flush() or shutdown() exported reaches the receiver
+"""
+
+
+@pytest.mark.parametrize("step", ["flush", "shutdown"])
+def test_a_review_waiting_for_a_person_does_not_hold_back_the_breachs_export(tmp_path: Path, step: str) -> None:
+    """A human-review hook may wait for a person for longer than any timeout: ``flush()`` and
+    ``shutdown()`` export the breach (its span event and its metric) first, and wait for the hook with
+    what is left (``flush()`` then returns False, as the review is not done)."""
+    from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+    with loopback_server(_Receiver) as base:
+        _Receiver.bodies.clear()
+        env = _env(tmp_path, OTEL_EXPORTER_OTLP_ENDPOINT=base, OTEL_ERRCOMPACT_SQLITE_PATH=str(tmp_path / "t.sqlite3"),
+                   OTEL_ERRCOMPACT_SHUTDOWN_TIMEOUT_S="2")
+        out = _last_json(_python(REVIEWED_AGENT, env, step))
+        bodies = list(_Receiver.bodies)
+    assert out == {"escalated": [False, False, True], "flushed": False if step == "flush" else None}
+    events = [dict((a.key, a.value.string_value or a.value.int_value) for a in e.attributes)
+              for path, body in bodies if path == "/v1/traces"
+              for rs in ExportTraceServiceRequest.FromString(body).resource_spans
+              for ss in rs.scope_spans for span in ss.spans for e in span.events if e.name == "errcompact.escalation"]
+    assert [(e["errcompact.reason"], e["errcompact.action"], e["gen_ai.tool.name"]) for e in events] == [
+        ("consecutive", "human", "count_orders")
+    ]
+    escalations = [p.as_int for path, body in bodies if path == "/v1/metrics"
+                   for rm in ExportMetricsServiceRequest.FromString(body).resource_metrics
+                   for sm in rm.scope_metrics for m in sm.metrics if m.name == "errcompact.escalations"
+                   for p in m.sum.data_points]
+    assert escalations == [1]
+
+
 PROMETHEUS_AGENT = """
     import json, os, socket, sys, warnings
     from opentelemetry import trace
