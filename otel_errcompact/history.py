@@ -513,7 +513,7 @@ class ErrorHistory:
         """The standing breach of ``scope``, if any."""
         with self._lock:
             self._apply_successes()
-            state = self._scopes.get(scope)
+            state = self._held(scope)
             breach = state.breach if state is not None else None
         if self._observed:
             self._finish_observed()
@@ -532,7 +532,7 @@ class ErrorHistory:
         """
         with self._lock:
             self._apply_successes()
-            state = self._scopes.get(scope)
+            state = self._held(scope)
             if state is not None:
                 state.breach = None
                 state.consecutive = 0
@@ -570,7 +570,7 @@ class ErrorHistory:
     def _render_locked(self, scope: str) -> str:
         with self._lock:
             self._apply_successes()
-            state = self._scopes.get(scope)
+            state = self._held(scope)
             if state is None or state.total == 0:
                 return ""
             # Show the most recently seen classes, in the order they first appeared.
@@ -616,7 +616,7 @@ class ErrorHistory:
 
     def _touch(self, scope: str) -> _Scope:
         now = self._clock()
-        state = self._scopes.get(scope)
+        state = self._held(scope, now)
         if state is None:
             self._evict_idle(now)
             while len(self._scopes) >= self.limits.max_scopes:
@@ -626,6 +626,18 @@ class ErrorHistory:
         else:
             self._scopes.move_to_end(scope)
         state.touched = now
+        return state
+
+    def _held(self, scope: str, now: float | None = None) -> _Scope | None:
+        """The state of ``scope``, unless it has been idle for ``Limits.idle_seconds``: it is dropped then,
+        with its counters and any standing breach, as the sweep of idle scopes would drop it (call with
+        the lock held). The sweep runs when a new scope arrives; without this, whether a conversation
+        that came back after its idle time was still halted, or went on with its old streak, depended on
+        whether another conversation had started meanwhile."""
+        state = self._scopes.get(scope)
+        if state is not None and state.touched <= (self._clock() if now is None else now) - self.limits.idle_seconds:
+            del self._scopes[scope]
+            return None
         return state
 
     def _evict_idle(self, now: float | None = None) -> None:

@@ -293,6 +293,30 @@ def test_idle_scopes_are_evicted_with_injected_clock() -> None:
     assert h.scopes() == ["new"]
 
 
+def test_an_idle_scope_is_dropped_whether_or_not_another_one_arrived(digests: dict[str, Digest]) -> None:
+    """A conversation idle for ``idle_seconds`` is dropped with its counters and its standing breach as
+    it comes back, as it is when other conversations arrive meanwhile: it is not halted any more, its
+    block is empty, and its next failure starts a streak of its own."""
+    now = [1000.0]
+    busy, quiet = (
+        ErrorHistory(Thresholds(consecutive=2, budget=None), Limits(idle_seconds=60.0), clock=lambda: now[0])
+        for _ in range(2)
+    )
+    for h in (busy, quiet):
+        h.observe("c1", digests["key"])
+        h.observe("c1", digests["key"])
+        with pytest.raises(ErrorBudgetExceeded):
+            h.check("c1")
+    now[0] += 61
+    busy.observe("c2", digests["div"])  # a new conversation sweeps the idle ones
+    for h in (busy, quiet):  # the quiet process: "c1" comes back with nobody else arriving meanwhile
+        h.check("c1")
+        assert h.render("c1") == ""
+        first = h.observe("c1", digests["key"])
+        assert (first.count, first.consecutive, first.total, first.escalation) == (1, 1, 1, None)
+        assert h.escalation("c1") is None
+
+
 def _long_digest(tmp_path: Path, name: str, filler: str) -> Digest:
     """A real traceback whose message is tens of KB (the compactor bounds it; the block must too)."""
     raw = python_error(
