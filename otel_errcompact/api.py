@@ -515,6 +515,7 @@ def init(
                     stacklevel=2,
                 )
             return _INSTANCE
+        _warn_covered(config, thresholds, limits, settings)
         if not config.enabled:
             handle = _build_inert(config)
             handle._init_arguments = arguments
@@ -542,6 +543,38 @@ def init(
     if handle.writer is not None:
         install_sigterm_flush(_shut_down_current, config.shutdown_timeout_s, hold=_hold_current)
     return handle
+
+
+_COVERED_FIELDS = (
+    ("thresholds", ("consecutive", "budget", "action")),
+    ("limits", ("max_classes", "max_scopes", "idle_seconds", "max_lines", "max_chars", "max_values")),
+)
+"""The settings a ``thresholds=`` / ``limits=`` object given to ``init()`` holds, each of them."""
+
+
+def _warn_covered(
+    config: Settings, thresholds: Thresholds | None, limits: Limits | None, overrides: dict[str, Any]
+) -> None:
+    """A ``thresholds=`` or ``limits=`` object holds every setting it covers, its defaults included, so a
+    keyword or an ``OTEL_ERRCOMPACT_*`` variable for one of them cannot take effect: a
+    :class:`ConfigurationWarning` names each one that asks for another value than the object's (an
+    operator's ``OTEL_ERRCOMPACT_ACTION=human`` beside ``thresholds=Thresholds(consecutive=5)`` was
+    ignored without a word, and ``ec.settings`` showed it as if in effect)."""
+    ignored: list[str] = []
+    for argument, fields in _COVERED_FIELDS:
+        given = thresholds if argument == "thresholds" else limits
+        if given is None:
+            continue
+        for name in fields:
+            origin, wanted, used = setting_origin(name, overrides), getattr(config, name), getattr(given, name)
+            if not origin.startswith("the default") and wanted != used:
+                ignored.append(f"{origin.rstrip('=')}={wanted!r} (the {argument}= given has {name}={used!r})")
+    if ignored:
+        warnings.warn(
+            f"otel-errcompact: ignoring {'; '.join(ignored)}: give each setting in one place",
+            ConfigurationWarning,
+            stacklevel=3,
+        )
 
 
 # SIGTERM's handler acts on the handle live when the signal comes, not on the one that installed it: a

@@ -26,7 +26,7 @@ from opentelemetry.trace import Status, StatusCode
 
 import otel_errcompact
 from otel_errcompact import ConfigurationError, ToolErrorText
-from otel_errcompact.history import ErrorHistory
+from otel_errcompact.history import ErrorHistory, Limits, Thresholds
 from otel_errcompact.recovery.breaker import BreakerPolicy
 from otel_errcompact.recovery.retry import RetryPolicy
 from otel_errcompact.recovery.state import InMemoryStateStore
@@ -212,6 +212,34 @@ def test_a_bad_redis_url_fails_init_before_anything_is_attached(tmp_path: Path, 
         assert ended.attributes is not None and ended.attributes["errcompact.count"] == 1
     finally:
         ec.shutdown()
+
+
+def test_a_setting_a_thresholds_or_limits_object_holds_is_named_when_it_asks_for_another_value(
+    monkeypatch: pytest.MonkeyPatch, make_otel: Callable[..., OTel]
+) -> None:
+    """``thresholds=`` / ``limits=`` hold each of their settings, defaults included: an operator's variable
+    or a keyword for one of them that asks for another value cannot take effect, and says so (one that
+    agrees is quiet)."""
+    monkeypatch.setenv("OTEL_ERRCOMPACT_ACTION", "human")
+    with pytest.warns(otel_errcompact.ConfigurationWarning) as caught:
+        otel = make_otel(thresholds=Thresholds(consecutive=5), consecutive=5, budget=2,
+                         limits=Limits(max_lines=4), max_lines=4, max_classes=3)
+    (message,) = [str(w.message) for w in caught if issubclass(w.category, otel_errcompact.ConfigurationWarning)]
+    assert "OTEL_ERRCOMPACT_ACTION='human' (the thresholds= given has action='halt')" in message
+    assert "budget=2 (the thresholds= given has budget=20)" in message
+    assert "max_classes=3 (the limits= given has max_classes=32)" in message
+    assert "consecutive" not in message and "max_lines" not in message
+    assert otel.ec.history.thresholds == Thresholds(consecutive=5)  # the object's, as the warning says
+
+    @otel.ec.tool
+    def lookup(key: str) -> int:
+        return {"a": 1}[key]
+
+    with otel.ec.conversation("conv-thresholds"):
+        results = [lookup("b") for _ in range(5)]
+        assert [r.escalated for r in results] == [False, False, False, False, True]  # type: ignore[attr-defined]
+        with pytest.raises(otel_errcompact.ErrorBudgetExceeded):
+            otel.ec.check()
 
 
 def test_init_is_idempotent(otel: OTel) -> None:
