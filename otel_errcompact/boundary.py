@@ -323,6 +323,8 @@ class ToolBoundary:
                     span, name, call_id, text, exc_type="tool_error",
                     unredacted={"raw_error": text, "status_description": text}, arguments=call._arguments,
                 )
+            elif self._reader_of(span) is None:
+                self._succeeded_unread(name)
 
     # -- the decorator form ------------------------------------------------------------------------------
 
@@ -607,6 +609,25 @@ class ToolBoundary:
 
     # -- internals ---------------------------------------------------------------------------------------
 
+    def _reader_of(self, span: trace.Span) -> ErrorCompactionProcessor | None:
+        """The span processor that reads this tool span as it ends, or None: no SDK pipeline serves this
+        boundary, or the span records nothing (its trace was sampled out), and the boundary then tells
+        the pipeline how the call went itself."""
+        processor = self._processor
+        if processor is not None and isinstance(span, SdkSpan) and span.is_recording():
+            return processor
+        return None
+
+    def _succeeded_unread(self, name: str) -> None:
+        """A successful call whose span no processor reads: its conversation's consecutive count starts
+        again and it is counted in ``errcompact.tool.calls``, as the processor does for a recorded span
+        (without this, in a trace the sampler left out, only the failures counted: a success between
+        two failures did not end their streak, and the error ratio read 100 %)."""
+        try:
+            self._pipeline.succeeded(self.current_scope(), name)
+        except Exception:
+            _log.exception("otel-errcompact: could not count a successful tool call")
+
     def _failed_with(
         self,
         span: trace.Span,
@@ -698,8 +719,8 @@ class ToolBoundary:
         originals: dict[str, str] = dict(unredacted or {})
         if arguments is not None:
             originals["tool_arguments"] = arguments
-        processor = self._processor
-        if processor is not None and isinstance(span, SdkSpan) and span.is_recording():
+        processor = self._reader_of(span)
+        if processor is not None and isinstance(span, SdkSpan):  # the test narrows the span's type
             outcome = processor.handle_live(span, originals, model_text=model_text)
         if outcome is None:  # no SDK pipeline to read the span from: describe the failure directly
             span_context = span.get_span_context()

@@ -15,11 +15,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
+import otel_errcompact
 from otel_errcompact import ErrorBudgetExceeded, ToolErrorText
-from tests.conftest import OTel
+from tests.conftest import OTel, metric_points
 
 HERE = Path(__file__).name
 
@@ -315,6 +319,38 @@ def test_halt_raises_at_the_next_call_without_running_the_tool(otel: OTel) -> No
     assert len(otel.spans("execute_tool lookup")) == 3  # the refused call opened no span
     with pytest.raises(ErrorBudgetExceeded):
         otel.ec.check("conv-loop")
+
+
+def test_in_a_trace_the_sampler_left_out_a_success_still_ends_the_streak(tmp_path: Path) -> None:
+    """With sampling (``ParentBased(TraceIdRatioBased(…))`` in production; here every trace is left out) no
+    span processor reads the tool spans: the boundary counts each call itself, successes as well as
+    failures, so a success between failures ends their streak and counts in ``errcompact.tool.calls``."""
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    ec = otel_errcompact.init(tracer_provider=TracerProvider(sampler=ALWAYS_OFF), meter_provider=meter_provider,
+                              sqlite_path=tmp_path / "t.sqlite3", breaker_threshold=0)
+    try:
+        available: set[str] = set()
+
+        @ec.tool
+        def lookup(key: str) -> str:
+            return {k: "found" for k in available}[key]
+
+        results: list[object] = []
+        with ec.conversation("conv-sampled-out"):
+            for step in ("fail", "fail", "succeed", "fail", "fail", "succeed", "fail"):
+                available = {"k"} if step == "succeed" else set()
+                results.append(lookup("k"))
+            ec.check()  # two failures in a row at most: no halt
+        assert results[2] == results[5] == "found"
+        assert [r.escalated for r in results if isinstance(r, ToolErrorText)] == [False] * 5
+        assert ec.history.escalation("conv-sampled-out") is None
+        assert ec.flush()
+        calls = {p.attributes["errcompact.outcome"]: p.value for p in metric_points(reader, "errcompact.tool.calls")}
+        assert calls == {"ok": 2, "error": 5}
+    finally:
+        ec.shutdown()
+        meter_provider.shutdown()
 
 
 def test_top_level_calls_count_in_the_default_scope(otel: OTel) -> None:
