@@ -252,13 +252,13 @@ def raw_error_of(
             return stack
         if etype or message:
             return f"{etype or 'Error'}: {message or ''}".rstrip(": ")
-    result = attrs.get("gen_ai.tool.call.result")
-    if status_description and result and str(result) not in status_description:
+    result = semconv.tool_result(attrs)  # JSON text when recorded as an object
+    if status_description and result and result not in status_description:
         return f"{status_description}\n{result}"
     if status_description:
         return status_description
     if result:
-        return str(result)
+        return result
     error_type = attrs.get(semconv.ERROR_TYPE)
     return str(error_type) if error_type else "tool call failed (no error details were recorded)"
 

@@ -7,6 +7,10 @@
 - OpenLLMetry (Traceloop): ``traceloop.span.kind`` = ``tool`` / ``agent``, ``traceloop.entity.name``,
   ``traceloop.entity.input``.
 
+The GenAI conventions record a tool call's arguments and result as an object where the SDK takes
+structured attribute values (the Python SDK does since 1.45), else as a JSON string: both are read as
+JSON text (:func:`attribute_text`).
+
 Exceptions arrive as ``exception`` span events (the SDK's ``record_exception``) or, with
 ``OTEL_SEMCONV_EXCEPTION_SIGNAL_OPT_IN=logs``, as log records carrying the same ``exception.*``
 attributes. Functions here take plain attribute mappings so they can be tested without a span.
@@ -14,11 +18,14 @@ attributes. Functions here take plain attribute mappings so they can be tested w
 
 from __future__ import annotations
 
+import json
 from collections import deque
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry.sdk.trace import Event as _SdkEvent
+
+from otel_errcompact.trajectory import jsonable
 
 __all__ = [
     "AGENT_KINDS",
@@ -33,12 +40,14 @@ __all__ = [
     "GEN_AI_OPERATION_NAME",
     "GEN_AI_TOOL_CALL_ARGUMENTS",
     "GEN_AI_TOOL_CALL_ID",
+    "GEN_AI_TOOL_CALL_RESULT",
     "GEN_AI_TOOL_NAME",
     "OPENINFERENCE_KIND",
     "TOOL_ARGUMENTS_ATTRIBUTES",
     "TOOL_CALL_ID_ATTRIBUTES",
     "TRACELOOP_KIND",
     "agent_name",
+    "attribute_text",
     "conversation_id",
     "exception_from_attributes",
     "exception_from_events",
@@ -48,12 +57,14 @@ __all__ = [
     "tool_arguments",
     "tool_call_id",
     "tool_name",
+    "tool_result",
 ]
 
 GEN_AI_OPERATION_NAME = "gen_ai.operation.name"
 GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
+GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
 GEN_AI_AGENT_ID = "gen_ai.agent.id"
@@ -118,9 +129,33 @@ def tool_call_id(attrs: Mapping[str, Any]) -> str | None:
     return _first_str(attrs, *TOOL_CALL_ID_ATTRIBUTES)
 
 
+def attribute_text(value: Any) -> str:
+    """An attribute value as text: a string as it is, a structured value (a mapping or a sequence, as the
+    GenAI conventions record a tool call's arguments and result) as the JSON string the conventions give
+    for it where a string is needed (``str`` would make a Python repr of it, with single quotes and
+    tuples), anything else by ``str``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (Mapping, list, tuple)):
+        return json.dumps(jsonable(value), ensure_ascii=False)
+    return str(value)
+
+
 def tool_arguments(attrs: Mapping[str, Any]) -> str | None:
-    """The arguments the tool was called with, when recorded (opt-in in all three conventions)."""
-    return _first_str(attrs, *TOOL_ARGUMENTS_ATTRIBUTES)
+    """The arguments the tool was called with, when recorded (opt-in in all three conventions): JSON text
+    also when the span records them as an object."""
+    for name in TOOL_ARGUMENTS_ATTRIBUTES:
+        value = attrs.get(name)
+        if value is not None and value != "":
+            return attribute_text(value)
+    return None
+
+
+def tool_result(attrs: Mapping[str, Any]) -> str | None:
+    """What the tool returned (``gen_ai.tool.call.result``, opt-in), as text (JSON for an object); None
+    when absent or empty."""
+    value = attrs.get(GEN_AI_TOOL_CALL_RESULT)
+    return attribute_text(value) if value else None
 
 
 def conversation_id(attrs: Mapping[str, Any]) -> str | None:

@@ -236,6 +236,27 @@ def test_identity_from_other_conventions_and_arguments_only_when_captured(
     assert record.digest.line in otel.ec.context("sess-7")
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["simple", "batch"])
+def test_arguments_and_result_recorded_as_objects_are_read_as_json(make_otel: Callable[..., OTel], batch: bool) -> None:
+    """The GenAI conventions record a tool call's arguments and result as objects where the SDK takes
+    structured values (the Python SDK does): the record keeps them as the JSON text the conventions give
+    for a string, not as a Python repr (single quotes, tuples) that no JSON reader takes."""
+    otel = make_otel(batch=batch, capture_arguments=True)
+    arguments = {"path": "/nonexistent/settings.toml", "lines": (1, 5)}
+    exc = raise_from(read_settings, arguments["path"])
+    assert isinstance(exc, OSError)
+    result = {"error": str(exc), "errno": exc.errno}
+    attributes = {**GENAI_TOOL, "gen_ai.tool.call.arguments": arguments, "gen_ai.tool.call.result": result}
+    with otel.tracer.start_as_current_span("execute_tool lookup", attributes=attributes) as span:
+        span.set_status(Status(StatusCode.ERROR))  # the failure is reported in the result, not raised
+    record = only_record(otel)
+    assert record.tool_arguments is not None and json.loads(record.tool_arguments) == {
+        "path": "/nonexistent/settings.toml", "lines": [1, 5]
+    }
+    assert json.loads(record.raw_error) == result
+    assert record.digest is not None and "No such file or directory" in record.digest.line
+
+
 def test_custom_tool_predicate(make_otel: Callable[..., OTel]) -> None:
     otel = make_otel(tool_predicate=lambda span: span.name.startswith("mcp.call "))
     failing_tool_span(otel.tracer, read_settings, ("/nonexistent/settings.toml",),
