@@ -18,7 +18,8 @@ retried (``retry=``, one retry by default, tenacity backoff with jitter, retry-a
 an ``errcompact.retry`` span event); a circuit breaker keyed by (tool, dedup key) refuses calls that keep
 failing the same way (the model gets ``circuit open: <digest> (×3); retry after 30s``); async tools run as
 tasks that ``abort(scope)`` and a halt can cancel, unless declared ``mutating=True``. A cancelled or
-refused call is recorded (trajectory, span event) but is not a tool failure.
+refused call is recorded (trajectory, span event) but is not a tool failure; a refused call's span still
+ends with status ERROR and ``error.type`` ``circuit_open``, since the agent got an error for it.
 """
 
 from __future__ import annotations
@@ -478,6 +479,7 @@ class ToolBoundary:
         text = circuit_open_text(admission, self.breakers.clock())
         with self._tracer.start_as_current_span(f"execute_tool {name}", attributes=self._attrs(name)) as span:
             span.set_attribute("errcompact.circuit_open", True)
+            _mark_refused(span, text)
             b = admission.breaker
             span.add_event(
                 "errcompact.breaker",
@@ -521,7 +523,7 @@ class ToolBoundary:
             trace_id=f"{context.trace_id:032x}" if context.is_valid else None,
             span_id=f"{context.span_id:016x}" if context.is_valid else None,
             span_name=f"execute_tool {name}",
-            error_type="circuit_open",
+            error_type=CIRCUIT_OPEN,
             attributes={"errcompact.circuit_open": True},
         )
 
@@ -791,6 +793,23 @@ def _digest_of_line(key: str, line: str) -> Digest:
         error_class=klass.error_class,
         retry_after_s=klass.retry_after_s,
     )
+
+
+CIRCUIT_OPEN = "circuit_open"
+"""The ``error.type`` of a call an open circuit breaker refused (and of its trajectory record)."""
+
+
+def _mark_refused(span: trace.Span, text: str) -> None:
+    """Mark the span of a call the breaker refused as failed, as the conventions ask of an operation that
+    returns an error without raising: the agent gets an error for it. Status ERROR with the refusal as its
+    description (bounded and redacted like a tool's error) and ``error.type`` ``circuit_open``; its
+    ``errcompact.circuit_open`` attribute keeps the span processor from counting it as one more failure of
+    the tool."""
+    try:
+        span.set_status(Status(StatusCode.ERROR, _span_text(text, 1024)))
+        span.set_attribute(semconv.ERROR_TYPE, CIRCUIT_OPEN)
+    except Exception:
+        _log.debug("otel-errcompact: could not mark a refused tool span", exc_info=True)
 
 
 def _mark_interrupted(span: trace.Span, name: str) -> None:

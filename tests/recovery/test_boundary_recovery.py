@@ -181,6 +181,37 @@ def test_a_different_error_class_of_the_same_tool_counts_apart(make_otel: Callab
     assert read(folder).circuit_open  # type: ignore[attr-defined]
 
 
+def test_a_refused_call_ends_its_span_failed_without_counting_a_tool_failure(
+    make_otel: Callable[..., OTel], tmp_path: Any
+) -> None:
+    """The agent gets an error for a refused call, so its ``execute_tool`` span ends as the conventions
+    ask of an operation that returned one: status ERROR with the refusal as its description, and an
+    ``error.type``. It is still not one more failure of the tool (the tool did not run)."""
+    otel = make_otel(thresholds=Thresholds(consecutive=100, budget=None))
+
+    @otel.ec.tool
+    def read(path: str) -> str:
+        with open(path) as f:
+            return f.read()
+
+    missing = str(tmp_path / "missing.txt")
+    for _ in range(3):
+        assert "FileNotFoundError" in read(missing)
+    refused = read(missing)
+    assert isinstance(refused, ToolErrorText) and refused.circuit_open
+    spans = otel.spans("execute_tool read")
+    assert len(spans) == 4
+    span = spans[-1]
+    assert (span.attributes or {})["errcompact.circuit_open"] is True
+    assert span.status.status_code is StatusCode.ERROR
+    assert span.status.description == str(refused)
+    assert (span.attributes or {})["error.type"] == "circuit_open"
+    assert otel.metric_sum("errcompact.errors") == 3
+    assert {p.attributes["errcompact.outcome"]: p.value for p in otel.metric_points("errcompact.tool.calls")} == {
+        "error": 3
+    }
+
+
 def test_a_probe_that_fails_another_way_opens_the_breaker_again(make_otel: Callable[..., OTel], tmp_path: Any) -> None:
     """The half-open probe is the one call let through: whatever way it fails, the breaker it probed opens
     again for another cooldown, and a later probe may close it (it must not stay half-open, its probe
