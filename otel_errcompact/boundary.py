@@ -658,7 +658,7 @@ class ToolBoundary:
                     # Bounded like the OTLP log events: the full text is in the trajectory record.
                     "exception.message": _span_text(message, _MAX_SPAN_TEXT),
                     "exception.stacktrace": _span_text(raw, _MAX_SPAN_TEXT),
-                    "exception.escaped": "False",
+                    # No ``exception.escaped``: deprecated by the exception conventions.
                 },
             )
             span.set_status(Status(StatusCode.ERROR, _span_text(f"{exc_type}: {message}", 1024)))

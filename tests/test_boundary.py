@@ -451,6 +451,31 @@ def test_exception_text_matches_format_exception(otel: OTel) -> None:
     assert record.exception_type == "json.decoder.JSONDecodeError"
 
 
+def test_the_exception_event_carries_the_conventions_attributes_and_no_deprecated_one(otel: OTel) -> None:
+    """The ``exception`` event of a failed call has the three attributes the exception conventions define,
+    its type named as the SDK names it; not ``exception.escaped``, which the conventions deprecate (and
+    register as a boolean, where a string ``"False"`` was written)."""
+    captured: list[BaseException] = []
+
+    @otel.ec.tool
+    def parse(text: str) -> Any:
+        try:
+            return json.loads(text)
+        except ValueError as exc:
+            captured.append(exc)
+            raise
+
+    assert_compact(parse("[1, 2,"))
+    (event,) = [e for e in only_span(otel, "execute_tool parse").events if e.name == "exception"]
+    attributes = dict(event.attributes or {})
+    assert set(attributes) == {"exception.type", "exception.message", "exception.stacktrace"}
+    with otel.tracer.start_as_current_span("sdk") as span:
+        span.record_exception(captured[0])  # the SDK's own event for the same exception
+    (sdk_event,) = only_span(otel, "sdk").events
+    assert attributes["exception.type"] == (sdk_event.attributes or {})["exception.type"]
+    assert attributes["exception.message"] == (sdk_event.attributes or {})["exception.message"]
+
+
 def test_arguments_are_not_captured_by_default(make_otel: Callable[..., OTel]) -> None:
     otel = make_otel()
 
