@@ -49,6 +49,7 @@ __all__ = [
     "agent_name",
     "attribute_text",
     "conversation_id",
+    "error_type_of",
     "exception_from_attributes",
     "exception_from_events",
     "is_agent_span",
@@ -170,6 +171,14 @@ def agent_name(attrs: Mapping[str, Any]) -> str | None:
     if name is None and attrs.get(TRACELOOP_KIND) in AGENT_KINDS:
         name = _first_str(attrs, "traceloop.entity.name")
     return name
+
+
+def error_type_of(error_type: str | None, exception_type: str | None, fallback: str) -> str:
+    """The ``error.type`` to report for a failure in metrics and log records: the one its span records
+    (the conventions ask for the same value on a failure's span, metrics and logs), else its exception's
+    type (a fully-qualified class name, as the conventions define ``error.type`` for an exception), else
+    ``fallback`` (the digest's type, for a failure described by text alone)."""
+    return error_type or exception_type or fallback
 
 
 def exception_from_attributes(attrs: Mapping[str, Any]) -> tuple[str | None, str | None, str | None] | None:

@@ -6,9 +6,10 @@ Instruments (all counters, on the meter ``otel_errcompact``):
 name                           unit        attributes
 =============================  ==========  ==========================================================
 ``errcompact.tool.calls``      {call}      ``gen_ai.tool.name``, ``errcompact.outcome`` (``ok``/``error``)
-``errcompact.errors``          {error}     ``gen_ai.tool.name``, ``error.type``, ``errcompact.new_class``
-``errcompact.classes.new``     {class}     ``gen_ai.tool.name``, ``error.type``: first sight of a dedup key
-                                           in this process (not per conversation)
+``errcompact.errors``          {error}     ``gen_ai.tool.name``, ``error.type``, ``errcompact.error_type``,
+                                           ``errcompact.new_class``
+``errcompact.classes.new``     {class}     ``gen_ai.tool.name``, ``error.type``, ``errcompact.error_type``:
+                                           first sight of a dedup key in this process (not per conversation)
 ``errcompact.escalations``     {escalation} ``gen_ai.tool.name``, ``errcompact.reason``, ``errcompact.action``
 ``errcompact.tokens.raw``      {token}     ``gen_ai.tool.name``, ``errcompact.basis``: tokens of what the
                                            agent would have received without otel-errcompact
@@ -27,6 +28,12 @@ The token basis (``errcompact.basis``) says what the savings are measured agains
 caller knows the text the agent would have received instead (a framework's own error message, passed as
 ``Failure.model_text`` by the bridges), else ``raw_error`` (the full raw error, an upper bound: some
 frameworks never put the full traceback into the context).
+
+``error.type`` is the value the failed span records (the exception's fully-qualified class name at the
+tool boundary, ``tool_error`` for an error returned as data), else the exception's type, else the
+digest's type: the conventions ask for the same ``error.type`` on a failure's span and its metrics.
+``errcompact.error_type`` is the digest's type (``JSONDecodeError``, ``HTTPStatusError 503``, ``HTTP 429``),
+the library's finer class, which ``error.type`` held before.
 
 Attributes stay low-cardinality: tool names and error types only; error types beyond the first
 :data:`MAX_ERROR_TYPES` distinct ones, and tool names beyond the first :data:`MAX_TOOL_NAMES`, are
@@ -72,6 +79,7 @@ from otel_errcompact._sanitize import prompt_text
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.history import ErrorHistory, Escalation
 from otel_errcompact.pipeline import Failure, Outcome
+from otel_errcompact.semconv import error_type_of
 from otel_errcompact.tokens import MAX_COUNTED_CHARS, background_counter
 
 __all__ = [
@@ -143,9 +151,11 @@ _SUCCESS_BATCH = 1024
 MAX_QUEUED_TOKEN_CHARS = 8 * 1024 * 1024
 """Characters of error text waiting for token counting at most; beyond it counts are recorded in place."""
 
-# (baseline head or None for a success, baseline length, digest line, tool, basis, error type, new in
-# its conversation, dedup key)
-_Item = tuple[str | None, int, str, str, str, str, bool, str]
+# (baseline head or None for a success, baseline length, digest line, tool, basis, error types (see
+# _ErrorTypes), new in its conversation, dedup key)
+_ErrorTypes = tuple[str, str]
+"""A failure's ``error.type`` (the conventional one, see the module) and its digest's type."""
+_Item = tuple[str | None, int, str, str, str, _ErrorTypes, bool, str]
 
 
 def metrics_are_read(meter_provider: Any) -> bool:
@@ -167,8 +177,13 @@ def metrics_are_read(meter_provider: Any) -> bool:
     return bool(readers) if readers is not None else True
 
 
-_DRAIN_SUCCESSES: _Item = (None, 0, "", "", "", "", False, "")
+_DRAIN_SUCCESSES: _Item = (None, 0, "", "", "", ("", ""), False, "")
 """The metrics thread's item for "count the queued successful calls"."""
+
+
+def _error_types(failure: Failure, digest_type: str) -> _ErrorTypes:
+    """``(error.type, digest type)`` of a failure (see :func:`~otel_errcompact.semconv.error_type_of`)."""
+    return error_type_of(failure.error_type, failure.exception_type, digest_type), digest_type
 
 
 def _item_cost(item: _Item) -> int:
@@ -217,6 +232,7 @@ class ErrorMetrics:
         )
         self._meter = meter
         self._error_type = _CappedValues(MAX_ERROR_TYPES, "error types")
+        self._digest_type = _CappedValues(MAX_ERROR_TYPES, "digest types")
         self._tool_name = _CappedValues(MAX_TOOL_NAMES, "tool names")
         self._count = background_counter()
         self._separator_tokens: int | None = None
@@ -363,22 +379,30 @@ class ErrorMetrics:
             tool = self._tool_name(tool)
         digest = outcome.digest
         is_new = outcome.observation.is_new
+        types = _error_types(failure, digest.type)
         if self._tokens is not None:
             basis = "model_text" if failure.model_text is not None else "raw_error"
             baseline = failure.model_text if failure.model_text is not None else failure.raw_error
             # Slicing a short string returns the string itself; a huge one is cut to the counted head.
             head = baseline[:MAX_COUNTED_CHARS]
-            if self._tokens.submit((head, len(baseline), digest.line, tool, basis, digest.type, is_new, digest.key)):
+            if self._tokens.submit((head, len(baseline), digest.line, tool, basis, types, is_new, digest.key)):
                 return
-        self._count_failure(tool, digest.type, is_new, digest.key)
+        self._count_failure(tool, types, is_new, digest.key)
 
-    def _count_failure(self, tool_name: str, type_: str, is_new: bool, key: str) -> None:
-        tool = {"gen_ai.tool.name": tool_name}
-        error_type = self._error_type(type_)
-        self._calls.add(1, {**tool, "errcompact.outcome": "error"})
-        self._errors.add(1, {**tool, "error.type": error_type, "errcompact.new_class": is_new})
+    def _capped(self, types: _ErrorTypes) -> _ErrorTypes:
+        """``types`` with each value beyond its cap reported as :data:`OVERFLOW`."""
+        return self._error_type(types[0]), self._digest_type(types[1])
+
+    @staticmethod
+    def _type_attributes(tool: str, types: _ErrorTypes) -> dict[str, str]:
+        return {"gen_ai.tool.name": tool, "error.type": types[0], "errcompact.error_type": types[1]}
+
+    def _count_failure(self, tool_name: str, types: _ErrorTypes, is_new: bool, key: str) -> None:
+        attributes = self._type_attributes(tool_name, self._capped(types))
+        self._calls.add(1, {"gen_ai.tool.name": tool_name, "errcompact.outcome": "error"})
+        self._errors.add(1, {**attributes, "errcompact.new_class": is_new})
         if self._first_sight(key):
-            self._new_classes.add(1, {**tool, "error.type": error_type})
+            self._new_classes.add(1, attributes)
 
     def on_escalation(self, escalation: Escalation, failure: Failure) -> None:
         """Escalation listener: count the breach."""
@@ -400,20 +424,20 @@ class ErrorMetrics:
         trip to the counting process): per attribute set, the error texts joined (see :meth:`_sample`),
         and each distinct digest line once, however many occurrences of its error class repeat it.
         """
-        errors: dict[tuple[str, str, bool], int] = {}
+        errors: dict[tuple[str, _ErrorTypes, bool], int] = {}
         texts: dict[tuple[str, str], tuple[list[str], list[int]]] = {}
         lines: dict[tuple[str, str], Counter[str]] = {}
-        classes: list[tuple[str, str, str]] = []  # (key, tool, error type): first sights, below
-        error_type_of = self._error_type
+        classes: list[tuple[str, str, _ErrorTypes]] = []  # (key, tool, error types): first sights, below
+        capped = self._capped
         drain = False
-        for head, length, line, tool, basis, type_, is_new, key in items:
+        for head, length, line, tool, basis, types, is_new, key in items:
             if head is None:
                 drain = True  # queued successful calls: counted once per batch, below
                 continue
-            error_type = error_type_of(type_)
-            counted = (tool, error_type, is_new)
+            types = capped(types)
+            counted = (tool, types, is_new)
             errors[counted] = errors.get(counted, 0) + 1
-            classes.append((key, tool, error_type))
+            classes.append((key, tool, types))
             text_key = (tool, basis)
             text = texts.get(text_key)
             if text is None:
@@ -429,10 +453,11 @@ class ErrorMetrics:
             calls[tool] = calls.get(tool, 0) + n
         for tool, n in calls.items():
             self._calls.add(n, {"gen_ai.tool.name": tool, "errcompact.outcome": "error"})
-        for (tool, error_type, is_new), n in errors.items():
-            self._errors.add(n, {"gen_ai.tool.name": tool, "error.type": error_type, "errcompact.new_class": is_new})
-        for (tool, error_type), n in self._new_classes_of(classes).items():
-            self._new_classes.add(n, {"gen_ai.tool.name": tool, "error.type": error_type})
+        type_attributes = self._type_attributes
+        for (tool, types, is_new), n in errors.items():
+            self._errors.add(n, {**type_attributes(tool, types), "errcompact.new_class": is_new})
+        for (tool, types), n in self._new_classes_of(classes).items():
+            self._new_classes.add(n, type_attributes(tool, types))
         if texts:
             self._record_tokens(texts, lines)
 
@@ -456,15 +481,17 @@ class ErrorMetrics:
             compact = sum(line_tokens[line] * n for line, n in lines[text_key].items())
             self._compact_tokens.add(compact, attributes)
 
-    def _new_classes_of(self, classes: list[tuple[str, str, str]]) -> dict[tuple[str, str], int]:
-        """The classes seen for the first time among ``(key, tool, error type)``, counted by tool and
-        type: :meth:`_sighted` for each, in order, under one taking of the lock."""
-        new: dict[tuple[str, str], int] = {}
+    def _new_classes_of(
+        self, classes: list[tuple[str, str, _ErrorTypes]]
+    ) -> dict[tuple[str, _ErrorTypes], int]:
+        """The classes seen for the first time among ``(key, tool, error types)``, counted by tool and
+        types: :meth:`_sighted` for each, in order, under one taking of the lock."""
+        new: dict[tuple[str, _ErrorTypes], int] = {}
         sighted = self._sighted
         with self._seen_lock:
-            for key, tool, error_type in classes:
+            for key, tool, types in classes:
                 if sighted(key):
-                    new[(tool, error_type)] = new.get((tool, error_type), 0) + 1
+                    new[(tool, types)] = new.get((tool, types), 0) + 1
         return new
 
     @staticmethod

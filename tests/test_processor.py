@@ -439,10 +439,37 @@ def test_escalation_event_log_and_metrics(otel: OTel) -> None:
     errors = otel.metric_points("errcompact.errors")
     assert sum(p.value for p in errors) == 3
     for point in errors:
-        assert set(point.attributes) == {"gen_ai.tool.name", "error.type", "errcompact.new_class"}
-        assert point.attributes["error.type"] == "KeyError"
+        assert set(point.attributes) == {
+            "gen_ai.tool.name", "error.type", "errcompact.error_type", "errcompact.new_class"
+        }
+        assert point.attributes["error.type"] == point.attributes["errcompact.error_type"] == "KeyError"
     raw, compact = otel.metric_sum("errcompact.tokens.raw"), otel.metric_sum("errcompact.tokens.compact")
     assert raw > compact > 0
+
+
+def test_a_failure_has_one_error_type_on_its_span_metrics_and_log_record(otel: OTel) -> None:
+    """The conventions ask for the same ``error.type`` for a failure on its span, its metrics and its log
+    record. The tool boundary names the exception's fully-qualified class; the metrics and the trajectory
+    log record name it so too, with the digest's shorter type beside it as ``errcompact.error_type``."""
+
+    @otel.ec.tool
+    def parse(text: str) -> Any:
+        return parse_config(text)
+
+    parse("{not json")
+    (span,) = otel.spans("execute_tool parse")
+    span_type = (span.attributes or {})["error.type"]
+    assert span_type == "json.decoder.JSONDecodeError"
+    for name in ("errcompact.errors", "errcompact.classes.new"):
+        (point,) = otel.metric_points(name)
+        assert point.attributes["error.type"] == span_type, name
+        assert point.attributes["errcompact.error_type"] == "JSONDecodeError", name
+    logs = otel.logs("errcompact.trajectory")
+    assert logs
+    for log in logs:
+        attributes = log.log_record.attributes or {}
+        assert attributes["error.type"] == span_type
+    assert (logs[-1].log_record.attributes or {})["errcompact.error_type"] == "JSONDecodeError"
 
 
 def test_halt_action_raises_at_the_next_boundary_and_on_check(otel: OTel) -> None:

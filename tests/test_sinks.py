@@ -353,7 +353,9 @@ def test_otlp_log_records_are_correlated_with_the_span(tracebacks: dict[str, str
     assert amended.attributes is not None and amended.body is not None
     assert amended.attributes["errcompact.digest"] == compact_text(raw.raw_error).line
     assert amended.attributes["errcompact.key"] == compact_text(raw.raw_error).key
-    assert amended.attributes["error.type"] == "OperationalError"
+    # error.type as the span's exception names it; the digest's type beside it
+    assert amended.attributes["error.type"] == "sqlite3.OperationalError"
+    assert amended.attributes["errcompact.error_type"] == "OperationalError"
     assert isinstance(amended.body, dict) and amended.body["digest"]["type"] == "OperationalError"
     assert "errcompact.digest" not in (logs[0].log_record.attributes or {})
 

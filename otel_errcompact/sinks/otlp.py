@@ -32,6 +32,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import SpanContext, TraceFlags
 
 from otel_errcompact._bounded import BoundedCall
+from otel_errcompact.semconv import error_type_of
 from otel_errcompact.trajectory import SCHEMA_NAME, TrajectoryRecord, escape_surrogates
 
 __all__ = ["OTLPLogSink"]
@@ -82,7 +83,10 @@ def _attributes(rec: TrajectoryRecord, limit: int) -> dict[str, Any]:
         "gen_ai.tool.call.id": rec.tool_call_id,
         "gen_ai.conversation.id": rec.conversation_id,
         "gen_ai.agent.name": rec.agent_name,
-        "error.type": d.type if d is not None else (rec.error_type or rec.exception_type),
+        # as the failure's span and metrics name it; the digest's type is errcompact.error_type
+        "error.type": error_type_of(rec.error_type, rec.exception_type, d.type) if d is not None
+        else (rec.error_type or rec.exception_type),
+        "errcompact.error_type": d.type if d is not None else None,
         "errcompact.key": d.key if d is not None else None,
         "errcompact.digest": d.line if d is not None else None,
         "errcompact.count": rec.count,

@@ -49,7 +49,7 @@ def test_unique_errors_keep_series_bounded_and_count_each_new_class_once() -> No
     assert len(points["errcompact.classes.new"]) <= MAX_ERROR_TYPES + 1
     assert any(attrs["error.type"] == "other" for attrs, _ in points["errcompact.classes.new"])
     assert {k for attrs, _ in points["errcompact.errors"] for k in attrs} == {
-        "gen_ai.tool.name", "error.type", "errcompact.new_class"
+        "gen_ai.tool.name", "error.type", "errcompact.error_type", "errcompact.new_class"
     }
     # Each distinct class is new once, whichever conversation saw it first; the 200 repeats are not.
     assert len(keys) >= MAX_ERROR_TYPES * 2
