@@ -1,6 +1,7 @@
 """Read tool and agent spans the way the three common conventions write them.
 
-- OpenTelemetry GenAI: ``gen_ai.operation.name`` = ``execute_tool`` / ``invoke_agent``, ``gen_ai.tool.name``,
+- OpenTelemetry GenAI: ``gen_ai.operation.name`` = ``execute_tool`` / ``invoke_agent`` (or
+  ``invoke_workflow``), ``gen_ai.tool.name``,
   ``gen_ai.tool.call.id``, ``gen_ai.tool.call.arguments``, ``gen_ai.conversation.id``, ``error.type``;
 - OpenInference (Arize): ``openinference.span.kind`` = ``TOOL`` / ``AGENT``, ``tool.name``,
   ``input.value``, ``session.id``;
@@ -74,8 +75,10 @@ EXCEPTION_EVENT = "exception"
 
 OPENINFERENCE_KIND = "openinference.span.kind"
 TRACELOOP_KIND = "traceloop.span.kind"
-AGENT_OPERATIONS = ("invoke_agent", "create_agent")
-"""``gen_ai.operation.name`` values of an agent span."""
+AGENT_OPERATIONS = ("invoke_agent", "create_agent", "invoke_workflow")
+"""``gen_ai.operation.name`` values of an agent span. ``invoke_workflow`` (a process of several agents, in
+the GenAI conventions since their agent spans) counts as one, as OpenLLMetry's ``workflow`` kind does: the
+conversation it records is its agents' and their tools'."""
 AGENT_KINDS = ("agent", "workflow")
 """``traceloop.span.kind`` values of an agent span."""
 CONVERSATION_ATTRIBUTES = (GEN_AI_CONVERSATION_ID, "session.id", "traceloop.association.properties.session_id")

@@ -320,6 +320,20 @@ def test_scope_from_conversation_on_the_parent_agent_span_only(otel: OTel) -> No
     assert record.parent_span_id is not None
 
 
+def test_scope_from_conversation_on_the_workflow_span_around_the_agent(otel: OTel) -> None:
+    """The GenAI conventions' ``invoke_workflow`` span (a process of several agents) is an agent run like
+    OpenLLMetry's ``workflow`` span: the conversation it records is found for a tool of an agent inside it,
+    also when the trace's root is a request span of the service around the workflow."""
+    workflow = {"gen_ai.operation.name": "invoke_workflow", "gen_ai.conversation.id": "conv-workflow"}
+    with otel.tracer.start_as_current_span("POST /chat"), otel.tracer.start_as_current_span(
+        "invoke_workflow support", attributes=workflow
+    ), agent(otel.tracer, None, name="billing"):
+        failing_tool_span(otel.tracer)
+    record = only_record(otel)
+    assert record.scope == "conv-workflow" and record.conversation_id == "conv-workflow"
+    assert record.agent_name == "billing"
+
+
 def test_scope_is_the_trace_without_a_conversation(otel: OTel) -> None:
     with agent(otel.tracer, None) as agent_span:
         failing_tool_span(otel.tracer)
