@@ -3,13 +3,13 @@
 - OpenTelemetry GenAI: ``gen_ai.operation.name`` = ``execute_tool`` / ``invoke_agent`` (or
   ``invoke_workflow``), ``gen_ai.tool.name``,
   ``gen_ai.tool.call.id``, ``gen_ai.tool.call.arguments``, ``gen_ai.conversation.id``, ``error.type``;
-- OpenInference (Arize): ``openinference.span.kind`` = ``TOOL`` / ``AGENT``, ``tool.name``,
+- OpenInference (Arize): ``openinference.span.kind`` = ``TOOL`` / ``AGENT``, ``tool.name``, ``tool.id``,
   ``input.value``, ``session.id``;
 - OpenLLMetry (Traceloop): ``traceloop.span.kind`` = ``tool`` / ``agent``, ``traceloop.entity.name``,
   ``traceloop.entity.input``.
 
 The GenAI conventions record a tool call's arguments and result as an object where the SDK takes
-structured attribute values (the Python SDK does since 1.45), else as a JSON string: both are read as
+structured attribute values (the Python SDK does), else as a JSON string: both are read as
 JSON text (:func:`attribute_text`).
 
 Exceptions arrive as ``exception`` span events (the SDK's ``record_exception``) or, with
@@ -86,8 +86,10 @@ CONVERSATION_ATTRIBUTES = (GEN_AI_CONVERSATION_ID, "session.id", "traceloop.asso
 AGENT_NAME_ATTRIBUTES = (GEN_AI_AGENT_NAME, "agent.name", "traceloop.entity.name")
 """Where the agent's name is recorded, in order of preference (``traceloop.entity.name`` names the span's
 own entity: an agent's name only on an agent or workflow span, see :func:`agent_name`)."""
-TOOL_CALL_ID_ATTRIBUTES = (GEN_AI_TOOL_CALL_ID, "tool_call.id", "tool.call_id")
-"""Where the model-assigned id of a tool call is recorded, in order of preference."""
+TOOL_CALL_ID_ATTRIBUTES = (GEN_AI_TOOL_CALL_ID, "tool.id", "tool_call.id", "tool.call_id")
+"""Where the model-assigned id of a tool call is recorded, in order of preference. OpenInference records
+it on a TOOL span as ``tool.id`` ("the identifier for the result of the tool call, corresponding to
+``tool_call.id``", its message-level attribute)."""
 TOOL_ARGUMENTS_ATTRIBUTES = (GEN_AI_TOOL_CALL_ARGUMENTS, "input.value", "traceloop.entity.input")
 """Where a tool call's arguments are recorded (opt-in in all three conventions), in order of preference.
 OpenInference's ``tool.parameters`` is not among them: it holds the tool's parameter schema, not the call's

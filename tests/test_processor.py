@@ -188,6 +188,24 @@ def test_openinference_and_openllmetry_tool_spans(otel: OTel, attributes: dict[s
     assert exported(otel, span).attributes["errcompact.key"] == record.digest.key  # type: ignore[index]
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["simple", "batch"])
+def test_an_openinference_tool_failure_keeps_its_call_id(make_otel: Callable[..., OTel], batch: bool) -> None:
+    """OpenInference records the model-assigned id of a tool call on its TOOL span as ``tool.id`` (its
+    semantic conventions' ``SpanAttributes.TOOL_ID``): the record takes it as the call's id."""
+    from openinference.semconv.trace import OpenInferenceSpanKindValues, SpanAttributes
+
+    otel = make_otel(batch=batch)
+    attributes = {
+        SpanAttributes.OPENINFERENCE_SPAN_KIND: OpenInferenceSpanKindValues.TOOL.value,
+        SpanAttributes.TOOL_NAME: "search_docs",
+        SpanAttributes.TOOL_ID: "call_mszuSIzqtI65i1wAUOE8w5H4",
+    }
+    failing_tool_span(otel.tracer, parse_config, ("{not json",), name="search_docs", attributes=attributes)
+    record = only_record(otel)
+    assert record.tool_name == "search_docs"
+    assert record.tool_call_id == "call_mszuSIzqtI65i1wAUOE8w5H4"
+
+
 def test_an_openllmetry_tool_failure_takes_its_agents_name(otel: OTel) -> None:
     """``traceloop.entity.name`` names the span's own entity: the tool's name on the tool span, the
     agent's on the agent span above it."""
