@@ -431,7 +431,8 @@ def test_with_the_master_switch_off_tools_raise_as_unwrapped(make_otel: Callable
     assert otel.spans() == []
 
 
-def test_exception_text_matches_format_exception(otel: OTel) -> None:
+def _failed_json_parse(otel: OTel) -> BaseException:
+    """Call a wrapped tool that fails on broken JSON; the exception it raised."""
     captured: list[BaseException] = []
 
     @otel.ec.tool
@@ -443,9 +444,14 @@ def test_exception_text_matches_format_exception(otel: OTel) -> None:
             raise
 
     assert_compact(parse("[1, 2,"))
+    return captured[0]
+
+
+def test_exception_text_matches_format_exception(otel: OTel) -> None:
+    raised = _failed_json_parse(otel)
     record = otel.records()[0]
     # The stored stack ends with the same exception line the tool itself saw, unabridged.
-    own = "".join(traceback.format_exception(captured[0]))
+    own = "".join(traceback.format_exception(raised))
     assert record.raw_error.rstrip().splitlines()[-1] == own.rstrip().splitlines()[-1]
     assert "in parse" in record.raw_error
     assert record.exception_type == "json.decoder.JSONDecodeError"
@@ -455,22 +461,12 @@ def test_the_exception_event_carries_the_conventions_attributes_and_no_deprecate
     """The ``exception`` event of a failed call has the three attributes the exception conventions define,
     its type named as the SDK names it; not ``exception.escaped``, which the conventions deprecate (and
     register as a boolean, where a string ``"False"`` was written)."""
-    captured: list[BaseException] = []
-
-    @otel.ec.tool
-    def parse(text: str) -> Any:
-        try:
-            return json.loads(text)
-        except ValueError as exc:
-            captured.append(exc)
-            raise
-
-    assert_compact(parse("[1, 2,"))
+    raised = _failed_json_parse(otel)
     (event,) = [e for e in only_span(otel, "execute_tool parse").events if e.name == "exception"]
     attributes = dict(event.attributes or {})
     assert set(attributes) == {"exception.type", "exception.message", "exception.stacktrace"}
     with otel.tracer.start_as_current_span("sdk") as span:
-        span.record_exception(captured[0])  # the SDK's own event for the same exception
+        span.record_exception(raised)  # the SDK's own event for the same exception
     (sdk_event,) = only_span(otel, "sdk").events
     assert attributes["exception.type"] == (sdk_event.attributes or {})["exception.type"]
     assert attributes["exception.message"] == (sdk_event.attributes or {})["exception.message"]
