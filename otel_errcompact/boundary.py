@@ -30,7 +30,6 @@ import functools
 import inspect
 import json
 import logging
-import re
 import threading
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
@@ -45,7 +44,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 from otel_errcompact import semconv
 from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.classify import is_retryable
-from otel_errcompact.digest import DedupKey, Digest
+from otel_errcompact.digest import DedupKey, Digest, line_parts
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import ErrorHistory
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
@@ -765,17 +764,13 @@ class _Pending:
 _pending: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar("otel_errcompact_pending", default=None)
 
 
-_DIGEST_LINE = re.compile(r"\[(?P<type>[^\]]*)\](?: at .*?)?: (?P<cause>.*)", re.DOTALL)
-"""A digest's line: ``[Type] at file:line in func: cause`` or ``[Type]: cause``."""
-
-
 def _digest_of_line(key: str, line: str) -> Digest:
     """The digest a shared breaker names by its dedup key and line alone: its type and cause read back from
     the line and classed as the compactor classes them (an HTTP code in the type included), so that a
     refusal for a transient failure waits as the failure's own digest would, and a permanent one counts
     toward a stuck loop."""
-    m = _DIGEST_LINE.fullmatch(line)
-    type_, cause = (m["type"], m["cause"]) if m is not None else ("Error", line)
+    parts = line_parts(line)
+    type_, cause = (parts[0], parts[2]) if parts is not None else ("Error", line)
     code = type_.rsplit(None, 1)[-1] if "HTTP" in type_.upper() else ""
     status = int(code) if code.isdigit() and 100 <= int(code) <= 599 else None
     fmt = "http" if status is not None else "breaker"

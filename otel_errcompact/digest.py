@@ -6,10 +6,11 @@ import functools
 import hashlib
 import ntpath
 import posixpath
+import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
-__all__ = ["DedupKey", "Digest", "Location", "short_file"]
+__all__ = ["DedupKey", "Digest", "Location", "line_parts", "short_file"]
 
 
 @functools.lru_cache(maxsize=4096)  # the same files fail again and again; callers pass bounded paths
@@ -110,3 +111,21 @@ class Digest:
 
     def __str__(self) -> str:
         return self.line
+
+
+# A digest's line (see Digest.line): "[type] at file:line in func: cause", the place optional.
+_LINE_PARTS = re.compile(r"\A\[(?P<type>[^\]\n]{1,200})\](?: at (?P<where>[^\n]*?))?: (?P<cause>.*)\Z", re.S)
+
+
+def line_parts(line: str) -> tuple[str, str, str] | None:
+    """A digest line's type, place (``""`` when it names none) and cause, read back from its text; None for
+    text not of that form. For a line whose digest is gone: one in an agent's history, or one a fleet's
+    shared breaker keeps.
+
+    >>> line_parts("[KeyError] at app.py:42 in load_user: 'user_id'")
+    ('KeyError', 'app.py:42 in load_user', "'user_id'")
+    >>> line_parts("[HTTP 503]: upstream unavailable")
+    ('HTTP 503', '', 'upstream unavailable')
+    """
+    parts = _LINE_PARTS.match(line)
+    return None if parts is None else (parts["type"], parts["where"] or "", parts["cause"])

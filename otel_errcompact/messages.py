@@ -38,6 +38,7 @@ from typing import Any, Literal
 
 from otel_errcompact._sanitize import sanitize
 from otel_errcompact.compactor import Compactor, compact_text
+from otel_errcompact.digest import line_parts
 from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers import PARSERS, Hints
 from otel_errcompact.unwrap import unwrap
@@ -116,8 +117,6 @@ class _Counts:
 
 _LISTED = "line:"
 """The prefix of the classes started by a digest line already in the list (raw errors' keys are hex)."""
-# A digest line's parts (see Compactor.from_parsed): "[type] at file:line in func: cause", the place optional.
-_LINE_PARTS = re.compile(r"\A(?P<type>\[[^\]\n]{1,200}\])(?: at (?P<where>[^\n]*?))?: (?P<cause>.*)\Z", re.S)
 _LINE_NO = re.compile(r":\d+(?= in |\Z)")
 
 
@@ -125,11 +124,11 @@ def _line_class(line: str) -> str:
     """What a digest line says of its class, as its dedup key would: the type, the place without its line
     number, and the cause with its variable parts masked. Occurrences of one class called with other values
     show different lines and say the same here."""
-    parts = _LINE_PARTS.match(line)
+    parts = line_parts(line)
     if parts is None:
         return line
-    where = _LINE_NO.sub("", parts["where"] or "")
-    return f"{parts['type']}\x1f{where}\x1f{normalize_message(parts['cause'])}"
+    type_, where, cause = parts
+    return f"[{type_}]\x1f{_LINE_NO.sub('', where)}\x1f{normalize_message(cause)}"
 
 
 def compact_messages(
