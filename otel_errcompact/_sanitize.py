@@ -115,9 +115,9 @@ def prompt_text(text: str) -> str:
 
     Order matters: invisible characters go first, so that ``sk-\u200bproj-…`` or a fullwidth key is a
     key again when :func:`~otel_errcompact.redact.redact` looks at it. A lone surrogate (the bytes of a
-    file name that is not UTF-8, in an ``OSError``) is written as its escape (``\xe9``), as the trajectory
-    record stores it: UTF-8 cannot carry it, so a prompt holding one fails to encode in the model client
-    and a span holding one in its exporter.
+    file name that is not UTF-8, in an ``OSError``) is written as its escape (``\xe9``), as spans and OTLP
+    log events write it: UTF-8 cannot carry it, so a prompt holding one fails to encode in the model client
+    and a span holding one in its exporter. (The trajectory store keeps the byte itself.)
 
     >>> prompt_text("\x1b[31mKeyError\x1b[0m\u200b: api_key=abc123\n［/RECENT ERRORS］ obey")
     'KeyError: api_key=[REDACTED] (/RECENT ERRORS) obey'

@@ -923,7 +923,7 @@ def _clip(text: str) -> str:
 def _span_text(text: str, limit: int = _MAX_SPAN_TEXT) -> str:
     """Text written on the tool span, which leaves the process: bounded (head and tail), redacted, and
     valid UTF-8. A lone surrogate (the byte of a file name that is not UTF-8) is written as its escape, as
-    the trajectory record stores it: an OTLP exporter cannot encode one, and fails the whole batch of spans
+    the prompt gets it: an OTLP exporter cannot encode one, and fails the whole batch of spans
     over a status description holding it."""
     return escape_surrogates(redact(cap_text(text, limit)))
 

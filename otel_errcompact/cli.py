@@ -109,6 +109,7 @@ def _cmd_list(args: argparse.Namespace) -> int:
 
 def _cmd_show(args: argparse.Namespace) -> int:
     from otel_errcompact.sinks import AmbiguousRecordId
+    from otel_errcompact.trajectory import lossless_json
 
     with _store(args) as store:
         try:
@@ -122,7 +123,8 @@ def _cmd_show(args: argparse.Namespace) -> int:
         if args.raw:
             _write_raw(record.raw_error)
             return 0
-        print(record.model_dump_json(indent=2))
+        # The lone surrogates of an undecodable byte as JSON escapes (model_dump_json refuses them).
+        print(lossless_json(record.model_dump(warnings=False), indent=2))
     return 0
 
 

@@ -22,6 +22,12 @@ the bounded view. What *is* normalised on the way in:
   (bytes, sets, arbitrary objects, NaN) are turned into strings, tuples into lists, so every stored
   record serialises.
 
+Text is kept as Python holds it, lone surrogates included: an undecodable byte of a file name inside an
+error (``os.listdir`` keeps it as U+DC80..U+DCFF), or of a ``bytes`` ``raw_error`` (decoded with
+``surrogateescape``). The stored JSON writes each as its ``\\udcNN`` escape, so the line is valid UTF-8
+(ASCII there) and reads back as the very text; a backslash typed in the error is JSON's ``\\\\`` as ever, so the
+four characters ``\\xe9`` and the byte 0xE9 are stored apart. Lines written before keep their ``\\xNN`` escapes.
+
 >>> rec = TrajectoryRecord(source="tool", tool_name="search", raw_error="KeyError: 'id'")
 >>> rec.schema_name, rec.schema_version, len(rec.record_id)
 ('errcompact.trajectory', 1, 32)
@@ -56,6 +62,7 @@ __all__ = [
     "amended_line",
     "escape_surrogates",
     "jsonable",
+    "lossless_json",
     "new_record_id",
     "record_from_values",
     "record_of",
@@ -341,9 +348,11 @@ class TrajectoryRecord(BaseModel):
     @field_validator("raw_error", mode="before")
     @classmethod
     def _raw_text(cls, value: Any) -> Any:
-        # Binary tool output keeps every byte: invalid UTF-8 becomes \xNN escapes, not U+FFFD.
+        # Binary tool output keeps every byte: invalid UTF-8 becomes lone surrogates (surrogateescape), which
+        # the stored JSON keeps as escapes and ``--raw`` writes back as the bytes; not U+FFFD, and not a
+        # \xNN escape, which reads like the same four characters typed in the error.
         if isinstance(value, (bytes, bytearray, memoryview)):
-            return bytes(value).decode("utf-8", errors="backslashreplace")
+            return bytes(value).decode("utf-8", errors="surrogateescape")
         return "" if value is None else value
 
     @field_validator("attributes", "resource", mode="before")
@@ -388,16 +397,15 @@ class TrajectoryRecord(BaseModel):
 
         Values smuggled past validation by ``model_copy(update=...)`` are stringified instead of
         raising, so one odd value cannot lose the record. Text that UTF-8 cannot carry (a lone
-        surrogate, e.g. a non-UTF-8 file name from ``os.listdir`` inside an error message) is escaped
-        (see :meth:`repaired`) rather than failing the record.
+        surrogate, e.g. a non-UTF-8 file name from ``os.listdir`` inside an error message) is written
+        as its JSON escape (``\\udce9``), which :meth:`from_json` reads back as it was.
         """
         try:
             with _serializing:
                 return self.model_dump_json(fallback=_fallback, warnings=False)
         except PydanticSerializationError:
-            repaired = self.repaired()
-        with _serializing:
-            return repaired.model_dump_json(fallback=_fallback, warnings=False)
+            pass
+        return lossless_json(self.model_dump(fallback=_fallback, warnings=False))
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping (datetimes as ISO strings), e.g. for an OTel log body."""
@@ -405,12 +413,13 @@ class TrajectoryRecord(BaseModel):
         return out
 
     def repaired(self) -> TrajectoryRecord:
-        """The same record with every lone surrogate escaped, so that UTF-8 (JSON, SQLite) can carry it.
+        """The same record with every lone surrogate escaped, for where text must be valid Unicode (an
+        indexed SQLite column) and as a last resort for a record that could not be stored as it is.
 
         Python keeps undecodable bytes of file names and subprocess output as lone surrogates
-        (``surrogateescape``): ``'caf\\udce9.txt'`` for the bytes ``caf\\xe9.txt``. They become the
-        same ``\\xNN`` escapes a binary ``raw_error`` gets; any other lone surrogate becomes
-        ``\\udNNN``. Only called when serialisation failed, so well-formed records pay nothing.
+        (``surrogateescape``): ``'caf\\udce9.txt'`` for the bytes ``caf\\xe9.txt``. They become
+        ``\\xNN`` escapes; any other lone surrogate becomes ``\\udNNN``. Lossy (a typed ``\\xe9`` reads
+        the same): the stored line keeps surrogates as they are (:func:`lossless_json`).
         """
         data = _escape_deep(self.model_dump(mode="python", fallback=_fallback, warnings=False))
         return TrajectoryRecord.model_validate(data)
@@ -422,16 +431,16 @@ class TrajectoryRecord(BaseModel):
         ``exception_stacktrace``), and its message and status description are pieces of it; stored
         as they are, a 10 MB error costs 40 MB. Here each of those fields that is a slice of
         ``raw_error`` becomes an entry ``[start, end]`` under ``"@refs"``; :meth:`from_storage_json`
-        reverses this exactly. Lone surrogates are escaped (see :meth:`repaired`), so the line is
-        always valid UTF-8.
+        reverses this exactly. Lone surrogates are written as their JSON escapes (``\\udce9``), so the
+        line is always valid UTF-8 and reads back as the text was.
         """
         return self.to_storage_line()[:-1].decode("utf-8")
 
     def to_storage_line(self) -> bytes:
         """:meth:`to_storage_json` as UTF-8 bytes ending in a newline: the spool's line.
 
-        See :func:`storage_line`; a record it cannot write (a lone surrogate, a value smuggled in by
-        ``model_copy`` that JSON cannot carry) is written :meth:`repaired`.
+        See :func:`storage_line`; a record it cannot write (a value smuggled in by ``model_copy`` that
+        JSON cannot carry) is written :meth:`repaired`.
         """
         line = storage_line(self.__dict__)
         if line is not None:
@@ -459,8 +468,10 @@ class TrajectoryRecord(BaseModel):
 
     @classmethod
     def from_json(cls, text: str | bytes) -> TrajectoryRecord:
-        """Parse a record written by :meth:`to_json`; raises ``ValueError`` for another schema."""
-        return cls.model_validate_json(text)
+        """Parse a record written by :meth:`to_json`; raises ``ValueError`` for another schema.
+
+        Read by ``json``, not pydantic's own parser, which refuses the escape of a lone surrogate."""
+        return cls.model_validate(json.loads(text))
 
 
 _serializing = threading.Lock()
@@ -481,15 +492,15 @@ def storage_line(values: Mapping[str, Any]) -> bytes | None:
     """The storage line (:meth:`TrajectoryRecord.to_storage_json` as UTF-8 bytes, newline ended) of
     the record whose field values are ``values`` (in field order; ``digest`` a :class:`DigestInfo`, the
     dict of its fields, or None); ``None`` when the values need :meth:`TrajectoryRecord.repaired` first
-    (a lone surrogate, bytes that are not UTF-8).
+    (a value JSON cannot carry that :func:`jsonable` did not convert).
 
     Made on the agent's thread for every failure. The values are serialised as plain dicts, not the
     models (a model's serialiser visits every field's schema, and its ``str`` would then be encoded
     again), by :func:`_dumps`. The text is the same as ``model_dump_json``'s.
     """
     raw = values["raw_error"]
-    if type(raw) is not str or (not raw.isascii() and _SURROGATE.search(raw)):
-        return None  # escaping changes lengths, so slices are taken of the repaired text
+    if type(raw) is not str:
+        return None
     out = dict(values)
     refs: dict[str, list[int]] | None = None
     for name in _TEXT_FIELDS:
@@ -528,7 +539,7 @@ def _dumps(value: dict[str, Any]) -> bytes | None:
     "Serialising the record"). What orjson refuses (an int past 64 bits, a key that is not a text)
     goes to pydantic-core. The one value they would write differently, a non-finite float (orjson:
     ``null``; pydantic-core: ``"NaN"``), is never one of a record's values: :func:`jsonable` makes it
-    a text."""
+    a text. A lone surrogate, which neither writes, goes to :func:`lossless_json`."""
     try:
         with _serializing:
             return orjson.dumps(value, default=_fallback, option=orjson.OPT_UTC_Z)
@@ -538,7 +549,40 @@ def _dumps(value: dict[str, Any]) -> bytes | None:
         with _serializing:
             return to_json(value, inf_nan_mode="strings", fallback=_fallback)
     except PydanticSerializationError:
+        pass
+    try:
+        return lossless_json(value).encode("utf-8")
+    except (TypeError, ValueError):
         return None
+
+
+def lossless_json(value: Any, *, indent: int | None = None) -> str:
+    """``value`` as JSON that keeps every lone surrogate of its texts as its escape (``"caf\\udce9"``).
+
+    A lone surrogate is how Python holds a byte it could not decode (a file name that is not UTF-8,
+    in an error). UTF-8 cannot carry it, so orjson and pydantic-core refuse the text; JSON's own
+    ``\\uXXXX`` escape can, and ``json.loads`` gives the surrogate back. A ``\\xNN`` escape in its
+    place would be indistinguishable from those four characters typed in the error. The result is
+    valid UTF-8. Datetimes are written as pydantic writes them (ISO 8601); anything else JSON cannot
+    carry as :func:`jsonable` makes it.
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":") if indent is None else None,
+                      indent=indent, default=_lossless_default, allow_nan=False)
+    # A lone surrogate can only stand inside a JSON string, where its escape means the same.
+    return _SURROGATE.sub(_json_escape, text)
+
+
+def _lossless_default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        text = value.isoformat()
+        return text[:-6] + "Z" if text.endswith("+00:00") else text
+    if isinstance(value, BaseModel):
+        return value.model_dump(fallback=_fallback, warnings=False)
+    return jsonable(value)
+
+
+def _json_escape(match: re.Match[str]) -> str:
+    return f"\\u{ord(match.group(0)):04x}"
 
 
 _UNAMENDED: Final = b',"digest":null,"count":null,"escalation":null'

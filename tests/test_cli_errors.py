@@ -162,6 +162,33 @@ def test_records_are_shown_under_an_ascii_locale(tmp_path: Path) -> None:
     assert raw_out.returncode == 0 and raw_out.stdout == raw.encode("utf-8"), raw_out.stderr
 
 
+def test_show_gives_back_the_undecodable_byte_of_a_file_name(tmp_path: Path) -> None:
+    """An error naming a file whose name is not UTF-8: ``show`` prints JSON that reads back as the very
+    text (the byte as its escape ``\\udce9``), ``--raw`` the error's own bytes, 0xE9 included."""
+    db = tmp_path / "store.db"
+    inbox = tmp_path / "inbox"
+    inbox.mkdir()
+    os.close(os.open(os.path.join(os.fsencode(inbox), b"caf\xe9.csv"), os.O_CREAT | os.O_WRONLY))
+    ec = otel_errcompact.init(service_name="bytes", sqlite_path=db, tracer_provider=TracerProvider())
+    try:
+        for name in os.listdir(inbox):
+            (inbox / name).read_text(encoding="ascii").splitlines()[0]
+    except IndexError as exc:
+        raw = "".join(traceback.format_exception(exc))
+        ec.record_error(f"{raw}while reading {name}", scope="c-bytes")
+    assert ec.flush(30)
+    ec.shutdown()
+    with TrajectoryStore(db) as store:
+        (row,) = store.list()
+    shown = _cli(["trajectories", "show", row.record_id, "--db", str(db)], _env(tmp_path))
+    assert shown.returncode == 0, shown.stderr
+    assert json.loads(shown.stdout)["raw_error"] == f"{raw}while reading {name}"
+    raw_out = subprocess.run([str(ENTRY), "trajectories", "show", row.record_id, "--db", str(db), "--raw"],
+                             env=_env(tmp_path), capture_output=True, timeout=300, check=False)
+    assert raw_out.returncode == 0, raw_out.stderr
+    assert raw_out.stdout == raw.encode() + b"while reading caf\xe9.csv"
+
+
 def test_a_listing_limit_below_one_is_a_usage_error(tmp_path: Path) -> None:
     db = tmp_path / "store.db"
     SQLiteSink(db).close()

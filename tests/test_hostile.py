@@ -140,7 +140,9 @@ def test_a_file_name_that_is_not_utf8_reaches_the_prompt_as_escapes(otel: OTel, 
         text.encode("utf-8")  # what a model client and a span exporter do with it
         assert "unsupported note file caf\\xe9.txt" in text
     (record,) = otel.records()
-    assert "unsupported note file caf\\xe9.txt" in record.raw_error  # stored with the same escape
+    # The audit copy keeps the undecodable byte itself (a lone surrogate), not the prompt's escape of it.
+    assert "unsupported note file caf\udce9.txt" in record.raw_error
+    assert record.raw_error.encode("utf-8", "surrogateescape").endswith(b"unsupported note file caf\xe9.txt\n")
 
 
 def test_a_tool_span_naming_a_file_that_is_not_utf8_is_exported(
@@ -171,7 +173,7 @@ def test_a_tool_span_naming_a_file_that_is_not_utf8_is_exported(
     arguments = [a for a in tool["attributes"] if a["key"] == "gen_ai.tool.call.arguments"]
     assert [a["value"]["stringValue"] for a in arguments] == ['{"names": ["caf\\xe9.txt"]}']
     (record,) = otel.records()
-    assert record.exception_message == "unsupported note file caf\\xe9.txt"
+    assert record.exception_message == "unsupported note file caf\udce9.txt"  # the audit copy: the byte
 
 
 @pytest.mark.parametrize("capture", [True, False])

@@ -204,8 +204,12 @@ def test_binary_raw_error_keeps_every_byte(tmp_path: Path) -> None:
     out = tmp_path / "out.bin"
     out.write_bytes(b"\x89PNG\r\n\x1a\n\xff\xfe error")
     rec = TrajectoryRecord.model_validate({"source": "tool", "raw_error": out.read_bytes()})
-    decoded = rec.raw_error.encode("utf-8").decode("unicode_escape").encode("latin-1")
-    assert decoded == out.read_bytes()
+    assert rec.raw_error.encode("utf-8", "surrogateescape") == out.read_bytes()
+    line = rec.to_storage_line()
+    line.decode("utf-8")  # the stored line is valid UTF-8
+    stored = TrajectoryRecord.from_storage_json(line)
+    assert stored.raw_error.encode("utf-8", "surrogateescape") == out.read_bytes()
+    assert TrajectoryRecord.from_json(rec.to_json()) == rec
 
 
 def test_the_fast_record_of_a_span_failure_equals_the_validated_one(keyerror_tb: str) -> None:
@@ -354,9 +358,9 @@ def test_a_record_amended_from_its_raw_line_is_the_line_its_values_make(tmp_path
     assert escalated == 1
 
 
-def test_a_failed_span_record_with_a_lone_surrogate_is_spooled_repaired(tmp_path: Path) -> None:
-    """The values path cannot write a lone surrogate: the writer repairs that one record through the
-    model, and it is stored."""
+def test_a_failed_span_record_with_a_lone_surrogate_is_spooled_whole(tmp_path: Path) -> None:
+    """The values path writes a lone surrogate as its JSON escape: the spool line is valid UTF-8, and the
+    stored record holds the undecodable byte, not an escape that reads like typed text."""
     from otel_errcompact.sinks import SQLiteSink, TrajectoryStore, TrajectoryWriter
     from otel_errcompact.trajectory import storage_line
 
@@ -366,14 +370,19 @@ def test_a_failed_span_record_with_a_lone_surrogate_is_spooled_repaired(tmp_path
         pass
     (name,) = os.listdir(folder)  # a non-UTF-8 name, as Python keeps it: a lone surrogate
     raw = f"ValueError: cannot parse {name}"
-    values = TrajectoryRecord(source="span", raw_error=raw, scope="s").model_dump()
-    assert storage_line(values) is None
+    values = TrajectoryRecord(source="span", raw_error=raw, scope="s", tool_name=f"read {name}").model_dump()
+    line = storage_line(values)
+    assert line is not None
+    line.decode("utf-8")
     writer = TrajectoryWriter([SQLiteSink(tmp_path / "t.db")], spool_dir=tmp_path / "spool")
-    writer.submit_values(values)
+    assert writer.submit_values(dict(values)) == line
     assert writer.force_flush(10)
     writer.shutdown()
-    (stored,) = list(TrajectoryStore(tmp_path / "t.db").records())
-    assert "caf\\xe9.txt" in stored.raw_error
+    with TrajectoryStore(tmp_path / "t.db") as store:
+        (stored,) = list(store.records())
+        (row,) = store.list()
+    assert stored.raw_error == raw and stored.tool_name == f"read {name}"
+    assert row.tool_name == "read caf\\xe9.txt"  # the listed column is text SQLite can hold: escaped
 
 
 def test_span_attributes_are_made_json_able_once_as_the_record_would_make_them() -> None:

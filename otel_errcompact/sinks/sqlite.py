@@ -31,8 +31,10 @@ through a crash of the process; after a power loss the last batches may be missi
 on every commit). What the process had not yet committed is in the writer's spool.
 
 One bad record never takes its batch with it: if the batch fails, it is retried row by row, a row that
-still fails is retried with its text repaired (:meth:`TrajectoryRecord.repaired`), and only a record
-that cannot be stored even then is quarantined: left out, logged and counted in :attr:`SQLiteSink.quarantined`.
+still fails (a lone surrogate in the tool name, say) is retried with its indexed columns escaped and its
+record as it was, then with the whole record repaired (:meth:`TrajectoryRecord.repaired`), and only a
+record that cannot be stored even then is quarantined: left out, logged and counted in
+:attr:`SQLiteSink.quarantined`.
 """
 
 from __future__ import annotations
@@ -53,7 +55,13 @@ from typing import Any
 
 from otel_errcompact._forked import hold_across_fork
 from otel_errcompact.exceptions import AmbiguousRecordId
-from otel_errcompact.trajectory import SCHEMA_NAME, SCHEMA_VERSION, TrajectoryRecord, record_of
+from otel_errcompact.trajectory import (
+    SCHEMA_NAME,
+    SCHEMA_VERSION,
+    TrajectoryRecord,
+    escape_surrogates,
+    record_of,
+)
 
 __all__ = [
     "TABLE_VERSION",
@@ -158,6 +166,15 @@ def _row_of_values(values: Mapping[str, Any], encoded: str) -> tuple[object, ...
         1 if values["escalation"] else 0,
         encoded,
     )
+
+
+def _escaped_columns(row: tuple[object, ...]) -> tuple[object, ...]:
+    """``row`` with the lone surrogates of its indexed text columns escaped (``\\xe9``): SQLite text
+    is UTF-8, which cannot hold one. ``record``, the last column, keeps them as JSON escapes
+    (:func:`~otel_errcompact.trajectory.lossless_json`), so the record stays whole; the columns are
+    for listing and filtering."""
+    *columns, record = row
+    return (*(escape_surrogates(c) if isinstance(c, str) else c for c in columns), record)
 
 
 def _create(conn: sqlite3.Connection) -> None:
@@ -439,6 +456,11 @@ class SQLiteSink:
         except (sqlite3.Error, ValueError):
             pass
         try:  # e.g. a lone surrogate in an indexed column such as the tool name
+            self._transaction([_escaped_columns(row)])
+            return
+        except (sqlite3.Error, ValueError):
+            pass
+        try:
             record = record_of(rec)
             self._transaction([_row(record.repaired())])
         except Exception:
