@@ -6,7 +6,10 @@ expensive ones to regenerate, and what the model is working with):
 - an older tool result that is an error (Anthropic ``is_error``, or text that reads as an error) becomes
   its one-line digest with a running count (``[KeyError] at app.py:42 in load: 'id' (×3)``);
 - an older successful tool result longer than ``max_result_chars`` keeps its head and says how much was cut;
-- older assistant text goes through the user's ``summarizer`` when one is given.
+- older assistant text goes through the user's ``summarizer`` when one is given, redacted first (by
+  :func:`~otel_errcompact.redact.redact`, as :class:`~otel_errcompact.compactor.Compactor` redacts what its
+  summariser gets): the summariser is usually a call to a hosted model, and an assistant's text often
+  quotes the error a tool returned, with the password or token in it.
 
 Nothing is removed or reordered, and tool-call ids are never touched, so every ``tool_calls`` /
 ``tool_use`` keeps its matching ``tool`` / ``tool_result``: the pairing both APIs insist on stays valid.
@@ -20,6 +23,8 @@ import logging
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from otel_errcompact.redact import redact
 
 __all__ = ["compact_messages"]
 
@@ -110,13 +115,14 @@ def _cutoff(out: list[dict[str, Any]], older: list[tuple[dict[str, Any], bool]])
 
 
 def _summarize_text(message: dict[str, Any], summarizer: Callable[[str], str]) -> None:
+    """Replace the message's text by the summariser's answer for it, redacted (see the module docstring)."""
     try:
         content = message.get("content")
         if isinstance(content, str) and content.strip():
-            message["content"] = str(summarizer(content))
+            message["content"] = str(summarizer(redact(content)))
         elif isinstance(content, list):
             for block in content:
                 if isinstance(block, dict) and block.get("type") == "text" and block.get("text"):
-                    block["text"] = str(summarizer(block["text"]))
+                    block["text"] = str(summarizer(redact(block["text"])))
     except Exception:  # a summariser bug leaves the text as it was
         _log.debug("otel-errcompact: summarizer failed during compaction", exc_info=True)

@@ -50,6 +50,29 @@ def test_anthropic_old_errors_become_counted_digests_and_old_text_is_summarised(
     assert len(str(out)) < len(str(messages)) / 2
 
 
+def test_the_summariser_gets_older_assistant_text_redacted(tmp_path: Path) -> None:
+    """An assistant quoting the error a tool returned, a connection URL with its password in it: the
+    summariser (a hosted model, usually) gets the text redacted as the compactor's summariser does."""
+    password = "S3cr3tPassw0rd!x"
+    error = python_error(tmp_path, f"int('postgres://admin:{password}@db.internal/prod')\n")
+    (quoted,) = [line for line in error.splitlines() if line.startswith("ValueError:")]
+    assert password in quoted
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "count the orders"}]
+    for i in range(3):
+        messages.append({"role": "assistant", "content": [
+            {"type": "text", "text": f"The tool said {quoted}; I will pass the count instead."},
+            {"type": "tool_use", "id": f"toolu_{i}", "name": "run", "input": {}},
+        ]})  # fmt: skip
+        messages.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": f"toolu_{i}", "content": error, "is_error": True},
+        ]})  # fmt: skip
+    asked: list[str] = []
+    out = compact_messages(messages, keep_recent=1, summarizer=lambda text: asked.append(text) or "(summary)")
+    assert len(asked) == 2 and all("db.internal/prod" in text for text in asked)
+    assert not any(password in text for text in asked)
+    assert password not in str(out[:4])
+
+
 def test_openai_successful_results_are_kept_or_cut_never_dropped(tmp_path: Path) -> None:
     long_ok = "row\n" * 2000
     messages: list[dict[str, Any]] = [{"role": "user", "content": "x"}]
