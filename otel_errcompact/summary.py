@@ -12,6 +12,11 @@ Why each rule:
   digest stands for this occurrence; the answer, when it comes, serves the later ones. A question whose
   wait ran out is not waited for again while it is still out, and at most :data:`MAX_ASKING` are out at
   once (a model endpoint that hangs holds a thread each).
+- **It runs on at most** :data:`MAX_ASKING` **threads**, daemon threads started as questions need them and
+  kept for the next ones. A thread per question would start one for every new error (a summariser that is
+  slow to answer, asked about a stream of new errors, would have the process start threads without end),
+  and a ``ThreadPoolExecutor``'s threads are joined at interpreter exit, where a hung model call would hold
+  the process.
 
 What the answer may not change is decided elsewhere: the compactor keys a summarised digest as it keys the
 heuristic one (see :meth:`Compactor.from_parsed <otel_errcompact.compactor.Compactor.from_parsed>`), so a
@@ -20,8 +25,10 @@ model's wording never splits or merges classes.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
+import queue
 import re
 import threading
 from collections import OrderedDict
@@ -67,6 +74,51 @@ class _Question:
         self.expired = False
 
 
+class _Pool:
+    """Up to ``size`` daemon threads running jobs from one queue; a thread is started only when none is
+    idle, and then waits for the next job (at no cost while it waits)."""
+
+    def __init__(self, size: int, name: str) -> None:
+        self._size = size
+        self._name = name
+        self._reset()
+
+    def _reset(self) -> None:
+        """Empty: no thread yet (and, in a forked child, none of the parent's, which do not exist there)."""
+        self._lock = threading.Lock()
+        self._jobs: queue.SimpleQueue[Callable[[], None]] = queue.SimpleQueue()
+        self._threads = 0
+        self._idle = 0
+
+    def run(self, job: Callable[[], None]) -> bool:
+        """Queue ``job`` for an idle thread, starting one if none is idle and there are fewer than
+        ``size``; False when no thread can run it (none could be started, at interpreter exit)."""
+        with self._lock:
+            if self._idle:
+                self._idle -= 1  # that thread is this job's
+            elif self._threads < self._size:
+                try:
+                    threading.Thread(target=self._serve, name=self._name, daemon=True).start()
+                except RuntimeError:  # no new thread at interpreter exit
+                    if not self._threads:
+                        return False
+                else:
+                    self._threads += 1
+            # Else every thread is busy: one finishing its job (its question just answered) takes this one.
+            self._jobs.put(job)
+        return True
+
+    def _serve(self) -> None:
+        while True:
+            job = self._jobs.get()
+            try:
+                job()
+            except Exception:  # pragma: no cover - the jobs are Summaries._call, which catches everything
+                _log.debug("otel-errcompact: a summary job failed", exc_info=True)
+            with self._lock:
+                self._idle += 1
+
+
 class Summaries:
     """Answers of ``summarizer`` by error (see the module's text), ``cache_size`` of them kept."""
 
@@ -78,12 +130,15 @@ class Summaries:
         self._asking: dict[bytes, _Question] = {}
         self._lock = threading.Lock()
         self._warned = False
+        self._pool = _Pool(MAX_ASKING, "otel-errcompact-summary")
         new_locks_in_child(self, "_lock")
         rebuild_in_child(self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
-        """The questions out at the fork are the parent's: no thread of this process will answer them."""
+        """The questions out at the fork, and the threads asking them, are the parent's: no thread of this
+        process will answer them."""
         self._asking = {}
+        self._pool._reset()
 
     def ask(self, text: str) -> Parsed | None:
         """The answer for ``text`` (sanitised, bounded raw error text), or None: no answer, a failing
@@ -113,15 +168,11 @@ class Summaries:
         return None
 
     def _start(self, key: bytes, question: _Question, masked: str) -> bool:
-        try:
-            threading.Thread(
-                target=self._call, args=(key, question, masked), name="otel-errcompact-summary", daemon=True
-            ).start()
-        except RuntimeError:  # no new thread at interpreter exit: the heuristic answers
-            with self._lock:
-                self._asking.pop(key, None)
-            return False
-        return True
+        if self._pool.run(functools.partial(self._call, key, question, masked)):
+            return True
+        with self._lock:  # no thread at interpreter exit: the heuristic answers
+            self._asking.pop(key, None)
+        return False
 
     def _call(self, key: bytes, question: _Question, masked: str) -> None:
         """Ask the summariser, keep its answer for the later occurrences, and wake whoever waits."""

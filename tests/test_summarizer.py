@@ -7,9 +7,12 @@ stable, and that a failing summariser never breaks compaction. The error texts c
 
 from __future__ import annotations
 
+import threading
+import time
 from pathlib import Path
 
 from otel_errcompact import Compactor, Parsed
+from otel_errcompact.summary import MAX_ASKING
 from tests.realerrors import python_error, run
 
 
@@ -244,3 +247,38 @@ def test_summary_timeout_must_be_a_finite_positive_number() -> None:
     for bad in (0, -1.0, float("nan"), float("inf"), "2"):
         with pytest.raises(ConfigurationError, match=r"Compactor\.summary_timeout_s="):
             Compactor(summarizer=lambda text: None, summary_timeout_s=bad)  # type: ignore[arg-type]
+
+
+class HangingSummarizer:
+    """A model endpoint that does not answer until it is let go; notes the thread of every call."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.threads: list[threading.Thread] = []
+
+    def __call__(self, text: str) -> object:
+        self.threads.append(threading.current_thread())
+        self.go.wait(30)
+        return "DateError: the date given was not understood"
+
+
+def test_a_slow_summariser_runs_on_a_few_threads_however_many_errors_come(tmp_path: Path) -> None:
+    """A stream of new errors against a summariser that hangs, then against the same one answering: every
+    occurrence gets a digest (the heuristic's while none is in time), and the summariser runs on at most
+    MAX_ASKING threads, daemon threads kept for the next questions, not one thread per question."""
+    raws = [_date_error(f"blursday {i}", tmp_path / str(i)) for i in range(3 * MAX_ASKING)]
+    model = HangingSummarizer()
+    compactor = Compactor(summarizer=model, digest_cache_size=0, summary_timeout_s=0.05)
+    hung = [compactor.compact(raw) for raw in raws]
+    assert all(d.format == "fallback" and "invalid date" in d.cause for d in hung)
+    assert len(model.threads) == MAX_ASKING  # the rest were not asked: MAX_ASKING questions are out
+    model.go.set()
+    deadline = time.monotonic() + 60  # the answers come: each round asks about the errors not answered yet
+    while not all(compactor.compact(raw).format == "summary" for raw in raws):
+        assert time.monotonic() < deadline, "the summariser's answers never served the digests"
+        time.sleep(0.01)
+    answered = [compactor.compact(raw) for raw in raws]
+    assert all(d.line == "[DateError]: the date given was not understood" for d in answered)
+    assert len(model.threads) == len(raws)  # each error asked once
+    assert len(set(model.threads)) <= MAX_ASKING
+    assert all(thread.daemon for thread in model.threads)
