@@ -868,7 +868,10 @@ def _attempts(n: int) -> RetryPolicy:
 
 
 def _note_retry(span: trace.Span) -> Callable[[tenacity.RetryCallState], None]:
-    """tenacity ``before_sleep``: each retry is a span event on the tool span (the failure is not lost)."""
+    """tenacity ``before_sleep``: each retry is a span event on the tool span (the failure is not lost).
+
+    Its ``exception.message`` is the message's first 512 characters, redacted before the cut: cut first, a
+    key crossing the bound would keep a head too short to read as a key."""
 
     def note(state: tenacity.RetryCallState) -> None:
         try:

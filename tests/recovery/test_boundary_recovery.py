@@ -102,6 +102,25 @@ def test_transient_failure_is_retried_once_with_retry_after(make_otel: Callable[
     assert result.outcome is not None and result.outcome.digest.error_class == "transient"
 
 
+def test_the_retry_event_holds_the_redacted_head_of_the_error(make_otel: Callable[..., OTel], upstream: Any) -> None:
+    """The ``errcompact.retry`` event keeps the first 512 characters of the error's message, redacted before
+    it is cut: a key the URL carries across that bound leaves no part of itself on the span (cut first, its
+    head would be too short to read as a key, and would stay)."""
+    otel = make_otel(retry=QUICK)
+    server, url = upstream
+    fetch = fetch_tool(otel, url)
+    key = "sk-proj-" + "Zq7x9K2mP4w" * 5
+    before = f"Server error '503 Service Unavailable' for url '{url}/reports/"
+    path = "/reports/" + "q" * (512 - 16 - len(before) - 1) + "/" + key  # the key starts 16 characters before
+    server.script.extend([(503, {}), (200, {})])
+    assert fetch(path) == {"ok": True}
+    (retry,) = events(otel, "errcompact.retry")
+    message = str(retry["exception.message"])
+    assert message.startswith(before) and len(message) == 512
+    assert not any(key[i:i + 6] in message for i in range(8, len(key) - 5))
+    assert retry["exception.type"] == "HTTPStatusError"
+
+
 def test_permanent_failures_surface_at_once(make_otel: Callable[..., OTel], upstream: Any) -> None:
     otel = make_otel(retry=QUICK)
     server, url = upstream
