@@ -928,7 +928,32 @@ def _span_text(text: str, limit: int = _MAX_SPAN_TEXT) -> str:
     valid UTF-8. A lone surrogate (the byte of a file name that is not UTF-8) is written as its escape, as
     the prompt gets it: an OTLP exporter cannot encode one, and fails the whole batch of spans
     over a status description holding it."""
-    return escape_surrogates(redact(cap_text(text, limit)))
+    return escape_surrogates(_redacted_cap(text, limit))
+
+
+_REDACT_MARGIN = 4096
+"""Characters redacted beyond each end of what a cut text keeps, and then dropped (see :func:`_redacted_cap`)."""
+
+
+def _redacted_cap(text: str, limit: int) -> str:
+    """``redact(text)`` cut to its head and tail as :func:`cap_text` cuts, without redacting all of a
+    long text on the agent's thread (a 10 MB error takes most of a second).
+
+    Cut first and redacted after, a key that crosses a cut would lose its prefix (``sk-proj-``) or be left
+    too short to read as a key, and the rest of it would stay on the span. So each kept end is redacted with
+    a margin of text beyond it, and the margin is dropped afterwards: what is kept lies at least
+    :data:`_REDACT_MARGIN` characters from where the redacted window was cut, so only a secret longer than
+    that could cross it."""
+    window = limit + 2 * _REDACT_MARGIN
+    if len(text) <= window:
+        return cap_text(redact(text), limit)
+    head_n = limit // 4
+    tail_n = limit - head_n
+    head = redact(text[: head_n + _REDACT_MARGIN])
+    tail = redact(text[-(tail_n + _REDACT_MARGIN):])
+    head = head[: max(0, min(head_n, len(head) - _REDACT_MARGIN))]
+    tail = tail[len(tail) - max(0, min(tail_n, len(tail) - _REDACT_MARGIN)):]
+    return f"{head}\n[… {len(text) - len(head) - len(tail)} characters omitted …]\n{tail}"
 
 
 def _safe_str(value: Any) -> str:

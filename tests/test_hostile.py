@@ -114,6 +114,27 @@ def test_exception_whose_str_returns_a_str_subclass_becomes_a_compact_error(otel
     assert record.exception_message == "quota exhausted for tenant acme"
 
 
+def test_a_key_crossing_the_status_descriptions_cut_leaves_nothing_on_the_span(otel: OTel) -> None:
+    """A long error quoting an API key where the status description (1,024 characters, head and tail) is
+    cut: no part of the key is exported, while the trajectory record keeps the whole text."""
+    key = "sk-proj-" + "Zq7x9K2mP4w" * 5
+    settings = {"region": "eu-west-1"}
+
+    @otel.ec.tool
+    def read_setting(name: str) -> str:
+        return settings[name]
+
+    # The description keeps the last 768 characters of "KeyError: '<name>'": they begin 20 characters into the key.
+    after = "s" * (768 - (len(key) - 20) - 2)
+    with otel.ec.conversation("c-long"):
+        assert isinstance(read_setting(f"{'n' * 2000} {key} {after}"), ToolErrorText)
+    description = _span(otel, "execute_tool read_setting").status.description
+    assert description.startswith("KeyError: 'nnn") and description.endswith("'")
+    assert not any(key[i:i + 6] in description for i in range(8, len(key) - 5))
+    (record,) = otel.records()
+    assert key in record.raw_error
+
+
 def _folder_with_a_name_not_utf8(folder: Path) -> Path:
     """A real folder holding a file whose name is not UTF-8 (``caf\\xe9.txt``): ``os.listdir`` gives the
     undecodable byte as a lone surrogate."""
