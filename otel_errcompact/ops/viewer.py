@@ -11,6 +11,9 @@ adds is configuration only (``metadata``): the table's facets and sort order, an
   a link to its trace;
 - **escalations**: every breach, newest first.
 
+The links into the viewer are paths, rendered as links by a plugin of its own (``viewer_links``), so that they
+open wherever the page was opened from.
+
 Trace links come from a URL template with ``{trace_id}`` (``--trace-url`` or ``OTEL_ERRCOMPACT_TRACE_URL``):
 Jaeger ``http://localhost:16686/trace/{trace_id}`` (the default), Grafana Tempo
 ``http://localhost:3000/explore?left={"queries":[{"query":"{trace_id}","queryType":"traceql"}]}``, Phoenix
@@ -23,6 +26,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -71,12 +75,13 @@ def _link(template: str, column: str) -> str:
     return f"CASE WHEN {column} IS NULL THEN NULL ELSE {substituted} END"
 
 
-def metadata(base_url: str, trace_url: str = DEFAULT_TRACE_URL) -> dict[str, Any]:
-    """Datasette metadata for a store served at ``base_url`` (e.g. ``http://127.0.0.1:8001``)."""
-    base = base_url.rstrip("/")
-    record_link = f"{_sql_string(f'{base}/{DATABASE}/trajectory/')} || id"  # Datasette's row URL: the key
+def metadata(trace_url: str = DEFAULT_TRACE_URL) -> dict[str, Any]:
+    """Datasette metadata for the store. The links into the viewer are paths (``/trajectories/...``), which
+    the ``viewer_links`` plugin renders: they open wherever the page was opened from, where an address built
+    from the bound host and port (``0.0.0.0``, port 0, a proxy's) would not."""
+    record_link = f"{_sql_string(f'/{DATABASE}/trajectory/')} || id"  # Datasette's row URL: the key
     failures_link = (  # percent-encoded: a '#', '&' or '+' in the id would open another conversation
-        f"{_sql_string(f'{base}/{DATABASE}/failures?conversation=')} || "
+        f"{_sql_string(f'/{DATABASE}/failures?conversation=')} || "
         f"{_query_value('coalesce(conversation_id, scope)')}"
     )
     trace = _link(trace_url, "trace_id")
@@ -151,13 +156,15 @@ limit 500""",
     }
 
 
-def command(db: Path, *, host: str, port: int, metadata_path: Path) -> list[str]:
+def command(db: Path, *, host: str, port: int, metadata_path: Path, plugins_dir: Path) -> list[str]:
     """The ``datasette serve`` command line for the store (read-only: Datasette opens files with
-    ``mode=ro`` for queries and writes nothing without a write plugin)."""
+    ``mode=ro`` for queries and writes nothing without a write plugin; ``plugins_dir`` holds the
+    ``viewer_links`` plugin alone)."""
     return [
         sys.executable, "-m", "datasette", "serve", str(db),
         "--host", host, "--port", str(port),
         "--metadata", str(metadata_path),
+        "--plugins-dir", str(plugins_dir),
         "--setting", "truncate_cells_html", "300",
         "--setting", "default_page_size", "50",
     ]
@@ -180,9 +187,23 @@ def serve(
         link = Path(tmp) / f"{DATABASE}.db"
         link.symlink_to(path.resolve())
         meta = Path(tmp) / "metadata.json"
-        meta.write_text(json.dumps(metadata(f"http://{host}:{port}", template), indent=2), encoding="utf-8")
-        print(f"otel-errcompact viewer: http://{host}:{port}/{DATABASE} (read-only; Ctrl+C to stop)", flush=True)
-        return _run_until_stopped(command(link, host=host, port=port, metadata_path=meta))
+        meta.write_text(json.dumps(metadata(template), indent=2), encoding="utf-8")
+        plugins = Path(tmp) / "plugins"
+        plugins.mkdir()
+        shutil.copyfile(Path(__file__).with_name("viewer_links.py"), plugins / "viewer_links.py")
+        print(f"otel-errcompact viewer: {_address(host, port)} (read-only; Ctrl+C to stop)", flush=True)
+        return _run_until_stopped(command(link, host=host, port=port, metadata_path=meta, plugins_dir=plugins))
+
+
+_EVERY_INTERFACE = frozenset({"0.0.0.0", "::", ""})
+
+
+def _address(host: str, port: int) -> str:
+    """Where to open the viewer, as far as the viewer knows it: no browser opens ``0.0.0.0`` or port 0 (the
+    system picks one, which Datasette prints as it starts)."""
+    if port == 0 or host in _EVERY_INTERFACE:
+        return f"/{DATABASE} on the address Datasette prints below"
+    return f"http://{'[' + host + ']' if ':' in host else host}:{port}/{DATABASE}"
 
 
 def _run_until_stopped(args: list[str]) -> int:

@@ -97,6 +97,28 @@ def _start_viewer(db: Path, port: int) -> subprocess.Popen[str]:
     return server
 
 
+def _start_viewer_on_a_port_it_picks(db: Path) -> tuple[subprocess.Popen[str], int]:
+    """``otel-errcompact viewer --port 0``, and the port the system gave it (which Datasette prints)."""
+    server = subprocess.Popen(
+        [_cli(), "viewer", "--db", str(db), "--port", "0", "--trace-url", TRACE_URL],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=_env(db),
+    )
+    assert server.stdout is not None
+    seen = []
+    for line in server.stdout:  # ends when the viewer does
+        seen.append(line)
+        running = re.search(r"running on http://127\.0\.0\.1:(\d+)", line)
+        if running:
+            return server, int(running.group(1))
+    server.wait(timeout=30)
+    raise AssertionError(f"viewer did not start: {''.join(seen)}")
+
+
+def _get(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return html.unescape(response.read().decode())
+
+
 @pytest.fixture(scope="module")
 def viewer(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, Path]]:
     tmp = tmp_path_factory.mktemp("viewer")
@@ -134,8 +156,9 @@ def test_a_person_goes_from_conversations_to_a_failure_and_its_trace(
     assert shot.stat().st_size > 10_000
     text = _text(page)
     assert "Conversations" in text and conversation in text
-    failures_url = f"{base}/trajectories/failures?conversation={conversation}"
-    assert f'href="{html.escape(failures_url)}"' in page or f'href="{failures_url}"' in page
+    failures_path = f"/trajectories/failures?conversation={conversation}"
+    assert f'href="{html.escape(failures_path)}"' in page or f'href="{failures_path}"' in page
+    failures_url = base + failures_path
 
     page = _render(failures_url, tmp_path / "profile")
     text = _text(page)
@@ -149,6 +172,34 @@ def test_a_person_goes_from_conversations_to_a_failure_and_its_trace(
     record_text = _text(record_page)
     assert "Traceback (most recent call last)" in record_text  # the raw error, in full
     assert "no such table" in record_text
+
+
+def test_the_viewers_links_open_on_a_port_the_system_picked(viewer: tuple[str, Path]) -> None:
+    """``--port 0`` (or ``--host 0.0.0.0``) is an address no browser opens: the links from conversations to
+    failures to a record open on the host and port the page came from, followed here as a browser follows
+    them (each href resolved against its page's URL) with a real HTTP client."""
+    _base, db = viewer
+    row_id, digest = sqlite3.connect(db).execute(
+        "select id, digest_line from trajectory where escalated = 1"
+    ).fetchone()
+    server, port = _start_viewer_on_a_port_it_picks(db)
+    try:
+        page_url = f"http://127.0.0.1:{port}/trajectories/conversations"
+        hrefs = re.findall(r'href="([^"]*/failures\?conversation=[^"]*)"', _get(page_url))
+        assert hrefs
+        records: list[str] = []
+        for href in hrefs:
+            failures_url = urllib.parse.urljoin(page_url, href)
+            records += [urllib.parse.urljoin(failures_url, h)
+                        for h in re.findall(r'href="([^"]*/trajectory/\d+)"', _get(failures_url))]
+        opened = [url for url in records if url.endswith(f"/trajectory/{row_id}")]
+        assert opened, records
+        assert urllib.parse.urlsplit(opened[0]).netloc == f"127.0.0.1:{port}"
+        record_page = _get(opened[0])
+        assert digest in record_page and "Traceback (most recent call last)" in record_page  # the record
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
 
 
 def test_the_viewer_is_read_only(viewer: tuple[str, Path]) -> None:
@@ -216,7 +267,8 @@ def test_each_conversation_link_opens_that_conversations_failures(
     try:
         base = f"http://127.0.0.1:{port}"
         page = _render(f"{base}/trajectories/conversations", tmp_path / "profile")
-        links = [html.unescape(h) for h in re.findall(r'href="([^"]*/failures\?conversation=[^"]*)"', page)]
+        links = [urllib.parse.urljoin(base, html.unescape(h))
+                 for h in re.findall(r'href="([^"]*/failures\?conversation=[^"]*)"', page)]
         assert len(links) == len(CONVERSATIONS), links
         opened: dict[str, str] = {}
         for link in links:
