@@ -72,7 +72,8 @@ def _increase(selector: str, window: str) -> str:
     A series appears with its first count (the SDK exports no 0 for attributes it has not seen), and
     ``increase()`` has no earlier sample to count that step from: a single escalation, or a tool's first
     new class, would read as 0. A series absent ``window`` ago is new, so all of its value is in the window
-    (the alert rules count the same way)."""
+    (the alert rules count the same way). Every counter panel counts so, in counts per interval rather than
+    per-second rates: a tool's first call, a new error type's first failure would otherwise not show."""
     return f"({selector} unless {selector} offset {window}) or increase({selector}[{window}])"
 
 
@@ -82,6 +83,9 @@ def build() -> dict[str, Any]:
     failed = f'errcompact_tool_calls_total{{{SERVICE},errcompact_outcome="error"}}'
     escalations = f"errcompact_escalations_total{{{SERVICE}}}"
     new_classes = f"errcompact_classes_new_total{{{SERVICE}}}"
+    errors = f"errcompact_errors_total{{{SERVICE}}}"
+    tokens_raw = f"errcompact_tokens_raw_total{{{SERVICE}}}"
+    tokens_compact = f"errcompact_tokens_compact_total{{{SERVICE}}}"
     builder = (
         dash.Dashboard("otel-errcompact: agent tool errors")
         .uid(UID)
@@ -120,7 +124,7 @@ def build() -> dict[str, Any]:
             _stat(
                 "Tool error ratio",
                 "Failed tool calls / all tool calls in the selected range.",
-                _ratio(f"sum(increase({failed}[$__range]))", f"sum(increase({calls}[$__range]))"),
+                _ratio(f"sum({_increase(failed, '$__range')})", f"sum({_increase(calls, '$__range')})"),
                 unit="percentunit",
             )
         )
@@ -128,7 +132,7 @@ def build() -> dict[str, Any]:
             _stat(
                 "Tool calls",
                 "Tool calls seen (every tool span once), successful and failed.",
-                f"sum(increase({calls}[$__range]))",
+                f"sum({_increase(calls, '$__range')})",
             )
         )
         .with_panel(
@@ -146,8 +150,8 @@ def build() -> dict[str, Any]:
                 "where known, else the raw error: see errcompact_basis).",
                 "1 - "
                 + _ratio(
-                    f"sum(increase(errcompact_tokens_compact_total{{{SERVICE}}}[$__range]))",
-                    f"sum(increase(errcompact_tokens_raw_total{{{SERVICE}}}[$__range]))",
+                    f"sum({_increase(tokens_compact, '$__range')})",
+                    f"sum({_increase(tokens_raw, '$__range')})",
                 ),
                 unit="percentunit",
             )
@@ -159,8 +163,8 @@ def build() -> dict[str, Any]:
                 "Share of each tool's calls that failed.",
                 (
                     _ratio(
-                        f"sum by (gen_ai_tool_name) (rate({failed}[$__rate_interval]))",
-                        f"sum by (gen_ai_tool_name) (rate({calls}[$__rate_interval]))",
+                        f"sum by (gen_ai_tool_name) ({_increase(failed, '$__rate_interval')})",
+                        f"sum by (gen_ai_tool_name) ({_increase(calls, '$__rate_interval')})",
                     ),
                     "{{gen_ai_tool_name}}",
                 ),
@@ -170,24 +174,21 @@ def build() -> dict[str, Any]:
         .with_panel(
             _series(
                 "Tool calls by tool and outcome",
-                "Calls per second.",
+                "Calls per interval.",
                 (
-                    f"sum by (gen_ai_tool_name, errcompact_outcome) (rate({calls}[$__rate_interval]))",
+                    f"sum by (gen_ai_tool_name, errcompact_outcome) ({_increase(calls, '$__rate_interval')})",
                     "{{gen_ai_tool_name}} {{errcompact_outcome}}",
                 ),
-                unit="reqps",
             )
         )
         .with_panel(
             _series(
                 "Tool failures by tool and error type",
-                "Failures per second.",
+                "Failures per interval.",
                 (
-                    "sum by (gen_ai_tool_name, error_type) "
-                    f"(rate(errcompact_errors_total{{{SERVICE}}}[$__rate_interval]))",
+                    f"sum by (gen_ai_tool_name, error_type) ({_increase(errors, '$__rate_interval')})",
                     "{{gen_ai_tool_name}} {{error_type}}",
                 ),
-                unit="reqps",
             )
         )
         .with_panel(
@@ -215,14 +216,14 @@ def build() -> dict[str, Any]:
         .with_panel(
             _series(
                 "Error tokens: what the agent would have received vs digests",
-                "Tokens per second, by basis (model_text: the framework's own error text; raw_error: the full "
+                "Tokens per interval, by basis (model_text: the framework's own error text; raw_error: the full "
                 "raw error, an upper bound).",
                 (
-                    f"sum by (errcompact_basis) (rate(errcompact_tokens_raw_total{{{SERVICE}}}[$__rate_interval]))",
+                    f"sum by (errcompact_basis) ({_increase(tokens_raw, '$__rate_interval')})",
                     "without otel-errcompact ({{errcompact_basis}})",
                 ),
                 (
-                    f"sum by (errcompact_basis) (rate(errcompact_tokens_compact_total{{{SERVICE}}}[$__rate_interval]))",
+                    f"sum by (errcompact_basis) ({_increase(tokens_compact, '$__rate_interval')})",
                     "digests ({{errcompact_basis}})",
                 ),
             )

@@ -84,8 +84,9 @@ def _agent(tmp: Path, port: int, *args: str) -> subprocess.Popen[str]:
 
 
 @pytest.fixture(scope="module")
-def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A real Prometheus scraping a real agent on 127.0.0.1, with the shipped rules and external labels."""
+def scraped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """A real Prometheus scraping a real agent on 127.0.0.1, with the shipped rules and external labels: the
+    Prometheus's address and the agent (whose standard input asks for calls, see ``workload.py``)."""
     tmp = tmp_path_factory.mktemp("prometheus")
     agent_port, web_port = _free_port(), _free_port()
     agent = _agent(tmp, agent_port)
@@ -114,11 +115,17 @@ def prometheus(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         # Enough scrapes for rate() over a window, with the counters growing all along.
         enough = "count_over_time(errcompact_tool_calls_total[1m]) > 5"
         _wait("tool-call samples", lambda: _get(base, "/api/v1/query", query=enough)["result"])
-        yield base
+        yield base, agent
     finally:
         server.terminate()
         agent.communicate(input="", timeout=60)
         server.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def prometheus(scraped: tuple[str, subprocess.Popen[str]]) -> str:
+    """The Prometheus's address."""
+    return scraped[0]
 
 
 def _instantiate(expr: str) -> str:
@@ -180,3 +187,27 @@ def test_alert_rules_evaluate_and_the_escalation_alert_fires_with_its_links(prom
     # The ratio rule's expression already holds for query_db (it waits out its `for: 10m` as pending).
     ratio = _get(prometheus, "/api/v1/query", query=rules["AgentToolErrorRatioHigh"]["query"])["result"]
     assert {r["metric"]["gen_ai_tool_name"] for r in ratio} == {"load_user", "query_db"}
+
+
+def test_the_panels_count_a_new_series_first_failure(scraped: tuple[str, subprocess.Popen[str]]) -> None:
+    """A tool's first call, failing with an error type not seen before, makes new series that appear with
+    their first count (1): the time-series panels show that failure and call, and the tool's error ratio
+    (a rate over the interval read them as no increase at all, and the ratio as no calls)."""
+    base, agent = scraped
+    assert agent.stdin is not None
+    agent.stdin.write("parse_date\n")
+    agent.stdin.flush()
+    failures = f'errcompact_errors_total{{service_name="{SERVICE}",gen_ai_tool_name="parse_date"}}'
+    _wait("the new series scraped twice",
+          lambda: _get(base, "/api/v1/query", query=f"count_over_time({failures}[1m]) >= 2")["result"])
+
+    def by_labels(title: str, *labels: str) -> dict[tuple[str, ...], float]:
+        expr = dict(generate.panel_queries(generate.build()))[title]
+        result = _get(base, "/api/v1/query", query=_instantiate(expr))["result"]
+        return {tuple(r["metric"].get(label, "") for label in labels): float(r["value"][1]) for r in result}
+
+    failed = by_labels("Tool failures by tool and error type", "gen_ai_tool_name", "error_type")
+    assert {error_type: n for (tool, error_type), n in failed.items() if tool == "parse_date"} == {"ValueError": 1}
+    calls = by_labels("Tool calls by tool and outcome", "gen_ai_tool_name", "errcompact_outcome")
+    assert {outcome: n for (tool, outcome), n in calls.items() if tool == "parse_date"} == {"error": 1}
+    assert by_labels("Tool error ratio by tool", "gen_ai_tool_name").get(("parse_date",)) == 1.0

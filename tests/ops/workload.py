@@ -2,11 +2,15 @@
 
 Every conversation: one successful tool call, a missing key, then the same missing table three times in a
 row, which escalates (and halts that conversation). It loops until its standard input closes, so a scraper
-sees counters grow. With ``--unique`` every failure is a distinct error (a flood of new classes).
+sees counters grow. With ``--unique`` every failure is a distinct error (a flood of new classes). Each line
+``parse_date`` on its standard input makes one call of a tool that fails once (new series, first count 1).
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime
+import queue
 import sqlite3
 import sys
 import threading
@@ -34,8 +38,19 @@ def main() -> None:
     def query_db(table: str) -> list[object]:
         return sqlite3.connect(":memory:").execute(f"SELECT * FROM {table}").fetchall()
 
+    @ec.tool
+    def parse_date(text: str) -> datetime.date:
+        return datetime.date.fromisoformat(text)
+
     stop = threading.Event()
-    threading.Thread(target=lambda: (sys.stdin.read(), stop.set()), daemon=True).start()
+    asked: queue.SimpleQueue[str] = queue.SimpleQueue()
+
+    def read_stdin() -> None:
+        for line in sys.stdin:
+            asked.put(line.strip())
+        stop.set()
+
+    threading.Thread(target=read_stdin, daemon=True).start()
     n = 0
     print("ready", flush=True)
     while not stop.is_set():
@@ -49,6 +64,10 @@ def main() -> None:
                 query_db("orders")  # halted: raises ErrorBudgetExceeded
             except ErrorBudgetExceeded:
                 pass
+        while not asked.empty():
+            if asked.get() == "parse_date":
+                with ec.conversation(f"rare-{n}"), contextlib.suppress(ValueError):
+                    parse_date("next tuesday")
         time.sleep(0.05)
     ec.shutdown()
 
