@@ -65,6 +65,8 @@ _log = logging.getLogger("otel_errcompact")
 _MAX_SPAN_TEXT = 65_536
 """Characters of an exception's message and stack trace written on the span (head and tail kept): what
 leaves the process is bounded and redacted in bounded time; the trajectory record keeps the whole text."""
+_UNDESCRIBED: Mapping[str, str] = {}
+"""What a tool call run as a block (``ec.tool_call``) knows of its tool: nothing beyond its name."""
 
 P = ParamSpec("P")
 R = TypeVar("R")
@@ -269,19 +271,19 @@ class ToolBoundary:
 
     @contextmanager
     def _call(
-        self, name: str, call_id: str | None, arguments_json: str | None, on_error: OnError | None
+        self,
+        name: str,
+        call_id: str | None,
+        arguments_json: str | None,
+        on_error: OnError | None,
+        described: Mapping[str, str] = _UNDESCRIBED,
     ) -> Iterator[ToolCall]:
-        """:meth:`call`, with the arguments already JSON (cut for the span and the record), or None."""
+        """:meth:`call`, with the arguments already JSON (cut for the span and the record), or None, and
+        what the decorator knows of the tool (:func:`_described`)."""
         self.check()
-        attributes: dict[str, Any] = {
-            semconv.GEN_AI_OPERATION_NAME: "execute_tool",
-            semconv.GEN_AI_TOOL_NAME: name,
-        }
+        attributes = self._attrs(name, described)
         if call_id:
             attributes[semconv.GEN_AI_TOOL_CALL_ID] = call_id
-        conversation_id = current_conversation()
-        if conversation_id:
-            attributes[semconv.GEN_AI_CONVERSATION_ID] = conversation_id
         if arguments_json is not None:
             attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _span_text(arguments_json)
         with self._tracer.start_as_current_span(
@@ -341,6 +343,7 @@ class ToolBoundary:
         retry: RetrySpec = None,
         mutating: bool = False,
         error_of: ErrorOf | None = None,
+        description: str | None = None,
     ) -> ToolDecorator: ...
 
     def tool(
@@ -353,6 +356,7 @@ class ToolBoundary:
         retry: RetrySpec = None,
         mutating: bool = False,
         error_of: ErrorOf | None = None,
+        description: str | None = None,
     ) -> Any:
         """Decorate a sync or async tool function. ``@ec.tool`` or ``@ec.tool(name="search")``.
 
@@ -369,11 +373,15 @@ class ToolBoundary:
         error text the result carries, or None for a success. Such a result fails the call as a raised
         exception does: it is recorded, counted, and the agent gets the digest instead of the raw text. MCP's
         ``isError`` results are recognised without it. An ``error_of`` that raises is taken as a success.
+
+        The tool's span carries ``gen_ai.tool.type`` ``function`` and ``gen_ai.tool.description``:
+        ``description``, else the first line of the function's docstring (none without either).
         """
         policy = self.retry if retry is None else (retry if isinstance(retry, RetryPolicy) else _attempts(retry))
 
         def decorate(fn: Callable[P, Any]) -> Callable[P, Any]:
             tool_name = name or str(getattr(fn, "__name__", None) or type(fn).__name__)
+            described = _described(fn, description)
             fn = _collected(fn)
             if inspect.iscoroutinefunction(fn) or (
                 not inspect.isfunction(fn) and inspect.iscoroutinefunction(type(fn).__call__)
@@ -381,13 +389,13 @@ class ToolBoundary:
 
                 @functools.wraps(fn)
                 async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                    started = self._start(tool_name, fn, args, kwargs)
+                    started = self._start(tool_name, fn, args, kwargs, described)
                     if isinstance(started, ToolErrorText):
                         return started
                     arguments, arguments_json, scope, pending = started
                     token = _pending.set(pending)
                     try:
-                        with self._call(tool_name, None, arguments_json, on_error) as call:
+                        with self._call(tool_name, None, arguments_json, on_error, described) as call:
                             self._admitted(pending)
                             inner = asyncio.ensure_future(_retried_async(policy, call.span, fn, args, kwargs))
                             try:
@@ -408,13 +416,13 @@ class ToolBoundary:
 
             @functools.wraps(fn)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                started = self._start(tool_name, fn, args, kwargs)
+                started = self._start(tool_name, fn, args, kwargs, described)
                 if isinstance(started, ToolErrorText):
                     return started
                 _, arguments_json, _, pending = started
                 token = _pending.set(pending)
                 try:
-                    with self._call(tool_name, None, arguments_json, on_error) as call:
+                    with self._call(tool_name, None, arguments_json, on_error, described) as call:
                         self._admitted(pending)
                         result = policy.retrying(before_sleep=_note_retry(call.span))(fn, *args, **kwargs)
                         self._settle(call, pending, result, error_of)
@@ -434,7 +442,12 @@ class ToolBoundary:
     # traceback recorded for every failure.
 
     def _start(
-        self, tool_name: str, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        tool_name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        described: Mapping[str, str] = _UNDESCRIBED,
     ) -> tuple[dict[str, Any], str | None, str, _Pending] | ToolErrorText:
         """Before a decorated call: its arguments, as JSON for the span and the record (cut; None when
         arguments are not captured), its scope and the breaker verdict still owed, or the text of a
@@ -443,7 +456,7 @@ class ToolBoundary:
         arguments = _arguments(fn, args, kwargs)
         whole = _as_json(arguments, None)
         fp, scope = fingerprint(whole), self.current_scope()
-        refused = self._refuse(tool_name, fp, scope, arguments)
+        refused = self._refuse(tool_name, fp, scope, arguments, described)
         if isinstance(refused, ToolErrorText):
             return refused
         arguments_json = whole[:_MAX_ARGUMENT_CHARS] if self._capture_arguments else None
@@ -463,12 +476,15 @@ class ToolBoundary:
 
     # -- recovery: breaker, abort, cancellation ----------------------------------------------------------
 
-    def _refuse(self, name: str, fp: str, scope: str, arguments: Any) -> ToolErrorText | Admission | None:
+    def _refuse(
+        self, name: str, fp: str, scope: str, arguments: Any, described: Mapping[str, str] = _UNDESCRIBED
+    ) -> ToolErrorText | Admission | None:
         """Before a call: the halt check, an abort standing for the scope, then the breaker's admission."""
         self.check(scope)
         reason = self.aborts.aborted(scope)
+        attributes = self._attrs(name, described)
         if reason is not None:
-            with self._tracer.start_as_current_span(f"execute_tool {name}", attributes=self._attrs(name)) as span:
+            with self._tracer.start_as_current_span(f"execute_tool {name}", attributes=attributes) as span:
                 return self._cancelled(span, name, scope, arguments, reason)
         if self.breakers is None:
             return None
@@ -476,7 +492,7 @@ class ToolBoundary:
         if admission.allowed:
             return admission
         text = circuit_open_text(admission, self.breakers.clock())
-        with self._tracer.start_as_current_span(f"execute_tool {name}", attributes=self._attrs(name)) as span:
+        with self._tracer.start_as_current_span(f"execute_tool {name}", attributes=attributes) as span:
             span.set_attribute("errcompact.circuit_open", True)
             _mark_refused(span, text)
             b = admission.breaker
@@ -598,10 +614,13 @@ class ToolBoundary:
                 _log.exception("otel-errcompact: could not record a cancelled tool call")
         return ToolErrorText(f"Cancelled: {name} ({reason})", None, cancelled=True)
 
-    def _attrs(self, name: str) -> dict[str, Any]:
+    def _attrs(self, name: str, described: Mapping[str, str] = _UNDESCRIBED) -> dict[str, Any]:
+        """A tool span's attributes at its start: the operation, the tool and what is known of it, the
+        conversation."""
         attributes: dict[str, Any] = {
             semconv.GEN_AI_OPERATION_NAME: "execute_tool",
             semconv.GEN_AI_TOOL_NAME: name,
+            **described,
         }
         conversation_id = current_conversation()
         if conversation_id:
@@ -842,6 +861,28 @@ def _agent_text(outcome: Outcome) -> str:
 
 async def _await(value: Awaitable[Any]) -> Any:
     return await value
+
+
+_MAX_DESCRIPTION_CHARS = 1024
+
+
+def _described(fn: Callable[..., Any], description: str | None) -> dict[str, str]:
+    """The GenAI attributes a decorated tool's spans carry beyond its name: ``gen_ai.tool.type`` is
+    ``function`` (the application runs it on the arguments the model chose), and ``gen_ai.tool.description``
+    is ``description`` or the first line of the function's docstring, the line frameworks hand the model
+    as the tool's description. Read once, when the tool is decorated; a docstring that cannot be read
+    leaves the description out."""
+    described = {semconv.GEN_AI_TOOL_TYPE: "function"}
+    text = description
+    if text is None:
+        try:
+            doc = inspect.getdoc(fn)
+        except Exception:  # an object whose __doc__ is a property that raises
+            doc = None
+        text = next((line.strip() for line in (doc or "").splitlines() if line.strip()), None)
+    if text:
+        described[semconv.GEN_AI_TOOL_DESCRIPTION] = text[:_MAX_DESCRIPTION_CHARS]
+    return described
 
 
 def _collected(fn: Callable[..., Any]) -> Callable[..., Any]:

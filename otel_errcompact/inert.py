@@ -37,6 +37,7 @@ class InertToolBoundary(ToolBoundary):
         retry: RetryPolicy | int | None = None,
         mutating: bool = False,
         error_of: Callable[[Any], str | None] | None = None,
+        description: str | None = None,
     ) -> Any:
         """The function, unwrapped (``@ec.tool`` and ``@ec.tool(name=...)`` alike)."""
 

@@ -42,7 +42,9 @@ __all__ = [
     "GEN_AI_TOOL_CALL_ARGUMENTS",
     "GEN_AI_TOOL_CALL_ID",
     "GEN_AI_TOOL_CALL_RESULT",
+    "GEN_AI_TOOL_DESCRIPTION",
     "GEN_AI_TOOL_NAME",
+    "GEN_AI_TOOL_TYPE",
     "OPENINFERENCE_KIND",
     "TOOL_ARGUMENTS_ATTRIBUTES",
     "TOOL_CALL_ID_ATTRIBUTES",
@@ -67,6 +69,10 @@ GEN_AI_TOOL_NAME = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID = "gen_ai.tool.call.id"
 GEN_AI_TOOL_CALL_ARGUMENTS = "gen_ai.tool.call.arguments"
 GEN_AI_TOOL_CALL_RESULT = "gen_ai.tool.call.result"
+GEN_AI_TOOL_DESCRIPTION = "gen_ai.tool.description"
+GEN_AI_TOOL_TYPE = "gen_ai.tool.type"
+"""``function`` for a function the application runs on the model's arguments (the conventions' other values:
+``extension``, ``datastore``)."""
 GEN_AI_CONVERSATION_ID = "gen_ai.conversation.id"
 GEN_AI_AGENT_NAME = "gen_ai.agent.name"
 GEN_AI_AGENT_ID = "gen_ai.agent.id"

@@ -572,3 +572,39 @@ def test_a_framework_span_failing_around_a_raising_wrapped_tool_is_one_failure(
     assert sorted(r.count or 0 for r in otel.records()) == [1, 2]
     assert "(×2)" in otel.ec.context("conv-raise")
     assert otel.ec.history.escalation("conv-raise") is None  # two calls: below the threshold of three
+
+
+def test_a_decorated_tools_span_says_what_the_tool_is(otel: OTel) -> None:
+    """The GenAI conventions' execute_tool span recommends ``gen_ai.tool.type`` and
+    ``gen_ai.tool.description`` where known: a decorated function is a ``function`` tool, described by the
+    first line of its docstring (what frameworks hand the model) or by ``description=``; a sync and an async
+    tool, failing and succeeding, and a block run with ``ec.tool_call`` (which knows no more than a name)."""
+
+    @otel.ec.tool
+    def get_order(orders: dict[str, int], order_id: str) -> int:
+        """Look up an order's quantity.
+
+        Raises KeyError for an unknown order.
+        """
+        return orders[order_id]
+
+    @otel.ec.tool(description="Parse a JSON document")
+    async def parse(text: str) -> Any:
+        return json.loads(text)
+
+    get_order({"o-1": 3}, "o-1")
+    get_order({"o-1": 3}, "o-2")
+    asyncio.run(parse("{"))
+    with otel.ec.tool_call("block"):
+        pass
+
+    described = {
+        span.name: (span.attributes or {}).get("gen_ai.tool.description") for span in otel.spans()
+        if (span.attributes or {}).get("gen_ai.tool.type") == "function"
+    }
+    assert described == {"execute_tool get_order": "Look up an order's quantity.",
+                         "execute_tool parse": "Parse a JSON document"}
+    assert len(otel.spans("execute_tool get_order")) == 2
+    assert all(s.attributes and s.attributes["gen_ai.tool.type"] == "function"
+               for s in otel.spans("execute_tool get_order"))
+    assert "gen_ai.tool.type" not in (only_span(otel, "execute_tool block").attributes or {})
