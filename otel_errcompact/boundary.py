@@ -75,6 +75,11 @@ OnError = Literal["digest", "raise"]
 _conversation: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "otel_errcompact_conversation", default=None
 )
+_current_call: contextvars.ContextVar[ToolCall | None] = contextvars.ContextVar(
+    "otel_errcompact_current_call", default=None
+)
+"""The tool call running here, so that a tool call made inside it (a tool that calls another wrapped
+tool) can tell it which exception it counted already."""
 
 
 @contextmanager
@@ -186,6 +191,9 @@ class ToolCall:
         self.span = span
         self.error: ToolErrorText | None = None
         self._data_error: str | None = None
+        self._raised_inside: list[tuple[BaseException, ToolErrorText]] = []
+        """The exceptions a tool call made inside this one counted and raised (``on_error="raise"``),
+        with what it made of them: such an exception leaving this call too is the same failure."""
         self._arguments = arguments  # unredacted, for the trajectory record only
         self.model_text: Callable[[BaseException], str] | None = None
         """Set by a framework bridge: the text its framework would have given the agent for an exception
@@ -294,25 +302,35 @@ class ToolBoundary:
             set_status_on_exception=False,
         ) as span:
             call = ToolCall(span, arguments_json)
+            enclosing = _current_call.get()
+            token = _current_call.set(call)
             try:
                 yield call
             except ErrorBudgetExceeded:
                 raise
             except Exception as exc:
-                try:
-                    if (wait := classify_exception(exc).retry_after_s) is not None:  # from the response headers
-                        span.set_attribute(RETRY_AFTER_ATTRIBUTE, wait)
-                except Exception:
-                    _log.debug("otel-errcompact: could not read a retry-after from the exception", exc_info=True)
-                call.error = self._failed_with(
-                    span, name, call_id, exc, call._arguments, model_text=_model_text(call, exc)
-                )
+                counted = _counted_inside(call, exc)
+                if counted is not None:  # raised by a wrapped tool this one called: that call counted it
+                    call.error = self._failed_again(span, exc, counted)
+                else:
+                    try:
+                        if (wait := classify_exception(exc).retry_after_s) is not None:  # the response headers
+                            span.set_attribute(RETRY_AFTER_ATTRIBUTE, wait)
+                    except Exception:
+                        _log.debug("otel-errcompact: could not read a retry-after from the exception", exc_info=True)
+                    call.error = self._failed_with(
+                        span, name, call_id, exc, call._arguments, model_text=_model_text(call, exc)
+                    )
                 if (on_error or self._on_error) == "raise":
+                    if enclosing is not None:
+                        enclosing._raised_inside.append((exc, call.error))
                     raise
                 return
             except BaseException:  # CancelledError (a timeout, task.cancel()), KeyboardInterrupt, GeneratorExit
                 _mark_interrupted(span, name)
                 raise
+            finally:
+                _leave_call(token, enclosing)
             if call._data_error is not None:
                 text = _safe_str(call._data_error)
                 try:
@@ -659,37 +677,7 @@ class ToolBoundary:
         model_text: str | None = None,
     ) -> ToolErrorText:
         """Record a tool's exception on its span (redacted) and in the pipeline (unredacted)."""
-        try:
-            raw = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-        except Exception:  # a hostile exception can break even the traceback module
-            raw = f"{_safe_name(type(exc))}: {_safe_str(exc)}"
-        message = _safe_str(exc)
-        exc_type = _safe_name(type(exc))
-        try:
-            qualified = _qualified_name(type(exc))
-            # Our own exception event, not span.record_exception(): that calls str(exc) unguarded and
-            # writes the raw message and stack, which leave the process with the span.
-            span.add_event(
-                "exception",
-                {
-                    "exception.type": qualified,
-                    # Bounded like the OTLP log events: the full text is in the trajectory record.
-                    "exception.message": _span_text(message, _MAX_SPAN_TEXT),
-                    "exception.stacktrace": _span_text(raw, _MAX_SPAN_TEXT),
-                    # No ``exception.escaped``: deprecated by the exception conventions.
-                },
-            )
-            span.set_status(Status(StatusCode.ERROR, _span_text(f"{exc_type}: {message}", 1024)))
-            span.set_attribute(semconv.ERROR_TYPE, qualified)
-        except Exception:
-            _log.debug("otel-errcompact: could not record the exception on the tool span", exc_info=True)
-        codes: dict[str, int] = {}
-        try:
-            codes = code_attributes(exc)  # HTTP status / exit code: part of the digest's type
-            if codes:
-                span.set_attributes(codes)
-        except Exception:
-            _log.debug("otel-errcompact: could not read the exception's status code", exc_info=True)
+        raw, message, exc_type, codes = _record_exception(span, exc)
         return self._failed(
             span, name, call_id, raw, exc_type=exc_type, codes=codes,
             unredacted={"raw_error": raw, "exception_message": message, "exception_stacktrace": raw,
@@ -697,6 +685,23 @@ class ToolBoundary:
             arguments=arguments,
             model_text=model_text,
         )
+
+    def _failed_again(self, span: trace.Span, exc: Exception, counted: ToolErrorText) -> ToolErrorText:
+        """A tool's exception that a wrapped tool it called has counted and raised already: this call's
+        span records it and fails, but it is one failure, counted once. The span carries the inner call's
+        annotations (so no span processor counts it again) and the agent gets the inner call's text."""
+        _record_exception(span, exc)
+        outcome = counted.outcome
+        if outcome is not None:
+            try:
+                span.set_attributes(span_annotations(outcome))
+            except Exception:
+                _log.debug("otel-errcompact: could not annotate a tool span", exc_info=True)
+            self._failed_call(outcome)
+        text = ToolErrorText(str.__str__(counted), outcome, escalated=counted.escalated)
+        if self._processor is not None:
+            self._processor.note_returned_error(text)
+        return text
 
     def _failed(
         self,
@@ -760,9 +765,12 @@ class ToolBoundary:
                     model_text=model_text,
                 )
             )
-            if processor is None and self._span_processor is not None:
-                # The provider's processor no longer serves this pipeline (a shut-down handle's tool):
-                # marked as counted, so that it does not count the failure in another handle's history.
+            if self._span_processor is not None:
+                # Marked as counted, so that no processor counts it again as the span ends: the provider's
+                # processor no longer serves this pipeline (a shut-down handle's tool, whose failure must
+                # not count in another handle's history), or it took the span for one wrapping a failure
+                # already counted (a wrapped tool called inside this one failed), which this call's own
+                # exception is not.
                 span.set_attributes(span_annotations(outcome))
         self._failed_call(outcome)
         text = ToolErrorText(_agent_text(outcome), outcome)
@@ -811,6 +819,61 @@ def _digest_of_line(key: str, line: str) -> Digest:
 
 CIRCUIT_OPEN = "circuit_open"
 """The ``error.type`` of a call an open circuit breaker refused (and of its trajectory record)."""
+
+
+def _record_exception(span: trace.Span, exc: BaseException) -> tuple[str, str, str, dict[str, int]]:
+    """Record a tool's exception on its span, redacted and bounded: the ``exception`` event, status ERROR,
+    ``error.type`` and the HTTP status / exit code it carries (part of the digest's type). Returns the
+    unredacted traceback, message and type name, and those codes. Never raises."""
+    try:
+        raw = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    except Exception:  # a hostile exception can break even the traceback module
+        raw = f"{_safe_name(type(exc))}: {_safe_str(exc)}"
+    message = _safe_str(exc)
+    exc_type = _safe_name(type(exc))
+    try:
+        qualified = _qualified_name(type(exc))
+        # Our own exception event, not span.record_exception(): that calls str(exc) unguarded and
+        # writes the raw message and stack, which leave the process with the span.
+        span.add_event(
+            "exception",
+            {
+                "exception.type": qualified,
+                # Bounded like the OTLP log events: the full text is in the trajectory record.
+                "exception.message": _span_text(message, _MAX_SPAN_TEXT),
+                "exception.stacktrace": _span_text(raw, _MAX_SPAN_TEXT),
+                # No ``exception.escaped``: deprecated by the exception conventions.
+            },
+        )
+        span.set_status(Status(StatusCode.ERROR, _span_text(f"{exc_type}: {message}", 1024)))
+        span.set_attribute(semconv.ERROR_TYPE, qualified)
+    except Exception:
+        _log.debug("otel-errcompact: could not record the exception on the tool span", exc_info=True)
+    codes: dict[str, int] = {}
+    try:
+        codes = code_attributes(exc)  # HTTP status / exit code: part of the digest's type
+        if codes:
+            span.set_attributes(codes)
+    except Exception:
+        _log.debug("otel-errcompact: could not read the exception's status code", exc_info=True)
+    return raw, message, exc_type, codes
+
+
+def _counted_inside(call: ToolCall, exc: BaseException) -> ToolErrorText | None:
+    """What a tool call made inside ``call`` returned for ``exc`` when it counted and raised that very
+    exception object, else None. Identity, not equality: another exception of the same kind is a failure
+    of its own, and only calls made inside this one are asked (a shared future that raises one exception
+    object to several calls fails each of them)."""
+    return next((text for raised, text in call._raised_inside if raised is exc), None)
+
+
+def _leave_call(token: contextvars.Token[ToolCall | None], enclosing: ToolCall | None) -> None:
+    """The enclosing call is the current one again (set directly when the call is left in another context
+    than it was entered in, where the token cannot be used)."""
+    try:
+        _current_call.reset(token)
+    except ValueError:
+        _current_call.set(enclosing)
 
 
 def _mark_refused(span: trace.Span, text: str) -> None:

@@ -517,6 +517,11 @@ def _load_settings(path: str) -> dict[str, Any]:
         return dict(json.load(fh))
 
 
+async def _load_settings_async(path: str) -> dict[str, Any]:
+    await asyncio.sleep(0)
+    return _load_settings(path)
+
+
 def test_framework_span_around_a_wrapped_failure_is_not_a_success(otel: OTel, tmp_path: Path) -> None:
     """A framework's own tool span (OpenInference kind TOOL) that wraps ``@ec.tool`` ends OK because the
     tool returned the digest; it must not reset the consecutive counter, whether the boundary's span is
@@ -608,3 +613,44 @@ def test_a_decorated_tools_span_says_what_the_tool_is(otel: OTel) -> None:
     assert all(s.attributes and s.attributes["gen_ai.tool.type"] == "function"
                for s in otel.spans("execute_tool get_order"))
     assert "gen_ai.tool.type" not in (only_span(otel, "execute_tool block").attributes or {})
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["simple", "batch"])
+def test_a_wrapped_tool_calling_a_wrapped_tool_counts_each_failure_once(
+    make_otel: Callable[..., OTel], tmp_path: Path, batch: bool
+) -> None:
+    """A tool that calls another wrapped tool: the inner call's exception leaving the outer call too is
+    one failure (the outer call hands the agent the inner call's digest); an outer call that fails in a
+    way of its own after the inner one failed is one failure more, not two."""
+    otel = make_otel(batch=batch)
+    missing = str(tmp_path / "settings.json")
+    load = otel.ec.tool(name="load", on_error="raise")(_load_settings)
+    aload = otel.ec.tool(name="aload", on_error="raise")(_load_settings_async)
+
+    @otel.ec.tool
+    def configure(path: str) -> dict[str, Any]:
+        return load(path)
+
+    @otel.ec.tool
+    async def aconfigure(path: str) -> dict[str, Any]:
+        return await aload(path)
+
+    @otel.ec.tool
+    def report(path: str) -> dict[str, Any]:
+        settings = otel.ec.tool(_load_settings)(path)  # the digest, as a string
+        return dict(settings)  # fails in a way of its own
+
+    with otel.ec.conversation("conv-nested-raise"):
+        text = assert_compact(configure(missing))
+        atext = assert_compact(asyncio.run(aconfigure(missing)))
+    assert "in _load_settings" in text and "(×" not in text
+    assert "in _load_settings" in atext and "(×2)" in atext
+    assert "2 tool failure(s), 1 distinct" in otel.ec.context("conv-nested-raise")
+    with otel.ec.conversation("conv-nested-own"):
+        assert "[ValueError]" in assert_compact(report(missing))
+    assert "2 tool failure(s), 2 distinct" in otel.ec.context("conv-nested-own")
+
+    otel.ec.flush()
+    assert len(otel.records()) == 4
+    for name in ("load", "configure", "aload", "aconfigure", "report"):
+        assert [s.status.status_code for s in otel.spans(f"execute_tool {name}")] == [StatusCode.ERROR]
