@@ -398,7 +398,7 @@ class ToolBoundary:
         policy = self.retry if retry is None else (retry if isinstance(retry, RetryPolicy) else _attempts(retry))
 
         def decorate(fn: Callable[P, Any]) -> Callable[P, Any]:
-            tool_name = name or str(getattr(fn, "__name__", None) or type(fn).__name__)
+            original, tool_name = fn, name or _name_of(fn)
             described = _described(fn, description)
             fn = _collected(fn)
             if inspect.iscoroutinefunction(fn) or (
@@ -430,6 +430,7 @@ class ToolBoundary:
                     return call.error if call.error is not None else result
 
                 async_wrapper.__errcompact_mutating__ = mutating  # type: ignore[attr-defined]
+                _describe(async_wrapper, original)
                 return async_wrapper
 
             @functools.wraps(fn)
@@ -449,6 +450,7 @@ class ToolBoundary:
                 return call.error if call.error is not None else result
 
             wrapper.__errcompact_mutating__ = mutating  # type: ignore[attr-defined]
+            _describe(wrapper, original)
             return wrapper
 
         return decorate(func) if func is not None else decorate
@@ -939,13 +941,46 @@ def _described(fn: Callable[..., Any], description: str | None) -> dict[str, str
     text = description
     if text is None:
         try:
-            doc = inspect.getdoc(fn)
+            doc = inspect.getdoc(fn.func if isinstance(fn, functools.partial) else fn)
         except Exception:  # an object whose __doc__ is a property that raises
             doc = None
         text = next((line.strip() for line in (doc or "").splitlines() if line.strip()), None)
     if text:
         described[semconv.GEN_AI_TOOL_DESCRIPTION] = text[:_MAX_DESCRIPTION_CHARS]
     return described
+
+
+def _name_of(fn: Callable[..., Any]) -> str:
+    """A tool's default name: its function's (a ``functools.partial``'s function's), else its class's (a
+    callable object)."""
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    return str(getattr(target, "__name__", None) or type(target).__name__)
+
+
+def _describe(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
+    """Give the wrapper of a tool that is not a function (a ``functools.partial``, a callable object) the
+    name, docstring and annotations frameworks read to describe a tool. ``functools.wraps`` copies none
+    of them from such a callable, and left the wrapper's own ``*args: P.args`` annotations, which a
+    framework resolving the tool's type hints (the Agents SDK's ``function_tool``, LangChain's ``tool``)
+    cannot resolve. The annotations are the callable's signature's (its bound arguments left out)."""
+    if inspect.isfunction(fn) or inspect.ismethod(fn):
+        return
+    target = fn.func if isinstance(fn, functools.partial) else fn
+    try:
+        try:
+            signature = inspect.signature(fn, eval_str=True)
+        except Exception:  # an annotation that names what its module does not define
+            signature = inspect.signature(fn)
+        annotations = {k: p.annotation for k, p in signature.parameters.items() if p.annotation is not p.empty}
+        if signature.return_annotation is not signature.empty:
+            annotations["return"] = signature.return_annotation
+        wrapper.__annotations__ = annotations
+        wrapper.__name__ = _name_of(fn)
+        wrapper.__qualname__ = str(getattr(target, "__qualname__", None) or wrapper.__name__)
+        if isinstance(fn, functools.partial):
+            wrapper.__doc__ = getattr(target, "__doc__", None)
+    except Exception:  # no signature to read (a builtin's): the wrapper stays as functools.wraps left it
+        _log.debug("otel-errcompact: could not describe a tool", exc_info=True)
 
 
 def _collected(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -15,6 +15,7 @@ no ``exception`` event, no stack trace. The stack trace exists only in the SDK's
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import warnings
@@ -248,3 +249,37 @@ def test_ec_tool_failures_escalate_on_consecutive_repeats(traced: OTel, db: Path
     run_agent(function_tool(traced.ec.tool(make_count_orders(db))), tool_calls=3)
     [scope] = traced.ec.history.scopes()
     assert traced.ec.history.escalation(scope) is not None
+
+
+def count_orders(db: Path, customer: str) -> int:
+    """Count the orders a customer has placed."""
+    return make_count_orders(db)(customer)
+
+
+class CountOrders:
+    """Count the orders a customer has placed."""
+
+    def __init__(self, db: Path) -> None:
+        self.db = db
+
+    def __call__(self, customer: str) -> int:
+        return make_count_orders(self.db)(customer)
+
+
+def test_a_partial_or_a_callable_object_under_ec_tool_is_the_tool_the_sdk_derives(traced: OTel, db: Path) -> None:
+    """``function_tool`` reads a tool's name, docstring and type hints: over ``ec.tool`` of a
+    ``functools.partial`` or of a callable object it derives what it derives from the equivalent function
+    (the object itself), and the calls are named after the tool."""
+
+    def described(tool: Any) -> tuple[str, str, dict[str, Any]]:
+        return tool.name, tool.description, tool.params_json_schema
+
+    ec: ErrCompact = traced.ec
+    partial = functools.partial(count_orders, db)
+    assert described(function_tool(ec.tool(partial))) == described(function_tool(make_count_orders(db)))
+    assert described(function_tool(ec.tool(CountOrders(db)))) == described(function_tool(CountOrders(db)))
+
+    outputs = run_agent(function_tool(ec.tool(partial)), tool_calls=2)
+    assert [o.startswith("Error: [OperationalError] at ") for o in outputs] == [True, True]
+    assert outputs[1].endswith("no such table: orders (×2)")
+    assert len(traced.spans("execute_tool count_orders")) == 2
