@@ -386,6 +386,10 @@ class ToolBoundary:
         the boundary's policy, one retry of transient failures). ``mutating=True``: the tool changes the
         world (writes, sends, pays): an abort lets it finish instead of cancelling it.
 
+        A framework's tool decorator goes over this one (``@tool`` over ``@ec.tool``,
+        ``function_tool(ec.tool(fn))``): the framework's tool object is not callable, and wrapping it raises
+        ``TypeError``.
+
         ``error_of(result)``: for a tool that reports its failures in what it returns instead of raising (a
         code runner that returns the traceback it caught, a shell tool's non-zero exit with its stderr), the
         error text the result carries, or None for a success. Such a result fails the call as a raised
@@ -398,6 +402,7 @@ class ToolBoundary:
         policy = self.retry if retry is None else (retry if isinstance(retry, RetryPolicy) else _attempts(retry))
 
         def decorate(fn: Callable[P, Any]) -> Callable[P, Any]:
+            _check_callable(fn)
             original, tool_name = fn, name or _name_of(fn)
             described = _described(fn, description)
             fn = _collected(fn)
@@ -948,6 +953,19 @@ def _described(fn: Callable[..., Any], description: str | None) -> dict[str, str
     if text:
         described[semconv.GEN_AI_TOOL_DESCRIPTION] = text[:_MAX_DESCRIPTION_CHARS]
     return described
+
+
+def _check_callable(fn: object) -> None:
+    """Refuse, where the tool is defined, what cannot be called: a framework's tool object (LangChain's
+    ``@tool``, the Agents SDK's ``function_tool``) or a ``classmethod`` wrapped in the wrong order. The
+    wrapper would fail every call with a ``TypeError`` of its own, handed to the model as the tool's
+    error, and the framework would no longer see its tool."""
+    if not callable(fn):
+        kind = type(fn).__name__
+        raise TypeError(
+            f"@ec.tool wraps a function or a callable, not a {kind}: apply it first and the decorator that "
+            f"made the {kind} over it (@tool over @ec.tool, function_tool(ec.tool(fn)), @classmethod over @ec.tool)"
+        )
 
 
 def _name_of(fn: Callable[..., Any]) -> str:

@@ -220,6 +220,14 @@ def test_ec_tool_puts_the_digest_in_the_tool_message(traced: OTel, db: Path) -> 
     assert all(s.status.status_code is StatusCode.OK for s in openinference_tool_spans(traced))
 
 
+def test_ec_tool_over_tool_is_refused_where_the_tool_is_defined(traced: OTel, db: Path) -> None:
+    """``@ec.tool`` over ``@tool``: LangChain's tool object is not a function to wrap (every call would
+    fail with a ``TypeError`` fed to the model as the tool's error, and LangGraph would no longer see a
+    tool); refused at once, naming the order that works."""
+    with pytest.raises(TypeError, match=r"@tool over @ec\.tool"):
+        traced.ec.tool(tool(make_count_orders(db)))
+
+
 def test_ec_tool_failures_escalate_on_consecutive_repeats(traced: OTel, db: Path) -> None:
     ec: ErrCompact = traced.ec
     with ec.conversation(THREAD):

@@ -283,3 +283,10 @@ def test_a_partial_or_a_callable_object_under_ec_tool_is_the_tool_the_sdk_derive
     assert [o.startswith("Error: [OperationalError] at ") for o in outputs] == [True, True]
     assert outputs[1].endswith("no such table: orders (×2)")
     assert len(traced.spans("execute_tool count_orders")) == 2
+
+
+def test_ec_tool_over_function_tool_is_refused_where_the_tool_is_defined(traced: OTel, db: Path) -> None:
+    """``ec.tool(function_tool(fn))``: the SDK's ``FunctionTool`` is not a function to wrap; refused at
+    once, naming the order that works."""
+    with pytest.raises(TypeError, match=r"function_tool\(ec\.tool\(fn\)\)"):
+        traced.ec.tool(function_tool(make_count_orders(db)))
