@@ -22,6 +22,9 @@ Shapes understood:
   and Responses ``{"type": "function_call_output", "call_id": …, "output": str | [parts]}`` items;
 - ``format="anthropic"``: ``tool_result`` blocks inside ``user`` messages (``is_error`` or error-shaped
   content), with ``content`` a string or a list of blocks (non-text blocks are kept).
+- in either format, LangChain message objects: a ``ToolMessage``'s content (a string or a list of content
+  blocks; ``status="error"`` or error-shaped content) is compacted in a copy of the message; other message
+  objects are passed through as they are.
 
 A result is an error when the API marks it so (Anthropic's ``is_error``) or when one of the format parsers
 recognises its text (a traceback, a compiler or HTTP error, a failed command …); other results are never
@@ -150,7 +153,7 @@ def compact_messages(
     out: list[Any] = []
     for message in messages:
         if not isinstance(message, Mapping):
-            out.append(message)  # not a message this function understands: passed through as is
+            out.append(_message_object(message, counts))
             continue
         if format == "openai":
             out.append(_openai(message, counts))
@@ -171,6 +174,16 @@ def _openai(message: Mapping[str, Any], counts: _Counts) -> Any:
     if new is not None:
         copied[field_name] = new
     return copied
+
+
+def _message_object(message: Any, counts: _Counts) -> Any:
+    """A message that is an object: a LangChain ``ToolMessage`` (``type == "tool"``, in either format) gets
+    a copy with its content compacted (``status="error"`` flags it as Anthropic's ``is_error`` does); any
+    other object is not a message this function understands and is passed through as it is."""
+    if getattr(message, "type", None) != "tool" or not callable(getattr(message, "model_copy", None)):
+        return message
+    new = _content(message.content, counts, flagged=getattr(message, "status", None) == "error")
+    return message.model_copy(deep=True) if new is None else message.model_copy(update={"content": new}, deep=True)
 
 
 def _anthropic(message: Mapping[str, Any], counts: _Counts) -> Any:

@@ -131,3 +131,32 @@ def test_a_grown_history_continues_a_class_called_with_other_values(tmp_path: Pa
     assert [m["content"][-5:] for m in whole] == ["'ten'", " (×2)", " (×3)"]
     grown = [*compact_messages([tool(i, text) for i, text in enumerate(errors[:2])], "openai"), tool(2, errors[2])]
     assert compact_messages(grown, "openai") == whole
+
+
+def test_langchain_tool_messages_are_compacted_in_copies(traceback_text: str, tmp_path: Path) -> None:
+    """A LangChain message list (a plain LangChain loop, a LangGraph state's messages): each ``ToolMessage``
+    holding a raw error is compacted in a copy, with its id, tool-call id and status; a ``status="error"``
+    result is an error whatever its text, as Anthropic's ``is_error``; other messages are left as they are."""
+    messages_module = pytest.importorskip("langchain_core.messages")
+    ai, human, tool_message = messages_module.AIMessage, messages_module.HumanMessage, messages_module.ToolMessage
+    shell = run("cat missing.txt", cwd=tmp_path, shell=True)
+    image = {"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}}
+    messages = [
+        human("go"),
+        ai("", tool_calls=[{"id": "c1", "name": "load", "args": {}}, {"id": "c2", "name": "load", "args": {}}]),
+        tool_message(traceback_text, tool_call_id="c1", status="error"),
+        tool_message([{"type": "text", "text": traceback_text}, image], tool_call_id="c2"),
+        ai("", tool_calls=[{"id": "c3", "name": "sh", "args": {}}, {"id": "c4", "name": "sh", "args": {}}]),
+        tool_message(shell.stderr, tool_call_id="c3", status="error"),
+        tool_message("3 orders", tool_call_id="c4"),
+    ]
+    before = [m.model_copy(deep=True) for m in messages]
+    out = compact_messages(messages, "openai")
+    assert messages == before
+    line = "[FileNotFoundError] at app.py:4 in load: [Errno 2] No such file or directory: 'settings.json'"
+    assert (out[2].content, out[2].tool_call_id, out[2].status) == (f"Error: {line}", "c1", "error")
+    assert out[3].content == [{"type": "text", "text": f"Error: {line} (×2)"}, image]
+    assert out[5].content.startswith("Error: [") and "missing.txt" in out[5].content
+    assert out[6] == messages[6] and out[:2] == messages[:2] and out[4] == messages[4]
+    assert out[2] is not messages[2]
+    assert compact_messages(out, "anthropic") == out
