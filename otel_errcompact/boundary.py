@@ -33,7 +33,7 @@ import logging
 import threading
 import traceback
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
 
 import tenacity
@@ -95,7 +95,16 @@ def conversation(conversation_id: str) -> Iterator[str]:
     try:
         yield conversation_id
     finally:
-        _conversation.reset(token)
+        _reset(_conversation, token)
+
+
+def _reset(var: contextvars.ContextVar[Any], token: contextvars.Token[Any]) -> None:
+    """``var.reset(token)``, when the block that set it is left in the context it was entered in. A
+    coroutine suspended inside it may be closed in another one (by the garbage collector, or by an event
+    loop that stops on Ctrl-C), which never saw the value: there is nothing to put back then, and the
+    ``ValueError`` of ``reset`` would be raised into the code closing it."""
+    with suppress(ValueError):
+        var.reset(token)
 
 
 def current_conversation() -> str | None:
@@ -330,7 +339,7 @@ class ToolBoundary:
                 _mark_interrupted(span, name)
                 raise
             finally:
-                _leave_call(token, enclosing)
+                _reset(_current_call, token)
             if call._data_error is not None:
                 text = _safe_str(call._data_error)
                 try:
@@ -496,7 +505,7 @@ class ToolBoundary:
 
     def _finish(self, pending: _Pending, token: contextvars.Token[_Pending | None]) -> None:
         """However the call ended: the pending verdict leaves the context, and an unsettled probe goes back."""
-        _pending.reset(token)
+        _reset(_pending, token)
         self._release(pending)
 
     # -- recovery: breaker, abort, cancellation ----------------------------------------------------------
@@ -872,15 +881,6 @@ def _counted_inside(call: ToolCall, exc: BaseException) -> ToolErrorText | None:
     of its own, and only calls made inside this one are asked (a shared future that raises one exception
     object to several calls fails each of them)."""
     return next((text for raised, text in call._raised_inside if raised is exc), None)
-
-
-def _leave_call(token: contextvars.Token[ToolCall | None], enclosing: ToolCall | None) -> None:
-    """The enclosing call is the current one again (set directly when the call is left in another context
-    than it was entered in, where the token cannot be used)."""
-    try:
-        _current_call.reset(token)
-    except ValueError:
-        _current_call.set(enclosing)
 
 
 def _mark_refused(span: trace.Span, text: str) -> None:

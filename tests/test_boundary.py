@@ -7,6 +7,7 @@ command that exits non-zero. Spans go through a real SDK pipeline (see ``tests/c
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import json
 import subprocess
 import traceback
@@ -654,3 +655,29 @@ def test_a_wrapped_tool_calling_a_wrapped_tool_counts_each_failure_once(
     assert len(otel.records()) == 4
     for name in ("load", "configure", "aload", "aconfigure", "report"):
         assert [s.status.status_code for s in otel.spans(f"execute_tool {name}")] == [StatusCode.ERROR]
+
+
+def test_a_tool_coroutine_closed_in_another_context_ends_its_call_without_raising(otel: OTel) -> None:
+    """An agent step suspended inside a wrapped async tool (and inside ``ec.conversation``) may be closed
+    in another context than it ran in: by the garbage collector, or by an event loop stopped with Ctrl-C.
+    Closing it ends the call as cancelled, and raises nothing into the code closing it."""
+
+    @otel.ec.tool
+    async def wait_for_rows() -> int:
+        await asyncio.Event().wait()
+        return 1
+
+    async def agent_step() -> Any:
+        with otel.ec.conversation("conv-closed"):
+            return await wait_for_rows()
+
+    async def start() -> Any:
+        step = agent_step()
+        step.send(None)  # runs until it waits inside the tool
+        return step
+
+    step = asyncio.run(start())
+    contextvars.Context().run(step.close)
+    span = only_span(otel, "execute_tool wait_for_rows")
+    assert (span.attributes or {})["errcompact.cancelled"] is True
+    assert otel.ec.context("conv-closed") == ""
