@@ -415,9 +415,7 @@ class ToolBoundary:
             original, tool_name = fn, name or _name_of(fn)
             described = _described(fn, description)
             fn = _collected(fn)
-            if inspect.iscoroutinefunction(fn) or (
-                not inspect.isfunction(fn) and inspect.iscoroutinefunction(type(fn).__call__)
-            ):  # an async function, or an object whose __call__ is one
+            if _is_a(inspect.iscoroutinefunction, fn):  # an async function, or an object whose __call__ is one
 
                 @functools.wraps(fn)
                 async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
@@ -1002,15 +1000,16 @@ def _describe(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
 
 
 def _collected(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """``fn``, or for a generator function (sync or async) a function that returns its items as a list."""
-    if inspect.isgeneratorfunction(fn):
+    """``fn``, or for a generator function (sync or async), or an object whose ``__call__`` is one, a
+    function that returns its items as a list."""
+    if _is_a(inspect.isgeneratorfunction, fn):
 
         @functools.wraps(fn)
         def collect(*args: Any, **kwargs: Any) -> list[Any]:
             return list(fn(*args, **kwargs))
 
         return collect
-    if inspect.isasyncgenfunction(fn):
+    if _is_a(inspect.isasyncgenfunction, fn):
 
         @functools.wraps(fn)
         async def collect_async(*args: Any, **kwargs: Any) -> list[Any]:
@@ -1018,6 +1017,12 @@ def _collected(fn: Callable[..., Any]) -> Callable[..., Any]:
 
         return collect_async
     return fn
+
+
+def _is_a(kind: Callable[[Any], bool], fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is a function of a ``kind`` (``inspect.iscoroutinefunction`` …), or an object whose
+    ``__call__`` is one."""
+    return kind(fn) or (not inspect.isfunction(fn) and kind(type(fn).__call__))
 
 
 def _attempts(n: int) -> RetryPolicy:

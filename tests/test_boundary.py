@@ -170,6 +170,39 @@ def test_generator_tools_and_async_callables_fail_inside_the_boundary(otel: OTel
     assert [s.status.status_code for s in otel.spans("execute_tool Lookup")] == [StatusCode.UNSET, StatusCode.ERROR]
 
 
+def test_callable_objects_whose_call_is_a_generator_fail_inside_the_boundary(otel: OTel, tmp_path: Path) -> None:
+    """An object whose ``__call__`` is a generator (sync or async) is run to its end inside the boundary,
+    as a generator function is: its failure is a digest, not an exception raised later, past the boundary,
+    while the agent iterates what the call handed back."""
+    present = tmp_path / "present.txt"
+    present.write_text("a\nb\n")
+
+    class ReadLines:
+        def __call__(self, path: str) -> Any:
+            with open(path) as f:
+                yield from f
+
+    class ReadLinesAsync:
+        async def __call__(self, path: str) -> Any:
+            with open(path) as f:
+                for line in f:
+                    yield line
+
+    read_lines, read_lines_async = otel.ec.tool(ReadLines()), otel.ec.tool(ReadLinesAsync())
+
+    async def main() -> tuple[Any, Any]:
+        return await read_lines_async(str(present)), await read_lines_async(str(tmp_path / "gone.txt"))
+
+    with otel.ec.conversation("gen-objects"):
+        assert read_lines(str(present)) == ["a\n", "b\n"]
+        missing = assert_compact(read_lines(str(tmp_path / "missing.txt")))
+        lines, gone = asyncio.run(main())
+    assert lines == ["a\n", "b\n"]
+    assert "[FileNotFoundError]" in missing and "in __call__:" in missing and "missing.txt" in missing
+    assert "[FileNotFoundError]" in assert_compact(gone) and "gone.txt" in gone
+    assert "2 tool failure(s), 2 distinct" in otel.ec.context("gen-objects")
+
+
 def test_tool_call_context_manager(make_otel: Callable[..., OTel]) -> None:
     otel = make_otel(capture_arguments=True)
     with otel.ec.conversation("conv-cm"):
