@@ -200,6 +200,7 @@ class ToolCall:
         self.span = span
         self.error: ToolErrorText | None = None
         self._data_error: str | None = None
+        self._scope: str | None = None  # the call's history scope, taken before its span started
         self._raised_inside: list[tuple[BaseException, ToolErrorText]] = []
         """The exceptions a tool call made inside this one counted and raised (``on_error="raise"``),
         with what it made of them: such an exception leaving this call too is the same failure."""
@@ -296,8 +297,13 @@ class ToolBoundary:
         described: Mapping[str, str] = _UNDESCRIBED,
     ) -> Iterator[ToolCall]:
         """:meth:`call`, with the arguments already JSON (cut for the span and the record), or None, and
-        what the decorator knows of the tool (:func:`_described`)."""
-        self.check()
+        what the decorator knows of the tool (:func:`_described`).
+
+        The call's scope is taken before its span starts: inside it, the call's own span would be the
+        current one, and every call of a trace the sampler left out (whose span the boundary counts
+        itself) would count in a scope of its own, its trace's, instead of its conversation's."""
+        scope = self.current_scope()
+        self.check(scope)
         attributes = self._attrs(name, described)
         if call_id:
             attributes[semconv.GEN_AI_TOOL_CALL_ID] = call_id
@@ -311,6 +317,7 @@ class ToolBoundary:
             set_status_on_exception=False,
         ) as span:
             call = ToolCall(span, arguments_json)
+            call._scope = scope
             enclosing = _current_call.get()
             token = _current_call.set(call)
             try:
@@ -328,7 +335,7 @@ class ToolBoundary:
                     except Exception:
                         _log.debug("otel-errcompact: could not read a retry-after from the exception", exc_info=True)
                     call.error = self._failed_with(
-                        span, name, call_id, exc, call._arguments, model_text=_model_text(call, exc)
+                        span, name, call_id, exc, call._arguments, scope, model_text=_model_text(call, exc)
                     )
                 if (on_error or self._on_error) == "raise":
                     if enclosing is not None:
@@ -351,9 +358,10 @@ class ToolBoundary:
                 call.error = self._failed(
                     span, name, call_id, text, exc_type="tool_error",
                     unredacted={"raw_error": text, "status_description": text}, arguments=call._arguments,
+                    scope=scope,
                 )
             elif self._reader_of(span) is None:
-                self._succeeded_unread(name)
+                self._succeeded_unread(scope, name)
 
     # -- the decorator form ------------------------------------------------------------------------------
 
@@ -670,13 +678,13 @@ class ToolBoundary:
             return processor
         return None
 
-    def _succeeded_unread(self, name: str) -> None:
+    def _succeeded_unread(self, scope: str, name: str) -> None:
         """A successful call whose span no processor reads: its conversation's consecutive count starts
         again and it is counted in ``errcompact.tool.calls``, as the processor does for a recorded span
         (without this, in a trace the sampler left out, only the failures counted: a success between
         two failures did not end their streak, and the error ratio read 100 %)."""
         try:
-            self._pipeline.succeeded(self.current_scope(), name)
+            self._pipeline.succeeded(scope, name)
         except Exception:
             _log.exception("otel-errcompact: could not count a successful tool call")
 
@@ -687,6 +695,7 @@ class ToolBoundary:
         call_id: str | None,
         exc: Exception,
         arguments: str | None,
+        scope: str | None = None,
         *,
         model_text: str | None = None,
     ) -> ToolErrorText:
@@ -698,6 +707,7 @@ class ToolBoundary:
                         "status_description": f"{exc_type}: {message}"},
             arguments=arguments,
             model_text=model_text,
+            scope=scope,
         )
 
     def _failed_again(self, span: trace.Span, exc: Exception, counted: ToolErrorText) -> ToolErrorText:
@@ -729,13 +739,15 @@ class ToolBoundary:
         arguments: str | None = None,
         model_text: str | None = None,
         codes: Mapping[str, int] | None = None,
+        scope: str | None = None,
     ) -> ToolErrorText:
         """The compact error for a failed call; never raises (a last-resort text if the pipeline does).
         ``unredacted`` holds the failure's texts as the tool produced them, for the trajectory record;
-        ``codes`` the HTTP status / exit code the exception carried (they join the digest's type)."""
+        ``codes`` the HTTP status / exit code the exception carried (they join the digest's type);
+        ``scope`` the call's, taken before its span started (default: the current one)."""
         try:
             return self._handle_failure(span, name, call_id, raw_error, exc_type=exc_type, unredacted=unredacted,
-                                        arguments=arguments, model_text=model_text, codes=codes)
+                                        arguments=arguments, model_text=model_text, codes=codes, scope=scope)
         except Exception:
             _log.exception("otel-errcompact: handling a tool failure failed")
             return ToolErrorText(f"Error: [{_clip(exc_type)}]: tool {_clip(name)!r} failed")
@@ -752,6 +764,7 @@ class ToolBoundary:
         arguments: str | None,
         model_text: str | None = None,
         codes: Mapping[str, int] | None = None,
+        scope: str | None = None,
     ) -> ToolErrorText:
         outcome: Outcome | None = None
         # The span carries redacted text; the trajectory record gets the unredacted originals.
@@ -765,7 +778,7 @@ class ToolBoundary:
             span_context = span.get_span_context()
             outcome = self._pipeline.handle(
                 Failure(
-                    scope=self.current_scope(),
+                    scope=scope if scope is not None else self.current_scope(),
                     raw_error=raw_error,
                     source="tool",
                     tool_name=name,

@@ -387,6 +387,33 @@ def test_in_a_trace_the_sampler_left_out_a_success_still_ends_the_streak(tmp_pat
         meter_provider.shutdown()
 
 
+def test_in_a_trace_the_sampler_left_out_top_level_calls_count_in_the_default_scope(tmp_path: Path) -> None:
+    """Top-level calls without a conversation in traces the sampler left out: each call is a trace of its
+    own, but they count together in ``default``, as recorded ones do (a repeat is ``(×2)``, a success ends
+    the streak, three in a row breach), and ``ec.context()`` shows them."""
+    ec = otel_errcompact.init(tracer_provider=TracerProvider(sampler=ALWAYS_OFF), sqlite_path=tmp_path / "t.sqlite3",
+                              breaker_threshold=0)
+    try:
+        available: set[str] = set()
+
+        @ec.tool
+        def lookup(key: str) -> str:
+            return {k: "found" for k in available}[key]
+
+        results: list[object] = []
+        for step in ("fail", "fail", "succeed", "fail", "fail", "fail"):
+            available = {"k"} if step == "succeed" else set()
+            results.append(lookup("k"))
+        assert results[1].endswith("(×2)") and results[2] == "found"
+        assert [r.escalated for r in results if isinstance(r, ToolErrorText)] == [False] * 4 + [True]
+        assert "5 tool failure(s), 1 distinct" in ec.context()
+        assert ec.history.scopes() == ["default"]
+        with pytest.raises(ErrorBudgetExceeded):
+            ec.check()
+    finally:
+        ec.shutdown()
+
+
 def test_top_level_calls_count_in_the_default_scope(otel: OTel) -> None:
     @otel.ec.tool
     def ping(host: str) -> int:
