@@ -32,6 +32,7 @@ import json
 import logging
 import threading
 import traceback
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
 from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
@@ -236,7 +237,8 @@ class ToolBoundary:
         self._capture_arguments = capture_arguments
         self.breakers = breakers
         self._digests: dict[str, Digest] = {}  # dedup key -> latest digest, for refused calls' history
-        self._digests_lock = threading.Lock()
+        self._raised: OrderedDict[str, ToolErrorText] = OrderedDict()  # record id -> a raised failure's text
+        self._digests_lock = threading.Lock()  # also guards _raised
         new_locks_in_child(self, "_digests_lock")
         self.aborts = aborts or AbortRegistry()
         self.retry = retry or RetryPolicy()
@@ -340,6 +342,8 @@ class ToolBoundary:
                 if (on_error or self._on_error) == "raise":
                     if enclosing is not None:
                         enclosing._raised_inside.append((exc, call.error))
+                    else:
+                        self._raised_on(exc, call.error)
                     raise
                 return
             except BaseException:  # CancelledError (a timeout, task.cancel()), KeyboardInterrupt, GeneratorExit
@@ -362,6 +366,35 @@ class ToolBoundary:
                 )
             elif self._reader_of(span) is None:
                 self._succeeded_unread(scope, name)
+
+    def raised_by_tool(self, exc: BaseException) -> ToolErrorText | None:
+        """What a wrapped tool made of ``exc`` when it counted it and raised it on (``on_error="raise"``),
+        taken once; else None. For a framework's failure handler that is given the exception after the
+        tool's call has ended (the Agents SDK's ``failure_error_function``): the failure is counted once."""
+        try:
+            record_id = vars(exc).pop(_RAISED, None)
+        except Exception:  # an exception without a __dict__ of its own to read
+            return None
+        if type(record_id) is not str:
+            return None
+        with self._digests_lock:
+            return self._raised.pop(record_id, None)
+
+    def _raised_on(self, exc: BaseException, text: ToolErrorText | None) -> None:
+        """Mark an exception a call counted and raises on, for :meth:`raised_by_tool`. The exception
+        carries the failure's record id only (a string: it stays picklable); the text stays here, the
+        last :data:`_MAX_RAISED` of them."""
+        record_id = text.record_id if text is not None else None
+        if record_id is None:
+            return
+        try:
+            vars(exc)[_RAISED] = record_id
+        except Exception:
+            return
+        with self._digests_lock:
+            self._raised[record_id] = text  # type: ignore[assignment]  # not None: it has a record id
+            while len(self._raised) > _MAX_RAISED:
+                self._raised.popitem(last=False)
 
     # -- the decorator form ------------------------------------------------------------------------------
 
@@ -1085,6 +1118,9 @@ def _qualified_name(exc_type: type[BaseException]) -> str:
 
 
 _MAX_ARGUMENT_CHARS = 65_536
+_RAISED = "_errcompact_record_id"
+"""The attribute of an exception a call counted and raised on (see ``ToolBoundary.raised_by_tool``)."""
+_MAX_RAISED = 256
 
 
 def _safe_name(cls: type) -> str:

@@ -52,7 +52,7 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 
 from otel_errcompact import semconv
 from otel_errcompact.api import ErrCompact
-from otel_errcompact.boundary import conversation, current_conversation
+from otel_errcompact.boundary import ToolErrorText, conversation, current_conversation
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import Escalation
 from otel_errcompact.integrations import framework_missing
@@ -135,6 +135,9 @@ class AgentsBridge:
             raise _halted(framework_span, error.escalation) from None
         scope = self._scope(ctx)
         self._check(scope, framework_span)  # a parallel call of a turn that already breached
+        counted = self.ec.boundary.raised_by_tool(error)
+        if counted is not None:  # an @ec.tool(on_error="raise") inside counted it already
+            return _answer(framework_span, counted)
         tool_ctx = ctx if isinstance(ctx, ToolContext) else None
         name = tool_ctx.tool_name if tool_ctx is not None else "tool"
         with (
@@ -154,11 +157,7 @@ class AgentsBridge:
         text = call.error
         if text is None:  # the boundary could not describe it; never leave the model without an answer
             return "Error: " + "".join(traceback.format_exception_only(type(error), error)).strip()
-        _mark_handled(framework_span, text.outcome)
-        escalation = text.outcome.observation.escalation if text.outcome is not None else None
-        if escalation is not None and escalation.action == "halt":
-            raise RunHalted(escalation)
-        return str(text)
+        return _answer(framework_span, text)
 
     # -- the model's input -------------------------------------------------------------------------------
 
@@ -317,6 +316,16 @@ def _halted(tool_span: trace.Span | None, escalation: Escalation) -> RunHalted:
     if isinstance(tool_span, SdkSpan) and tool_span.is_recording():
         tool_span.set_attribute(semconv.ERROR_TYPE, _RUN_HALTED_TYPE)
     return RunHalted(escalation)
+
+
+def _answer(framework_span: trace.Span, text: ToolErrorText) -> str:
+    """The tool output for a failure the boundary counted: its text, with the SDK's span marked as handled;
+    raises :class:`RunHalted` when the failure breached a ``halt`` threshold."""
+    _mark_handled(framework_span, text.outcome)
+    escalation = text.outcome.observation.escalation if text.outcome is not None else None
+    if escalation is not None and escalation.action == "halt":
+        raise RunHalted(escalation)
+    return str(text)
 
 
 def _mark_handled(span: trace.Span, outcome: Any) -> None:

@@ -283,6 +283,25 @@ def test_on_tool_error_raise_leaves_the_bridge_digesting(
     assert isinstance(last_output, dict) and str(last_output["output"]).endswith(f"{where(db)} (×2)")
 
 
+def test_a_raising_ec_tool_under_the_bridge_is_counted_once(
+    traced: Callable[..., OTel], fns: list[Callable[..., Any]], db: Path
+) -> None:
+    """``bridge.function_tool(ec.tool(fn))`` with ``on_tool_error="raise"``: the wrapped tool counts its
+    failure and raises it on, and the SDK hands that exception to the bridge, which answers with the
+    tool's digest instead of counting it again."""
+    otel = traced(consecutive=3, on_tool_error="raise", breaker_threshold=0)
+    bridge = AgentsBridge(otel.ec)
+    model = ScriptedModel()
+    agent = bridged_agent(bridge, [otel.ec.tool(fns[0]), fns[1]], model)
+    with pytest.raises(RunHalted) as raised:
+        bridge.run_sync(agent, "How many orders?", run_config=RunConfig(group_id="chat-raise"))
+    assert raised.value.escalation.count == 3
+    assert model.calls == 3
+    last_output = model.inputs[-1][-1]  # what the model was sent after the second failure
+    assert isinstance(last_output, dict) and str(last_output["output"]).endswith(f"{where(db)} (×2)")
+    assert sorted(r.count or 0 for r in otel.records()) == [1, 2, 3]
+
+
 def test_switched_off_the_bridge_answers_as_the_sdk_does(
     make_otel: Callable[..., OTel], fns: list[Callable[..., Any]]
 ) -> None:
