@@ -47,6 +47,7 @@ from otel_errcompact.parsers import (
     tsc,
     unittest_report,
     usage,
+    yq,
 )
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, Parser, innermost_in_app, is_library_path
 
@@ -73,6 +74,7 @@ PARSERS: tuple[tuple[str, Parser], ...] = (
     ("npm", npm.parse),
     ("pip", pip.parse),
     ("apt", apt.parse),
+    ("yq", yq.parse),
     ("git", git.parse),
     ("editor", editor.parse),
     ("toolnode", toolnode.parse),

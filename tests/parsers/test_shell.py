@@ -334,3 +334,23 @@ def test_an_abort_keeps_what_the_process_said(tmp_path: Path) -> None:
     assert "Assertion `users > 0' failed" in digests["assert"].cause
     assert len({d.key for d in digests.values()}) == 3
     assert abort("config").key == digests["config"].key  # another run, another pid: the same key
+
+
+@pytest.mark.skipif(not have("yq"), reason="yq (the jq wrapper) is not installed")
+def test_yq_reports_the_yaml_problem_and_where_it_is(tmp_path: Path) -> None:
+    """yq reports PyYAML's exception on one line of its own (``yq: Error running jq: ScannerError: while
+    scanning a quoted scalar``): the problem PyYAML states on a later line is the cause, the position it
+    gives is the location, and yq's label is neither."""
+    write(tmp_path, "quoted.yaml", 'name: app\nkey: "unterminated\n')
+    write(tmp_path, "flow.yaml", "ports: [80, 443\nname: app\n")
+    result, quoted = _bash(tmp_path, "yq . quoted.yaml")
+    _, flow = _bash(tmp_path, "yq . flow.yaml")
+    assert result.returncode == 1 and "Error running jq" in result.output
+    assert (quoted.type, quoted.format) == ("ScannerError", "yq")
+    assert quoted.cause == "while scanning a quoted scalar: found unexpected end of stream"
+    assert quoted.location is not None and (quoted.location.file, quoted.location.line) == ("quoted.yaml", 3)
+    assert flow.type == "ParserError"
+    assert flow.cause == "while parsing a flow sequence: did not find expected ',' or ']'"
+    assert quoted.key != flow.key
+    write(tmp_path, "quoted.yaml", 'name: app\nversion: 2\nkey: "unterminated\n')  # the same problem, moved
+    assert _bash(tmp_path, "yq . quoted.yaml")[1].key == quoted.key
