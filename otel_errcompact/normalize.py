@@ -12,7 +12,8 @@ failure stays the same; an *identifier* names the cause. Values are masked, iden
   144``, ``returned non-zero exit status 2``, ``signal 9``, ``status code 404``.
 - Quoted text is an identifier (a key, table, module, field, file) unless the message labels it as
   input data: ``invalid literal for int() with base 10: 'abc'``, Java's ``For input string: "x1"``,
-  ``could not convert string to float: 'n/a'``, ``time data '…' does not match``. Those become ``<v>``.
+  ``could not convert string to float: 'n/a'``, ``time data '…' does not match``, the arguments of Redis's
+  ``unknown command 'X', with args beginning with: 'k1' '42'``. Those become ``<v>``.
 - Machine-made noise is masked wherever it appears: the rules in the table below.
 
 ==================  =========================================================  =============
@@ -220,6 +221,16 @@ _RULES: tuple[_Rule, ...] = (
              or "nvalid" in t or "NVALID" in t)
             and ("'" in t or '"' in t)
         ),
+        True,
+        False,
+    ),
+    # Redis quotes the arguments of a command it does not know (``ERR unknown command 'HGETX', with args
+    # beginning with: 'user:1' 'name'``): the command names the cause, its arguments are the call's data.
+    # Redis does not escape a quote inside an argument, so the whole rest of the line is the arguments.
+    (
+        re.compile(r"(?<=with args beginning with:)[^\n]*"),
+        " <v>",
+        lambda t, d: "with args beginning with:" in t,
         True,
         False,
     ),

@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 import logging
 import socket
+import subprocess
 import sys
+import time
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
@@ -87,6 +90,55 @@ def test_java_input_strings_are_values(tmp_path: Path) -> None:
     digests = [compact_text(out) for out in outputs]
     assert len({d.key for d in digests}) == 1
     assert "parseAge" in digests[0].line and "NumberFormatException" in digests[0].line
+
+
+@pytest.fixture
+def redis_port(tmp_path: Path) -> Iterator[int]:
+    """A real redis-server on 127.0.0.1 (a free port), answering ``redis-cli ping``."""
+    if not (have("redis-server") and have("redis-cli")):
+        pytest.skip("redis-server / redis-cli are not installed")
+    port = _unused_port()
+    server = subprocess.Popen(
+        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 20
+        while run(["redis-cli", "-p", str(port), "ping"], cwd=tmp_path).stdout.strip() != "PONG":
+            assert time.monotonic() < deadline, "redis-server did not start"
+            time.sleep(0.05)
+        yield port
+    finally:
+        server.kill()
+        server.wait(timeout=10)
+
+
+def test_redis_unknown_command_arguments_are_values(tmp_path: Path, redis_port: int) -> None:
+    """Redis names the command it does not know and quotes the arguments it was called with: the command
+    is the class, the arguments are data, from redis-cli and from redis-py alike."""
+    def cli(*words: str) -> str:
+        result = run(["redis-cli", "-p", str(redis_port), *words], cwd=tmp_path)
+        assert "with args beginning with:" in result.output
+        return compact_text(result.output, exit_code=result.returncode).key
+
+    assert cli("HGETX", "user:1", "name") == cli("HGETX", "order:77", "total") == cli("HGETX", "x")
+    assert cli("HGETX", "user:1", "name") != cli("HGETALLX", "user:1", "name")
+
+    pytest.importorskip("redis")
+    source = f"""
+        import sys
+        import redis
+
+        def load(key):
+            return redis.Redis(port={redis_port}).execute_command("HGETX", key, "name")
+
+        load(sys.argv[1])
+    """
+    digests = [compact_text(python_error(tmp_path, source, args=[key])) for key in ("user:1", "order:77")]
+    assert digests[0].type == "ResponseError" and "unknown command 'HGETX'" in digests[0].cause
+    assert "'user:1'" in digests[0].cause  # shown to the agent, left out of the key
+    assert digests[0].key == digests[1].key
 
 
 def test_unicode_bytes_and_positions_are_values(tmp_path: Path) -> None:
