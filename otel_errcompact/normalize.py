@@ -10,6 +10,8 @@ failure stays the same; an *identifier* names the cause. Values are masked, iden
   ``report<n>.csv``), where a number counts files.
 - A number the message labels as a *code* names the outcome and stays: ``exit code 7``, ``exit status
   144``, ``returned non-zero exit status 2``, ``signal 9``, ``status code 404``.
+- A model's name the message labels as one names what was asked for and stays whole: ``The model
+  `gpt-4` does not exist`` and ``gpt-5``, ``model: claude-3-opus``, ``models/gemini-1.5-pro``.
 - Quoted text is an identifier (a key, table, module, field, file) unless the message labels it as
   input data: ``invalid literal for int() with base 10: 'abc'``, Java's ``For input string: "x1"``,
   ``could not convert string to float: 'n/a'``, ``time data '…' does not match``, the arguments of Redis's
@@ -67,7 +69,8 @@ _NA = r"(?![A-Za-z0-9])"
 # the text, since most rules need a digit.
 _Test = Callable[[str], bool]
 _Guard = Callable[[str, bool], bool]
-_Rule = tuple[re.Pattern[str], str, _Guard, bool, bool]
+_Placeholder = str | Callable[[re.Match[str]], str]
+_Rule = tuple[re.Pattern[str], _Placeholder, _Guard, bool, bool]
 _ALNUM = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 
 
@@ -84,6 +87,7 @@ def _run_of(chars: str, length: int) -> _Test:
 _ID_WORD = re.compile(r"(?i)id")
 _ANY_DIGIT = re.compile(r"\d").search  # any Unicode digit, as the code rule's ``\d`` reads one
 _ASCII_DIGIT = re.compile("[0-9]").search
+_DIGITS = re.compile(r"\d+")
 _DIGIT_DOT_DIGIT = re.compile(r"\d\.\d")
 _BRACKETED_COLON = re.compile(r"\[[0-9a-fA-F:]*:")
 _HEX_COLON_HEX = re.compile(r"[0-9a-fA-F]:[0-9a-fA-F]")
@@ -208,6 +212,15 @@ _RULES: tuple[_Rule, ...] = (
         ),
         False,
         False,
+    ),
+    # A model's name, as the message labels it (``The model `gpt-5` does not exist``, ``model: claude-3-opus``,
+    # ``models/gemini-1.5-pro is not found``), names what was asked for: its digits are shielded like a code's.
+    (
+        re.compile(r"(?<![\w.])(?:model(?:[ \t]*[:=][ \t]*|[ \t]+)[`'\"]?|models/)(?=[A-Za-z])[\w.:/\-]{1,100}"),
+        lambda match: _DIGITS.sub(_SHIELD + r"\g<0>", match.group()),
+        lambda t, d: d and "model" in t,
+        False,
+        True,
     ),
     (
         re.compile(
@@ -364,7 +377,7 @@ _RULES: tuple[_Rule, ...] = (
         False,
     ),
 )
-_Guarded = tuple[Callable[..., str], str, _Guard]
+_Guarded = tuple[Callable[..., str], _Placeholder, _Guard]
 
 
 def _guarded(rules: tuple[_Rule, ...], with_digit: bool) -> tuple[_Guarded, ...]:

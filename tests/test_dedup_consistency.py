@@ -270,6 +270,43 @@ def test_the_visible_tail_of_a_redacted_key_is_a_value(tmp_path: Path) -> None:
     assert ("<key>" in message or "[REDACTED]" in message) and "****" not in message and "401" in one.line
 
 
+class _NoSuchModel(BaseHTTPRequestHandler):
+    """Answers like the OpenAI API to a model it does not serve: the requested model named in the message."""
+
+    def do_POST(self) -> None:
+        model = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))["model"]
+        body = json.dumps({"error": {"message": f"The model `{model}` does not exist or you do not have access to "
+                                     "it.", "type": "invalid_request_error", "param": None,
+                                     "code": "model_not_found"}})
+        send_body(self, 404, body.encode())
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+def test_model_names_never_merge(tmp_path: Path) -> None:
+    """A model's name is what was asked for: ``gpt-4`` and ``gpt-5`` are two failures, though the digits
+    after a hyphen of an id (``s-2``, ``s-17``) are one value."""
+    pytest.importorskip("openai")
+    source = """
+        import sys, openai
+
+        def ask(base, model):
+            client = openai.OpenAI(base_url=base, api_key="sk-test-" + "x" * 24, max_retries=0)
+            client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+
+        ask(sys.argv[1], sys.argv[2])
+    """
+    models = ("gpt-4", "gpt-5", "gpt-4.1-nano", "gpt-4.5-nano")
+    with loopback_server(_NoSuchModel) as base:
+        digests = {model: compact_text(python_error(tmp_path, source, args=[base + "/v1", model]))
+                   for model in models}
+    assert {d.type for d in digests.values()} == {"NotFoundError"}
+    assert all(f"`{model}`" in digests[model].cause for model in models)
+    assert len({d.key for d in digests.values()}) == len(models)
+    assert _key(tmp_path, _RESUME, "s-2") == _key(tmp_path, _RESUME, "s-17")
+
+
 # --- key stability across forms ---------------------------------------------------------------------
 
 
