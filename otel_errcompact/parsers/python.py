@@ -34,6 +34,9 @@ group's box (``  | `` prefixes). That one list is enough for every shape CPython
   1``) gets that line: the same message about two files is two failures. PyYAML's message that opens
   with its context (``while parsing a flow sequence``) says what went wrong on a later line of its own
   (``expected ',' or ']', but got ':'``): that line and the file line under it join the context.
+  A first line that only says that something failed (``step failed with exit status 2``) gets the line under
+  it that names the failure (``ls: cannot access 'dist': No such file or directory``, as a tool's output put
+  in the message says it), read as :func:`otel_errcompact.parsers.shell.telling_line` reads a command's output.
 * **The logging module's report** of a record it could not format (``--- Logging error ---``): under the
   exception it prints ``Call stack:`` with the frames of the logging call, then ``Message: '…'`` and
   ``Arguments: (…)``. Those frames locate the exception (its own frames are all inside ``logging``), and
@@ -67,6 +70,7 @@ from dataclasses import dataclass, field
 
 from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
+from otel_errcompact.parsers.shell import names_the_failure, telling_line
 from otel_errcompact.redact import redact
 
 __all__ = ["COLUMN_0", "HEADER", "in_app", "parse", "parse_plain", "plain_exception", "plain_location"]
@@ -567,7 +571,19 @@ def _message(unit: _Unit) -> str:
             first = f"{first} {following}" if first else following
     elif unit.more and _FILE_MARK.match(unit.more[0]):
         first = f"{first} {unit.more[0].strip()}"
+    elif unit.more and not names_the_failure(first):
+        said = _telling(unit.more)
+        if said:
+            first = f"{first}: {said}"
     return first
+
+
+def _telling(lines: list[str]) -> str:
+    """The line under a message that names the failure specifically, where the message's first line only
+    says that something failed: a wrapper that puts a tool's output in its message (``build failed with
+    exit status 2`` then ``ls: cannot access 'dist': No such file or directory``). ``""`` when no line does."""
+    line = telling_line([line.strip() for line in lines if line.strip()])
+    return line if line and names_the_failure(line) else ""
 
 
 def _yaml_problem(lines: list[str]) -> str:

@@ -51,7 +51,7 @@ import signal
 
 from otel_errcompact.parsers._base import Hints, Parsed, cut, may_search
 
-__all__ = ["parse", "telling_line"]
+__all__ = ["names_the_failure", "parse", "telling_line"]
 
 _MAX_LINES = 200  # the telling line of a failing command sits near the end of its output
 _MAX_LINE = 300
@@ -185,6 +185,12 @@ def _lines(text: str) -> list[str]:
 def telling_line(lines: list[str]) -> str:
     """The line of ``lines`` that names the failure most specifically (see the module docstring)."""
     return _telling_line(lines)
+
+
+def names_the_failure(line: str) -> bool:
+    """Whether ``line`` names a failure specifically (``cannot``, ``No such file``, ``denied`` …), more than
+    a bare ``error`` or ``failed`` does."""
+    return _score(line) == 4
 
 
 def _telling_line(lines: list[str]) -> str:

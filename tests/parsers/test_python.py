@@ -151,6 +151,31 @@ def test_multi_line_message_ending_with_colon_takes_the_next_line(tmp_path: Path
     assert d.cause == "invalid settings: 'port' must be an integer"
 
 
+RUN_STEP = """
+    import subprocess, sys
+
+    def run_step(command):
+        done = subprocess.run(command, shell=True, capture_output=True, text=True)
+        if done.returncode:
+            raise RuntimeError(f"step failed with exit status {done.returncode}\\n{done.stdout}{done.stderr}")
+
+    run_step(sys.argv[1])
+"""
+
+
+@pytest.mark.skipif(not have("ls"), reason="ls is not installed")
+def test_a_message_that_only_says_it_failed_keeps_the_line_that_says_why(tmp_path: Path) -> None:
+    """A tool that puts a command's output under its message (``step failed with exit status 2`` then what
+    the command printed): the output's line naming the failure is the cause, so two missing files are two
+    classes, and the progress printed above it is not."""
+    digests = {name: compact_text(python_error(tmp_path, RUN_STEP, args=[f"echo checking; ls {name}"]))
+               for name in ("dist", "build")}
+    assert digests["dist"].cause == (
+        "step failed with exit status 2: ls: cannot access 'dist': No such file or directory"
+    )
+    assert digests["dist"].key != digests["build"].key
+
+
 LOAD_CONFIG = """
     import configparser, sys
     import yaml
