@@ -5,6 +5,8 @@ blank line, then ``error.stack`` (``TypeError: message`` followed by ``    at fu
 frames, innermost first), then any own properties of the error in braces (``code: 'MODULE_NOT_FOUND'``,
 ``[cause]: …``) and a ``Node.js v20…`` trailer. Only the ``Type: message`` line is the cause: the source
 line, caret, property dump and trailer are noise to an agent.
+An ``assert`` failure's diff (``+ actual - expected``) gives the lines that differ, not the equal lines node
+prints around them.
 
 Choices worth knowing:
 
@@ -36,6 +38,11 @@ MARKERS = ("    at ", "Node.js v", "--trace-uncaught")  # see parsers/__init__.p
 
 _MAX_LINE = 2000  # longer lines are never frames or headers; skipping them keeps every regex cheap
 _MAX_MESSAGE_LINES = 6
+# ``assert``'s diff: a legend (``+ actual - expected``, with `` ... Lines skipped`` when it leaves some out),
+# then the values with a ``+`` or ``-`` before each line that differs.
+_DIFF_LEGEND = "+ actual - expected"
+_MAX_DIFF_LINES = 6
+_MAX_DIFF_SCAN = 400
 _MAX_OUTER_CHARS = 100
 _HEADER_LOOKBACK = 60
 
@@ -125,8 +132,11 @@ def _find_header(lines: list[str], first_frame: int) -> int | None:
 
 
 def _message(first: str, rest: list[str]) -> str:
-    """The header's message plus its continuation lines, stopping at the require stack."""
+    """The header's message plus its continuation lines, stopping at the require stack; for an assertion's
+    diff, the lines that differ."""
     parts = [first.strip()] if first.strip() else []
+    if any(line.startswith(_DIFF_LEGEND) for line in rest[:_MAX_MESSAGE_LINES]):
+        return " ".join(parts + _differing(rest))
     for line in rest[:_MAX_MESSAGE_LINES]:
         stripped = line.strip()
         if stripped == "Require stack:":
@@ -134,6 +144,19 @@ def _message(first: str, rest: list[str]) -> str:
         if stripped:
             parts.append(stripped)
     return " ".join(parts)
+
+
+def _differing(rest: list[str]) -> list[str]:
+    """The ``+``/``-`` lines of ``assert``'s diff (``+   name: 'bob',`` ``-   name: 'alice',``), white space
+    folded: the lines around them repeat what is equal, and node shows as many of them as fit, so the lines
+    that differ come after the few a message would keep."""
+    found: list[str] = []
+    for line in rest[:_MAX_DIFF_SCAN]:
+        if line.startswith(("+ ", "- ", "+\t", "-\t")) and not line.startswith(_DIFF_LEGEND):
+            found.append(clip(line, _MAX_LINE))
+            if len(found) == _MAX_DIFF_LINES:
+                break
+    return found
 
 
 def _frames(lines: list[str], start: int) -> tuple[tuple[Frame, ...], int]:

@@ -116,6 +116,35 @@ def test_node_error_inside_a_package_is_located_at_the_caller(tmp_path: Path) ->
     assert [f.in_app for f in parsed.frames if "node_modules" in f.file] == [False]
 
 
+CHECK_PROFILE = """
+    const assert = require('assert');
+    function checkProfile(got) {
+      const want = { id: 1, name: 'alice', email: 'alice@example.com', city: 'Paris', country: 'FR',
+                     zip: '75001', roles: ['admin', 'editor'], active: true, plan: 'pro' };
+      assert.deepStrictEqual(got, want);
+    }
+    checkProfile({ id: 1, name: 'alice', email: 'alice@example.com', city: 'Paris', country: 'FR',
+                   zip: '75001', roles: ['admin', 'editor'], active: true, {field} });
+"""
+
+
+@needs_node
+def test_node_deep_equal_failure_keeps_the_lines_that_differ(tmp_path: Path) -> None:
+    """assert.deepStrictEqual prints the whole value with ``+``/``-`` before the lines that differ, after
+    as many equal lines as it likes: those lines are the cause, so two different mismatches are two classes."""
+    digests = {}
+    for field in ("plan: 'free'", "plan: 'pro', active: false"):
+        _, raw = _node(tmp_path, "profile.js", CHECK_PROFILE.replace("{field}", field))
+        assert "+ actual - expected" in raw
+        digests[field] = compact_text(raw)
+    plan = digests["plan: 'free'"]
+    assert (plan.type, plan.format) == ("AssertionError", "node")
+    assert plan.cause == "Expected values to be strictly deep-equal: + plan: 'free', - plan: 'pro', (ERR_ASSERTION)"
+    active = digests["plan: 'pro', active: false"]
+    assert "+ active: false," in active.cause and "- active: true," in active.cause
+    assert plan.key != active.key
+
+
 @needs_node
 def test_node_unhandled_rejection_of_an_async_function(tmp_path: Path) -> None:
     script, raw = _node(tmp_path, "rej.js", """
