@@ -12,6 +12,9 @@ group's box (``  | `` prefixes). That one list is enough for every shape CPython
   out when the final message already quotes it. The location is the innermost in-app frame of the final
   exception (the wrapper's frames start at the caller's entry point; a root caught inside a library
   often has no in-app frame at all), else of the nearest earlier link.
+  An asyncio timeout (``wait_for``, ``asyncio.timeout``) raises a bare ``TimeoutError`` from the
+  ``CancelledError`` of the call it cancelled: its cause is ``timed out awaiting fetch_rates (app.py:4)``, the
+  awaited call being the cancelled one's innermost in-app frame.
 * **Exception groups** (``asyncio.TaskGroup``, ``ExceptionGroup``): type ``ExceptionGroup`` (or the
   subclass's name); the cause is the group message plus its leaf exceptions, nested groups flattened,
   identical leaves counted: ``unhandled errors in a TaskGroup (2 sub-exceptions): ValueError: bad id
@@ -68,6 +71,7 @@ import re
 from collections import deque
 from dataclasses import dataclass, field
 
+from otel_errcompact.digest import short_file
 from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
 from otel_errcompact.parsers.shell import names_the_failure, telling_line
@@ -85,6 +89,9 @@ _CHAIN_MARKS = frozenset(
     }
 )
 _SYNTAX_TYPES = frozenset({"SyntaxError", "IndentationError", "TabError"})
+# An asyncio timeout: a bare ``TimeoutError`` raised from the ``CancelledError`` of the call it cancelled.
+_TIMEOUT = "TimeoutError"
+_CANCELLED = "CancelledError"
 _ASSERT = "assert "
 
 _MAX_LINE = 4000  # lines are cut to this before any regular expression sees them
@@ -532,6 +539,8 @@ def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int, *, 
     root_message = _message(root)
     if root.type == final.type and root_message == _message(final):
         return message
+    if root.type == _CANCELLED and final.type == _TIMEOUT and not message.strip():
+        return _timed_out(root, shorten=shorten)
     shown = clip(message, _MAX_PART) if shorten else message
     if root_message and root_message in shown:
         # Only when the quoted root survives the cut: a long wrapper message (requests' "Max retries
@@ -543,6 +552,19 @@ def _with_root(message: str, final: _Unit, units: list[_Unit], root_at: int, *, 
         return message
     described = clip(_describe(root), _MAX_PART) if shorten else _describe(root)
     return f"{shown or '(no message)'} ← {described}"
+
+
+def _timed_out(cancelled: _Unit, *, shorten: bool) -> str:
+    """What an asyncio timeout (``wait_for``, ``asyncio.timeout``) says: it cancels the awaited call and
+    raises a bare ``TimeoutError`` from the ``CancelledError``, so neither names the timeout; the awaited
+    call is the cancelled one's innermost frame of the user's code, when it has one. Without ``shorten``
+    (the text the dedup key is built from) the line number is left out, as the key leaves it out of the
+    location."""
+    awaited = cancelled.frames.in_app
+    if awaited is None or not awaited.func:
+        return "timed out"
+    place = short_file(awaited.file) + (f":{awaited.line}" if shorten and awaited.line else "")
+    return f"timed out awaiting {awaited.func} ({place})"
 
 
 def _describe(unit: _Unit) -> str:

@@ -249,6 +249,45 @@ def test_direct_cause_keeps_final_type_and_root_token(tmp_path: Path) -> None:
     assert (d.location.line, d.location.func) == (5, "load")  # the raise of the final exception
 
 
+AWAIT_RATES = """
+    import asyncio, sys
+
+    async def fetch_rates():
+        await asyncio.sleep(10)
+
+    async def fetch_users():
+        await asyncio.sleep(10)
+
+    async def refresh(name):
+        call = fetch_rates() if name == "rates" else fetch_users()
+        if sys.version_info >= (3, 11) and sys.argv[2] == "block":
+            async with asyncio.timeout(0.05):
+                await call
+        else:
+            await asyncio.wait_for(call, timeout=0.05)
+
+    asyncio.run(refresh(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("form", ["wait_for", "block"])
+def test_an_asyncio_timeout_names_the_timeout_and_the_awaited_call(tmp_path: Path, form: str) -> None:
+    """``asyncio.wait_for`` and ``asyncio.timeout`` raise a bare ``TimeoutError`` from the ``CancelledError`` of
+    the call they cancelled: the cause says it timed out and which call was awaited, so timeouts of two
+    calls are two classes."""
+    raw, rates = _compact(tmp_path, AWAIT_RATES, args=["rates", form])
+    assert "CancelledError" in raw and raw.rstrip().endswith("TimeoutError")
+    assert rates.type == "TimeoutError"
+    assert rates.cause == "timed out awaiting fetch_rates (app.py:4)"
+    assert rates.location is not None and rates.location.func == "refresh"
+    _, users = _compact(tmp_path, AWAIT_RATES, args=["users", form])
+    assert users.cause == "timed out awaiting fetch_users (app.py:7)"
+    assert rates.key != users.key
+    _, moved = _compact(tmp_path, AWAIT_RATES.replace("import asyncio", "import os\n    import asyncio"),
+                           args=["rates", form])
+    assert moved.key == rates.key and moved.cause == "timed out awaiting fetch_rates (app.py:5)"
+
+
 def test_during_handling_keeps_the_context(tmp_path: Path) -> None:
     raw, d = _compact(tmp_path, """
         def ratio(stats):
