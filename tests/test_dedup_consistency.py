@@ -10,9 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -94,24 +92,19 @@ def test_java_input_strings_are_values(tmp_path: Path) -> None:
 
 @pytest.fixture
 def redis_port(tmp_path: Path) -> Iterator[int]:
-    """A real redis-server on 127.0.0.1 (a free port), answering ``redis-cli ping``."""
-    if not (have("redis-server") and have("redis-cli")):
-        pytest.skip("redis-server / redis-cli are not installed")
-    port = _unused_port()
-    server = subprocess.Popen(
-        ["redis-server", "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(tmp_path)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )
+    """A real redis-server on 127.0.0.1 (a free port), the fleet tests' own."""
+    if not have("redis-cli"):
+        pytest.skip("redis-cli is not installed")
+    from tests.fleet.conftest import REDIS_SERVER, RedisServer
+
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed")
+    server = RedisServer(tmp_path)
+    server.start()
     try:
-        deadline = time.monotonic() + 20
-        while run(["redis-cli", "-p", str(port), "ping"], cwd=tmp_path).stdout.strip() != "PONG":
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-        yield port
+        yield server.port
     finally:
-        server.kill()
-        server.wait(timeout=10)
+        server.stop()
 
 
 def test_redis_unknown_command_arguments_are_values(tmp_path: Path, redis_port: int) -> None:
