@@ -236,6 +236,12 @@ class _Scope:
     folded: dict[str, int] | None = None
     budget_base: int = 0
     breach: Escalation | None = None
+    # What has been reported since the last acknowledgement: the class of the last stuck loop reported
+    # (its further repeats are the same breach), and whether the budget breach was. Kept apart from the
+    # standing breach, which is only the latest: a budget breach while a stuck loop stands is a breach of
+    # its own, and the loop going on after it is still the one already reported.
+    streak_reported: str | None = None
+    budget_reported: bool = False
     touched: float = 0.0
 
 
@@ -339,14 +345,12 @@ class ErrorHistory:
             state.consecutive = state.consecutive + 1 if state.last_key == key else 1
             state.last_key = key
         escalation = self._decide(scope, state, entry, budget_only=waiting)
-        standing = state.breach
-        if escalation is not None and standing is not None and not (
-            # a standing breach does not hide a later stuck loop on another class
-            escalation.reason == "consecutive" and (standing.reason != "consecutive" or standing.key != key)
-        ):
-            escalation = None
         if escalation is not None:
             state.breach = escalation
+            if escalation.reason == "consecutive":
+                state.streak_reported = key
+            else:
+                state.budget_reported = True
         return _new_observation(  # Observation(...), at half the cost of its frozen __init__
             scope=scope, digest=digest, is_new=is_new, count=entry.count, consecutive=state.consecutive,
             total=state.total, escalation=escalation,
@@ -535,6 +539,8 @@ class ErrorHistory:
             state = self._held(scope)
             if state is not None:
                 state.breach = None
+                state.streak_reported = None
+                state.budget_reported = False
                 state.consecutive = 0
                 state.last_key = None
                 state.budget_base = state.total
@@ -726,12 +732,17 @@ class ErrorHistory:
         return count
 
     def _decide(self, scope: str, state: _Scope, entry: _Class, *, budget_only: bool = False) -> Escalation | None:
+        """The breach this failure causes, if it is not one reported already: a stuck loop on a class
+        other than the last one reported, else the budget once per acknowledgement. A failure that
+        reaches both at once reports the loop; the budget is reported at the scope's next failure."""
         t = self.thresholds
         digest = entry.digest
-        if not budget_only and state.consecutive >= t.consecutive:
+        if not budget_only and state.consecutive >= t.consecutive and state.streak_reported != digest.key:
             reason: Reason = "consecutive"
             count, threshold = state.consecutive, t.consecutive
-        elif t.budget is not None and state.total - state.budget_base >= t.budget:
+        elif (
+            t.budget is not None and not state.budget_reported and state.total - state.budget_base >= t.budget
+        ):
             reason = "budget"
             count, threshold = state.total - state.budget_base, t.budget
         else:

@@ -23,7 +23,7 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
 from opentelemetry.trace import StatusCode
 
 import otel_errcompact
-from otel_errcompact import ErrorBudgetExceeded, ToolErrorText
+from otel_errcompact import ErrorBudgetExceeded, Escalation, Thresholds, ToolErrorText
 from tests.conftest import OTel, metric_points
 
 HERE = Path(__file__).name
@@ -741,3 +741,30 @@ def test_a_tool_coroutine_closed_in_another_context_ends_its_call_without_raisin
     span = only_span(otel, "execute_tool wait_for_rows")
     assert (span.attributes or {})["errcompact.cancelled"] is True
     assert otel.ec.context("conv-closed") == ""
+
+
+def test_a_budget_breach_is_reported_while_a_stuck_loop_stands_unacknowledged(make_otel: Callable[..., OTel]) -> None:
+    """With review asked for, the run goes on after a stuck loop's breach: when it then spends its budget,
+    that is a breach of its own (span event, log record, metric, review hook), reported once, and the loop
+    going on is not reported again."""
+    reviewed: list[Escalation] = []
+    otel = make_otel(thresholds=Thresholds(consecutive=3, budget=5, action="human"), human_review=reviewed.append,
+                     breaker_threshold=0)
+
+    @otel.ec.tool
+    def lookup(key: str) -> str:
+        return {"a": "1"}[key]
+
+    with otel.tracer.start_as_current_span("invoke_agent shop", attributes={
+        "gen_ai.operation.name": "invoke_agent", "gen_ai.conversation.id": "conv-budget",
+    }):
+        results = [lookup("missing") for _ in range(7)]  # stuck at the 3rd, budget spent at the 5th
+    assert all(isinstance(r, ToolErrorText) for r in results)
+    assert otel.ec.flush()
+    [agent_span] = otel.spans("invoke_agent shop")
+    events = [dict(e.attributes or {}) for e in agent_span.events if e.name == "errcompact.escalation"]
+    assert [(e["errcompact.reason"], e["errcompact.count"]) for e in events] == [("consecutive", 3), ("budget", 5)]
+    logs = otel.logs("errcompact.escalation")
+    assert [r.log_record.attributes["errcompact.reason"] for r in logs] == ["consecutive", "budget"]  # type: ignore[index]
+    assert otel.metric_sum("errcompact.escalations") == 2
+    assert [(e.reason, e.scope) for e in reviewed] == [("consecutive", "conv-budget"), ("budget", "conv-budget")]
