@@ -15,7 +15,10 @@ standing (``escalation(scope)``) until acknowledged or reset, and ``check(scope)
 Memory is bounded: at most ``Limits.max_classes`` classes per scope (the least recently seen is folded
 into an "and N more" line; the keys and counts of as many folded ones are kept, so a folded class that
 fails again resumes its count instead of counting as one more distinct class), at most
-``Limits.max_scopes`` scopes, and scopes idle for ``Limits.idle_seconds`` are dropped. All methods are thread-safe.
+``Limits.max_scopes`` scopes, and scopes idle for ``Limits.idle_seconds`` are dropped: idle means no failure, no
+success, no :meth:`ErrorHistory.check` and no :meth:`ErrorHistory.render` of the scope (the run's own steps; a
+look from outside, :meth:`ErrorHistory.escalation` or :meth:`ErrorHistory.scopes`, is not activity). All methods
+are thread-safe.
 
 Eviction at the scope cap is never silent: a new scope beyond ``max_scopes`` (default 10,000 live
 conversations) drops the least recently active one, which loses its counters and any standing breach.
@@ -115,7 +118,8 @@ class Limits:
     ``max_classes`` distinct classes per scope (default 32; past it the least recently seen is folded
     into an "and N more" line, and the keys and counts of as many folded ones are remembered, so one
     that fails again resumes its count); ``max_scopes`` scopes (default 10,000);
-    ``idle_seconds`` before an untouched scope is dropped (default 3,600); ``max_lines`` class lines in a
+    ``idle_seconds`` without a failure, success, check or render before a scope is dropped (default 3,600);
+    ``max_lines`` class lines in a
     rendered block (default 8) and ``max_chars`` characters in it (default 2,000); ``max_values``
     distinct data values remembered per class (default 16), for the ``(×N, M different values)`` note.
     """
@@ -494,7 +498,7 @@ class ErrorHistory:
     def _reset_streak(self, scope: str | None) -> None:
         """A successful tool call in ``scope`` (None: one that counts in no scope) ends its run of
         consecutive failures (call with the lock held)."""
-        state = self._scopes.get(scope) if scope is not None else None
+        state = self._active(scope) if scope is not None else None
         if state is not None:
             state.consecutive = 0
             state.last_key = None
@@ -514,18 +518,25 @@ class ErrorHistory:
                 _log.exception("otel-errcompact: could not finish a deferred failure")
 
     def escalation(self, scope: str) -> Escalation | None:
-        """The standing breach of ``scope``, if any."""
+        """The standing breach of ``scope``, if any (a look from outside the run: not activity of it)."""
+        return self._standing(scope, active=False)
+
+    def _standing(self, scope: str, *, active: bool) -> Escalation | None:
+        """The standing breach of ``scope``; ``active``: asked by the run itself, which keeps it alive."""
         with self._lock:
             self._apply_successes()
-            state = self._held(scope)
+            state = self._active(scope) if active else self._held(scope)
             breach = state.breach if state is not None else None
         if self._observed:
             self._finish_observed()
         return breach
 
     def check(self, scope: str) -> None:
-        """Raise :class:`ErrorBudgetExceeded` when ``scope`` has a standing breach whose action is halt."""
-        breach = self.escalation(scope)
+        """Raise :class:`ErrorBudgetExceeded` when ``scope`` has a standing breach whose action is halt.
+
+        The run's own step (the agent loop, a bridge, the tool boundary before each call): activity of the
+        scope, which keeps it from being dropped as idle, standing breach included."""
+        breach = self._standing(scope, active=True)
         if breach is not None and breach.action == "halt":
             raise ErrorBudgetExceeded(breach)
 
@@ -576,7 +587,7 @@ class ErrorHistory:
     def _render_locked(self, scope: str) -> str:
         with self._lock:
             self._apply_successes()
-            state = self._held(scope)
+            state = self._active(scope)  # the block for the run's next prompt: the run is active
             if state is None or state.total == 0:
                 return ""
             # Show the most recently seen classes, in the order they first appeared.
@@ -632,6 +643,17 @@ class ErrorHistory:
         else:
             self._scopes.move_to_end(scope)
         state.touched = now
+        return state
+
+    def _active(self, scope: str) -> _Scope | None:
+        """The state of ``scope`` (see :meth:`_held`), marked active now: a success, a check or a render of
+        the run keeps it from being dropped as idle, as a failure does; a run that stopped failing but goes
+        on, or is halted and keeps checking, is not let go mid-run (call with the lock held)."""
+        now = self._clock()
+        state = self._held(scope, now)
+        if state is not None:
+            state.touched = now
+            self._scopes.move_to_end(scope)
         return state
 
     def _held(self, scope: str, now: float | None = None) -> _Scope | None:

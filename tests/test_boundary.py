@@ -10,6 +10,7 @@ import asyncio
 import contextvars
 import json
 import subprocess
+import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +21,10 @@ from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 import otel_errcompact
-from otel_errcompact import ErrorBudgetExceeded, Escalation, Thresholds, ToolErrorText
+from otel_errcompact import ErrorBudgetExceeded, Escalation, Limits, Thresholds, ToolErrorText
 from tests.conftest import OTel, metric_points
 
 HERE = Path(__file__).name
@@ -768,3 +769,37 @@ def test_a_budget_breach_is_reported_while_a_stuck_loop_stands_unacknowledged(ma
     assert [r.log_record.attributes["errcompact.reason"] for r in logs] == ["consecutive", "budget"]  # type: ignore[index]
     assert otel.metric_sum("errcompact.escalations") == 2
     assert [(e.reason, e.scope) for e in reviewed] == [("consecutive", "conv-budget"), ("budget", "conv-budget")]
+
+
+def test_a_run_that_keeps_checking_or_succeeding_is_not_dropped_as_idle(make_otel: Callable[..., OTel]) -> None:
+    """``idle_seconds`` counts from the scope's last activity, not its last failure: a halted run that
+    keeps calling ``check()`` stays halted, and a run whose calls now succeed keeps its history, whether
+    the calls are ``@ec.tool``'s or a framework's own tool spans."""
+    otel = make_otel(limits=Limits(idle_seconds=1.5), breaker_threshold=0)
+
+    @otel.ec.tool
+    def lookup(key: str) -> str:
+        return {"a": "1"}[key]
+
+    with otel.ec.conversation("conv-halted"):
+        for _ in range(3):
+            lookup("missing")
+    with otel.ec.conversation("conv-going-on"):
+        lookup("missing")
+    for step in range(6):  # 3 s in all, well past idle_seconds since the last failure
+        time.sleep(0.5)
+        with pytest.raises(ErrorBudgetExceeded):
+            otel.ec.check("conv-halted")
+        with otel.ec.conversation("conv-going-on"):
+            assert lookup("a") == "1"
+        framework = otel.tracer.start_span(
+            "lookup", attributes={"openinference.span.kind": "TOOL", "session.id": "conv-framework"}
+        )
+        if step == 0:  # its one failure
+            framework.set_status(Status(StatusCode.ERROR, "KeyError: 'missing'"))
+        framework.end()
+    # A look that is not activity of its own.
+    assert {"conv-going-on", "conv-framework"} <= set(otel.ec.history.scopes())
+    assert "1 tool failure(s)" in otel.ec.context("conv-going-on")
+    with pytest.raises(ErrorBudgetExceeded):
+        otel.ec.check("conv-halted")
