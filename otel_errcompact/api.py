@@ -225,17 +225,24 @@ class ErrCompact:
         self.boundary.check(scope)
 
     def acknowledge(self, scope: str) -> None:
-        """Clear a standing breach after review, keeping the history (see ErrorHistory.acknowledge), and
-        a standing :meth:`abort` of the scope: the conversation goes on. Without it, an abort that no
-        recovery loop consumed would refuse every later tool call of a conversation whose id is used
-        again by a later run."""
+        """Clear a standing breach after review, keeping the history (see ErrorHistory.acknowledge), a
+        standing :meth:`abort` of the scope, and the circuit breakers its calls ran into (the calls, by
+        tool and arguments, that failed into a breaker or were refused by an open one: closed for every
+        conversation, as a success of the call would close them): the conversation goes on. Without it,
+        an abort that no recovery loop consumed would refuse every later tool call of a conversation
+        whose id is used again by a later run, and the reviewed call would still be refused."""
         self.history.acknowledge(scope)
         self.boundary.aborts.clear(scope)
+        self.boundary.close_breakers(scope)
 
     def reset(self, scope: str) -> None:
-        """Forget a scope, e.g. when its conversation ends: its history and a standing :meth:`abort`."""
+        """Forget a scope, e.g. when its conversation ends: its history, a standing :meth:`abort`, and which
+        circuit breakers its calls ran into. The breakers stay as they are: a conversation ending says
+        nothing about whether the tool works again (they close at a successful probe after their cooldown,
+        or at an :meth:`acknowledge` of a conversation that ran into them)."""
         self.history.reset(scope)
         self.boundary.aborts.clear(scope)
+        self.boundary.forget_breakers(scope)
 
     def conversation(self, conversation_id: str) -> AbstractContextManager[str]:
         """Context manager: tool calls inside share ``conversation_id`` as their scope."""

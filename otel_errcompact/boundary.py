@@ -51,7 +51,7 @@ from otel_errcompact.history import ErrorHistory
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, span_annotations
 from otel_errcompact.recovery.abort import AbortRegistry, owner_cancelled
-from otel_errcompact.recovery.breaker import CircuitBreakers, circuit_open_text, fingerprint
+from otel_errcompact.recovery.breaker import CircuitBreakers, ScopeTrips, circuit_open_text, fingerprint
 from otel_errcompact.recovery.classify import RETRY_AFTER_ATTRIBUTE, classify_exception, classify_text
 from otel_errcompact.recovery.retry import NO_RETRY, RetryPolicy
 from otel_errcompact.recovery.state import Admission
@@ -236,6 +236,7 @@ class ToolBoundary:
         self._on_error = on_error
         self._capture_arguments = capture_arguments
         self.breakers = breakers
+        self._trips = ScopeTrips()  # the calls of each conversation that ran into a breaker
         self._digests: dict[str, Digest] = {}  # dedup key -> latest digest, for refused calls' history
         self._raised: OrderedDict[str, ToolErrorText] = OrderedDict()  # record id -> a raised failure's text
         self._digests_lock = threading.Lock()  # also guards _raised
@@ -565,6 +566,7 @@ class ToolBoundary:
         if admission.allowed:
             return admission
         text = circuit_open_text(admission, self.breakers.clock())
+        self._trips.note(scope, name, fp)
         with self._tracer.start_as_current_span(f"execute_tool {name}", attributes=attributes) as span:
             span.set_attribute("errcompact.circuit_open", True)
             _mark_refused(span, text)
@@ -641,12 +643,25 @@ class ToolBoundary:
             while len(self._digests) > 1024:
                 self._digests.pop(next(iter(self._digests)))
         self.breakers.failure(pending.tool, digest.key, pending.fp, digest.line)
+        self._trips.note(outcome.observation.scope, pending.tool, pending.fp)
         admission = pending.admission
         probed = admission.breaker if isinstance(admission, Admission) and admission.probe else None
         if probed is not None and probed.key != digest.key:
             # The half-open probe failed another way: still a failure for the breaker it probed, which
             # opens again (else it stayed half-open with its probe out, refusing every call for good).
             self.breakers.failure(pending.tool, probed.key, pending.fp, probed.digest)
+
+    def close_breakers(self, scope: str) -> None:
+        """Close the breakers that ``scope``'s calls ran into (see :class:`ScopeTrips`): a person let the
+        conversation go on. Other conversations' calls with the same tool and arguments run again too: a
+        breaker is the call's, not the conversation's."""
+        calls = self._trips.take(scope)
+        if self.breakers is not None and calls:
+            self.breakers.close(calls)
+
+    def forget_breakers(self, scope: str) -> None:
+        """Forget which breakers ``scope``'s calls ran into, leaving them as they are (``reset``)."""
+        self._trips.take(scope)
 
     def _release(self, pending: _Pending) -> None:
         """A call ended without a verdict (cancelled, halted): a half-open probe is given back."""

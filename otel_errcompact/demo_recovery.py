@@ -115,15 +115,14 @@ def run_recovery_demo(ec: ErrCompact, say: Callable[[str], None], *, cooldown_s:
 
         say("  a circuit breaker opening and half-opening (tool read_notes, cooldown "
             f"{cooldown_s:g} s):")
-        with ec.conversation("recovery-breaker"):
-            for attempt in range(1, 5):
+        say("    (each call in a conversation of its own: the breaker is the process's, the history each one's)")
+        for attempt in range(1, 5):
+            with ec.conversation(f"recovery-breaker-{attempt}"):
                 result_text = tools["read_notes"]("report.md")
-                state = "refused" if getattr(result_text, "circuit_open", False) else "ran"
-                say(f"    call {attempt}: {state}: {result_text}")
-                if getattr(result_text, "escalated", False):
-                    ec.acknowledge("recovery-breaker")  # as a reviewer would; the breaker stays open
-                    say("    (the halt is acknowledged; the breaker is process-wide and stays open)")
-            (workdir / "report.md").write_text("all good\n", encoding="utf-8")
+            state = "refused" if getattr(result_text, "circuit_open", False) else "ran"
+            say(f"    call {attempt}: {state}: {result_text}")
+        (workdir / "report.md").write_text("all good\n", encoding="utf-8")
+        with ec.conversation("recovery-breaker-5"):
             time.sleep(cooldown_s + 0.05)
             probe = tools["read_notes"]("report.md")
             say(f"    after the cooldown, the half-open probe: {'failed' if isinstance(probe, ToolErrorText) else 'ok'}"

@@ -803,3 +803,35 @@ def test_a_run_that_keeps_checking_or_succeeding_is_not_dropped_as_idle(make_ote
     assert "1 tool failure(s)" in otel.ec.context("conv-going-on")
     with pytest.raises(ErrorBudgetExceeded):
         otel.ec.check("conv-halted")
+
+
+def test_acknowledge_closes_the_breakers_the_conversation_ran_into(make_otel: Callable[..., OTel]) -> None:
+    """A person who acknowledged a halted conversation lets it go on: the call that failed three times (and
+    so opened its breaker) runs again, for every conversation. ``reset`` forgets a conversation without
+    vouching for its calls: the breakers it opened stay open."""
+    otel = make_otel(thresholds=Thresholds(consecutive=3), breaker_threshold=3, breaker_cooldown_s=600)
+    available: set[str] = set()
+
+    @otel.ec.tool
+    def lookup(key: str) -> str:
+        return {k: "found" for k in available}[key]
+
+    for conversation, key in (("conv-reviewed", "k"), ("conv-ended", "other")):
+        with otel.ec.conversation(conversation):
+            for _ in range(3):
+                assert isinstance(lookup(key), ToolErrorText)
+            with pytest.raises(ErrorBudgetExceeded):
+                lookup(key)
+    available = {"k", "other"}  # both keys work now
+    with otel.ec.conversation("conv-elsewhere"):
+        refused = lookup("k")
+        assert isinstance(refused, ToolErrorText) and refused.circuit_open
+    otel.ec.acknowledge("conv-reviewed")
+    otel.ec.reset("conv-ended")
+    with otel.ec.conversation("conv-reviewed"):
+        assert lookup("k") == "found"
+    with otel.ec.conversation("conv-elsewhere"):
+        assert lookup("k") == "found"
+    with otel.ec.conversation("conv-ended"):
+        refused = lookup("other")
+        assert isinstance(refused, ToolErrorText) and refused.circuit_open

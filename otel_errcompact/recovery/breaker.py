@@ -27,6 +27,7 @@ import hashlib
 import logging
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -40,7 +41,9 @@ from otel_errcompact.recovery.state import (
     RecoveryStateStore,
 )
 
-__all__ = ["BreakerListener", "BreakerPolicy", "CircuitBreakers", "circuit_open_text", "fingerprint"]
+__all__ = [
+    "BreakerListener", "BreakerPolicy", "CircuitBreakers", "ScopeTrips", "circuit_open_text", "fingerprint",
+]
 
 _log = logging.getLogger("otel_errcompact")
 
@@ -160,6 +163,12 @@ class CircuitBreakers:
             return
         self._tell(changes)
 
+    def close(self, calls: list[tuple[str, str]]) -> None:
+        """Close the breakers that these calls (tool, argument fingerprint) tripped, as a success of each
+        would: a person reviewed the conversation that made them and lets it go on (``acknowledge``)."""
+        for tool, fp in calls:
+            self.success(tool, fp)
+
     def release(self, admission: Admission) -> None:
         """A probe ended without a verdict (cancelled, or failed another way): hand the probe back."""
         if admission.probe and admission.breaker is not None:
@@ -179,3 +188,43 @@ class CircuitBreakers:
                     listener(change)
                 except Exception:
                     _log.exception("otel-errcompact: breaker listener %r failed", listener)
+
+
+MAX_TRIPPED_SCOPES = 4096
+"""Conversations whose breaker calls :class:`ScopeTrips` remembers."""
+MAX_TRIPS_PER_SCOPE = 16
+"""Calls (tool, argument fingerprint) remembered per conversation, as many as a breaker remembers."""
+
+
+class ScopeTrips:
+    """Which calls (tool, argument fingerprint) of each conversation ran into a breaker: failed calls it
+    counted, and calls an open one refused. ``acknowledge(scope)`` closes their breakers, and only theirs:
+    a breaker is shared by every conversation (and a fleet), but what reopens a conversation's calls is a
+    person's verdict on that conversation. Bounded: :data:`MAX_TRIPPED_SCOPES` conversations (least
+    recently noted first out) of :data:`MAX_TRIPS_PER_SCOPE` calls each (the latest kept)."""
+
+    def __init__(self) -> None:
+        self._scopes: OrderedDict[str, OrderedDict[tuple[str, str], None]] = OrderedDict()
+        self._lock = threading.Lock()
+        new_locks_in_child(self, "_lock")
+
+    def note(self, scope: str, tool: str, fp: str) -> None:
+        """A call of ``tool`` with fingerprint ``fp`` in ``scope`` failed into, or was refused by, a breaker."""
+        with self._lock:
+            calls = self._scopes.get(scope)
+            if calls is None:
+                while len(self._scopes) >= MAX_TRIPPED_SCOPES:
+                    self._scopes.popitem(last=False)
+                calls = self._scopes[scope] = OrderedDict()
+            else:
+                self._scopes.move_to_end(scope)
+            calls[(tool, fp)] = None
+            calls.move_to_end((tool, fp))
+            while len(calls) > MAX_TRIPS_PER_SCOPE:
+                calls.popitem(last=False)
+
+    def take(self, scope: str) -> list[tuple[str, str]]:
+        """The calls noted for ``scope``, forgotten here."""
+        with self._lock:
+            calls = self._scopes.pop(scope, None)
+        return list(calls) if calls else []
