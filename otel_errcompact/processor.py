@@ -830,7 +830,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                 exception = held
             tool_parents = self._tool_parents
             tool_parents.pop(span_id, None)
-            not_a_failure = _not_a_tool_failure(exception, attrs)
+            not_a_failure = _not_a_tool_failure(exception, attrs) or _cancelled_by_framework(span)
             wrapper = (
                 not not_a_failure and bool(self._failed_parents) and self._failed_parents.pop(span_id, 0) is None
             )
@@ -1257,6 +1257,22 @@ def _not_a_tool_failure(exception: tuple[str | None, str | None, str | None] | N
     """The library's own halt, and cancellations, end a tool span with an exception but are not tool
     failures: counting them would record the halt as the failure it reports (pointing at history.py)."""
     return _names_no_failure(attrs.get(_ERROR_TYPE)) or _names_no_failure(exception[0] if exception else None)
+
+
+_FRAMEWORK_CANCELLED = "Tool execution cancelled"
+"""How the OpenAI Agents SDK ends the span of a function tool whose own task was cancelled: the span's error
+message, which OpenInference's instrumentation makes the status description (``Tool execution cancelled:
+{…}``), with no exception event. A call its run cancelled (a sibling's fatal error, the host cancelling the
+run) ends OK with no output, as a tool that returns ``None`` does: nothing tells that one apart, and it
+counts as a success. LangChain's tools report neither end nor error on a cancellation, so OpenInference
+never ends their spans; spans made with OpenTelemetry's context managers record the ``CancelledError``."""
+
+
+def _cancelled_by_framework(span: ReadableSpan) -> bool:
+    """True for a failed tool span that a framework ended for a cancellation (see
+    :data:`_FRAMEWORK_CANCELLED`): neither a failure nor a success, as the tool boundary's cancelled calls."""
+    description = span.status.description
+    return description is not None and description.startswith(_FRAMEWORK_CANCELLED)
 
 
 def _names_no_failure(type_name: object) -> bool:

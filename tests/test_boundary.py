@@ -835,3 +835,42 @@ def test_acknowledge_closes_the_breakers_the_conversation_ran_into(make_otel: Ca
     with otel.ec.conversation("conv-ended"):
         refused = lookup("other")
         assert isinstance(refused, ToolErrorText) and refused.circuit_open
+
+
+def test_an_agents_sdk_tool_span_a_cancellation_ended_is_neither_a_failure_nor_a_success(
+    make_otel: Callable[..., OTel],
+) -> None:
+    """The OpenAI Agents SDK ends the span of a tool whose own task was cancelled (the awaited work was
+    cancelled under it) with ERROR ``Tool execution cancelled: …``, through OpenInference: like a call the
+    boundary saw cancelled, it is no failure of its own (no record, no count) and does not end the streak
+    of the failures around it, so the third identical failure escalates."""
+    pytest.importorskip("agents")
+    instrumentation = pytest.importorskip("openinference.instrumentation.openai_agents")
+    from agents import Agent, Runner, function_tool
+
+    from tests.integrations.agents_script import ScriptedModel
+
+    otel = make_otel(consecutive=3)
+    instrumentor = instrumentation.OpenAIAgentsInstrumentor()
+    instrumentor.instrument(tracer_provider=otel.tracer_provider)
+    try:
+        async def count_orders(customer: str) -> int:
+            """Count a customer's orders."""
+            return {"globex": 3}[customer]
+
+        async def read_invoice(invoice_id: str) -> str:
+            """Read an invoice."""
+            pending: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            pending.cancel()  # the request it waited for was cancelled
+            return await pending
+
+        model = ScriptedModel(("count_orders", "count_orders", "read_invoice", "count_orders"))
+        tools = [function_tool(count_orders), function_tool(read_invoice)]
+        Runner.run_sync(Agent(name="orders-agent", model=model, tools=tools), "How many orders does acme have?")
+    finally:
+        instrumentor.uninstrument()
+    [cancelled] = otel.spans("read_invoice")
+    assert (cancelled.status.description or "").startswith("Tool execution cancelled")  # what the SDK records
+    assert [r.tool_name for r in otel.records()] == ["count_orders"] * 3
+    escalations = [e for s in otel.spans() for e in s.events if e.name == "errcompact.escalation"]
+    assert [dict(e.attributes or {})["errcompact.count"] for e in escalations] == [3]
