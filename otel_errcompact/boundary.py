@@ -44,6 +44,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_errcompact import semconv
 from otel_errcompact._forked import new_locks_in_child
+from otel_errcompact._sampled import note_span
 from otel_errcompact.classify import is_retryable
 from otel_errcompact.digest import DedupKey, Digest, line_parts
 from otel_errcompact.exceptions import ErrorBudgetExceeded
@@ -603,15 +604,15 @@ class ToolBoundary:
     @staticmethod
     def _refusal(span: trace.Span, name: str, scope: str, text: str) -> Failure:
         """The :class:`Failure` of a call the breaker refused, on its span: its record holds the refusal."""
-        context = span.get_span_context()
+        trace_id, span_id = _span_ids(span.get_span_context())
         return Failure(
             scope=scope,
             raw_error=text,
             source="tool",
             tool_name=name,
             conversation_id=current_conversation(),
-            trace_id=f"{context.trace_id:032x}" if context.is_valid else None,
-            span_id=f"{context.span_id:016x}" if context.is_valid else None,
+            trace_id=trace_id,
+            span_id=span_id,
             span_name=f"execute_tool {name}",
             error_type=CIRCUIT_OPEN,
             attributes={"errcompact.circuit_open": True},
@@ -682,14 +683,14 @@ class ToolBoundary:
         span.add_event("errcompact.cancelled", {"errcompact.reason": reason, semconv.GEN_AI_TOOL_NAME: name})
         writer = self._pipeline.writer
         if writer is not None:
-            context = span.get_span_context()
+            trace_id, span_id = _span_ids(span.get_span_context())
             try:
                 writer.submit(
                     TrajectoryRecord(
                         source="tool",
                         scope=scope,
-                        trace_id=f"{context.trace_id:032x}" if context.is_valid else None,
-                        span_id=f"{context.span_id:016x}" if context.is_valid else None,
+                        trace_id=trace_id,
+                        span_id=span_id,
                         conversation_id=current_conversation(),
                         tool_name=name,
                         tool_arguments=_as_json(arguments) if self._capture_arguments else None,
@@ -823,7 +824,7 @@ class ToolBoundary:
         if processor is not None and isinstance(span, SdkSpan):  # the test narrows the span's type
             outcome = processor.handle_live(span, originals, model_text=model_text)
         if outcome is None:  # no SDK pipeline to read the span from: describe the failure directly
-            span_context = span.get_span_context()
+            trace_id, span_id = _span_ids(span.get_span_context())
             outcome = self._pipeline.handle(
                 Failure(
                     scope=scope if scope is not None else self.current_scope(),
@@ -833,8 +834,8 @@ class ToolBoundary:
                     tool_call_id=call_id,
                     tool_arguments=arguments,
                     conversation_id=current_conversation(),
-                    trace_id=f"{span_context.trace_id:032x}" if span_context.is_valid else None,
-                    span_id=f"{span_context.span_id:016x}" if span_context.is_valid else None,
+                    trace_id=trace_id,
+                    span_id=span_id,
                     exception_type=exc_type,
                     attributes=dict(codes or {}),
                     model_text=model_text,
@@ -864,6 +865,16 @@ class _Pending:
 
 
 _pending: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar("otel_errcompact_pending", default=None)
+
+
+def _span_ids(context: trace.SpanContext) -> tuple[str | None, str | None]:
+    """The trace and span ids (hex) a record of the span with ``context`` carries; the flags of a trace that
+    was not sampled are remembered for the record's log records (see :mod:`otel_errcompact._sampled`)."""
+    if not context.is_valid:
+        return None, None
+    trace_id, span_id = f"{context.trace_id:032x}", f"{context.span_id:016x}"
+    note_span(trace_id, span_id, context.trace_flags)
+    return trace_id, span_id
 
 
 def _digest_of_line(key: str, line: str) -> Digest:

@@ -34,10 +34,11 @@ from opentelemetry.context import Context
 from opentelemetry.sdk._logs import LoggerProvider, LogRecordProcessor, ReadWriteLogRecord
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, Span, SpanProcessor, TracerProvider
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import StatusCode, TraceFlags
 
 from otel_errcompact import semconv
 from otel_errcompact._forked import new_locks_in_child
+from otel_errcompact._sampled import note_span
 from otel_errcompact.claims import current_claim
 from otel_errcompact.deferred import DigestThread, ExportGate
 from otel_errcompact.exceptions import ErrorBudgetExceeded
@@ -112,6 +113,7 @@ _IDENTITY_ATTRIBUTES = frozenset(
 """Every attribute :meth:`ErrorCompactionProcessor._record_values` reads a conversation, agent, call id or
 arguments from: a tool span that records none of them (most do not) is answered with one set test."""
 _STATUS_ERROR = StatusCode.ERROR  # an enum member read through its class costs 50 ns on Python 3.11
+_SAMPLED = TraceFlags.SAMPLED
 _from_timestamp = datetime.fromtimestamp
 _now = datetime.now
 _isfinite = math.isfinite
@@ -752,6 +754,9 @@ class ErrorCompactionProcessor(SpanProcessor):
             return None
         trace_id = context.trace_id
         trace_hex = f"{trace_id:032x}" if trace_id else None
+        span_hex = f"{span_id:016x}" if span_id else None
+        if not context.trace_flags & _SAMPLED:  # a recorded span of a trace not sampled (RECORD_ONLY)
+            note_span(trace_hex, span_hex, context.trace_flags)
         if _IDENTITY_ATTRIBUTES.isdisjoint(attrs):  # none recorded on the span, as usual: no look-ups
             conversation = agent = call_id = arguments = None
             attributes = _record_attributes(attrs)
@@ -791,7 +796,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             _now(UTC),
             scope,
             trace_hex,
-            f"{span_id:016x}" if span_id else None,
+            span_hex,
             f"{parent_id:016x}" if parent is not None and (parent_id := parent.span_id) else None,
             conversation,
             agent,

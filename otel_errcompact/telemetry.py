@@ -68,13 +68,13 @@ from collections import Counter, OrderedDict, deque
 from functools import lru_cache
 from typing import Any
 
-from opentelemetry import trace
 from opentelemetry._logs import Logger, SeverityNumber
 from opentelemetry.metrics import CallbackOptions, Meter
 from opentelemetry.metrics import Observation as MetricObservation
 
 from otel_errcompact._forked import new_locks_in_child, rebuild_in_child
 from otel_errcompact._observed import observe
+from otel_errcompact._sampled import span_context_of as sampled_context_of
 from otel_errcompact._sanitize import prompt_text
 from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.history import ErrorHistory, Escalation
@@ -191,16 +191,9 @@ def _item_cost(item: _Item) -> int:
 
 
 def span_context_of(trace_id: str | None, span_id: str | None) -> Any:
-    """A context whose current span has these ids, so a log record is correlated with that span."""
-    if not trace_id or not span_id:
-        return None
-    span_context = trace.SpanContext(
-        trace_id=int(trace_id, 16),
-        span_id=int(span_id, 16),
-        is_remote=False,
-        trace_flags=trace.TraceFlags(trace.TraceFlags.SAMPLED),
-    )
-    return trace.set_span_in_context(trace.NonRecordingSpan(span_context))
+    """A context whose current span has these ids and its trace's flags (see :mod:`otel_errcompact._sampled`),
+    so a log record is correlated with that span."""
+    return sampled_context_of(trace_id, span_id)
 
 
 class ErrorMetrics:

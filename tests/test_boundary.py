@@ -17,10 +17,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.sdk._logs import LoggerProvider
+from opentelemetry.sdk._logs.export import InMemoryLogRecordExporter, SimpleLogRecordProcessor
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
-from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 from opentelemetry.trace import Status, StatusCode
 
 import otel_errcompact
@@ -874,3 +877,43 @@ def test_an_agents_sdk_tool_span_a_cancellation_ended_is_neither_a_failure_nor_a
     assert [r.tool_name for r in otel.records()] == ["count_orders"] * 3
     escalations = [e for s in otel.spans() for e in s.events if e.name == "errcompact.escalation"]
     assert [dict(e.attributes or {})["errcompact.count"] for e in escalations] == [3]
+
+
+def test_log_records_of_a_trace_the_sampler_left_out_say_it_was_not_sampled(tmp_path: Path) -> None:
+    """The escalation and trajectory log records of failures in a trace the sampler left out carry the span
+    context's flags (not sampled), as a sampled trace's carry its own (sampled)."""
+    logger_provider = LoggerProvider()
+    log_exporter = InMemoryLogRecordExporter()
+    logger_provider.add_log_record_processor(SimpleLogRecordProcessor(log_exporter))
+    tracer_provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
+    ec = otel_errcompact.init(tracer_provider=tracer_provider, logger_provider=logger_provider,
+                              sqlite_path=tmp_path / "t.sqlite3", breaker_threshold=0, consecutive=2)
+    try:
+        @ec.tool
+        def lookup(key: str) -> str:
+            return {"a": "1"}[key]
+
+        for conversation, sampled in (("conv-sampled-out", False), ("conv-sampled", True)):
+            flags = trace.TraceFlags(trace.TraceFlags.SAMPLED if sampled else trace.TraceFlags.DEFAULT)
+            parent = trace.NonRecordingSpan(trace.SpanContext(
+                int(f"{len(conversation):032x}", 16) + 1, 1, is_remote=True, trace_flags=flags,
+            ))  # an incoming request's trace context, sampled or not upstream
+            with ec.conversation(conversation), trace.use_span(parent):
+                for _ in range(2):
+                    assert isinstance(lookup("missing"), ToolErrorText)
+        assert ec.flush()
+        logger_provider.force_flush()
+        by_name: dict[tuple[str, bool], int] = {}
+        for log in log_exporter.get_finished_logs():
+            record = log.log_record
+            assert record.trace_flags is not None
+            key = (str(record.event_name), bool(record.trace_flags.sampled))
+            by_name[key] = by_name.get(key, 0) + 1
+        # Each failure's trajectory record is emitted once; each conversation breaches once.
+        assert by_name == {
+            ("errcompact.trajectory", False): 2, ("errcompact.escalation", False): 1,
+            ("errcompact.trajectory", True): 2, ("errcompact.escalation", True): 1,
+        }
+    finally:
+        ec.shutdown()
+        logger_provider.shutdown()

@@ -29,9 +29,9 @@ from typing import Any
 from opentelemetry import trace
 from opentelemetry._logs import LoggerProvider, SeverityNumber
 from opentelemetry.context import Context
-from opentelemetry.trace import SpanContext, TraceFlags
 
 from otel_errcompact._bounded import BoundedCall
+from otel_errcompact._sampled import span_context_of
 from otel_errcompact.semconv import error_type_of
 from otel_errcompact.trajectory import SCHEMA_NAME, TrajectoryRecord, escape_surrogates
 
@@ -104,13 +104,8 @@ def _context(rec: TrajectoryRecord) -> Context:
         # An empty (falsy) context would make the SDK fall back to the *current* context, which on the
         # writer thread is unrelated to the failure; an explicit invalid span keeps the ids unset.
         return trace.set_span_in_context(trace.INVALID_SPAN)
-    span_context = SpanContext(
-        trace_id=int(rec.trace_id, 16),
-        span_id=int(rec.span_id, 16),
-        is_remote=True,
-        trace_flags=TraceFlags(TraceFlags.SAMPLED),
-    )
-    return trace.set_span_in_context(trace.NonRecordingSpan(span_context))
+    context = span_context_of(rec.trace_id, rec.span_id, remote=True)  # with its trace's flags
+    return context if context is not None else trace.set_span_in_context(trace.INVALID_SPAN)
 
 
 def _timestamp_ns(rec: TrajectoryRecord) -> int:
