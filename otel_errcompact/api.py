@@ -513,7 +513,7 @@ def init(
     with _INSTANCE_LOCK:
         config = load_settings(on_tool_error=on_tool_error, **settings)
         if _INSTANCE is not None:
-            differences = _differences(_INSTANCE, config, arguments)
+            differences = _differences(_INSTANCE, config, arguments, settings)
             if differences:
                 warnings.warn(
                     "otel-errcompact: init() was already called; keeping the first handle and ignoring "
@@ -601,14 +601,23 @@ def _hold_current() -> None:
         handle.writer.hold()
 
 
-def _differences(handle: ErrCompact, config: Settings, arguments: dict[str, Any]) -> list[str]:
+def _differences(
+    handle: ErrCompact, config: Settings, arguments: dict[str, Any], overrides: dict[str, Any]
+) -> list[str]:
     """Each setting of a repeated ``init()`` that differs from the running handle's, as ``name: a → b``."""
     out: list[str] = []
     old_settings, new_settings = handle.settings.model_dump(), config.model_dump()
-    for name, new in new_settings.items():
-        if old_settings.get(name) != new:
-            out.append(f"{name}: {old_settings.get(name)!r} → {new!r}")
     old_arguments = handle._init_arguments
+    in_force = _in_force_by_objects(handle, old_arguments)
+    for name, new in new_settings.items():
+        if name in in_force:
+            # A thresholds= / limits= object of the first call decided it, whatever the settings say: a
+            # keyword asking for it now is compared with what is in force (its variable or default, with
+            # which the first call warned already, is not asked for again).
+            if name in overrides and in_force[name] != new:
+                out.append(f"{name}: {in_force[name]!r} → {new!r}")
+        elif old_settings.get(name) != new:
+            out.append(f"{name}: {old_settings.get(name)!r} → {new!r}")
     for name in ("thresholds", "limits"):
         new = arguments[name]
         if new is not None and new != getattr(handle.history, name):
@@ -627,6 +636,17 @@ def _differences(handle: ErrCompact, config: Settings, arguments: dict[str, Any]
                                or any(a is not b for a, b in zip(arguments["sinks"], old_sinks, strict=False))):
         out.append(f"sinks: {list(old_sinks)!r} → {list(arguments['sinks'])!r}")
     return out
+
+
+def _in_force_by_objects(handle: ErrCompact, old_arguments: dict[str, Any]) -> dict[str, Any]:
+    """The settings that the ``thresholds=`` / ``limits=`` objects given to ``handle``'s ``init()`` hold,
+    with the values in force (see :data:`_COVERED_FIELDS`)."""
+    in_force: dict[str, Any] = {}
+    for argument, fields in _COVERED_FIELDS:
+        if old_arguments.get(argument) is not None:
+            used = getattr(handle.history, argument)
+            in_force.update((name, getattr(used, name)) for name in fields)
+    return in_force
 
 
 def _recovery_policies(handle: ErrCompact, old_arguments: dict[str, Any]) -> dict[str, Any]:

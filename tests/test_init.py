@@ -423,3 +423,26 @@ def test_a_shut_down_handles_tools_never_feed_the_next_handle(otel: OTel, tmp_pa
             assert store.count() == 0
     finally:
         second.shutdown()
+
+
+def test_a_second_init_compares_thresholds_with_those_in_force(make_otel: Callable[..., OTel]) -> None:
+    """A second ``init()`` asking for a threshold by keyword is compared with the threshold in force, which
+    a ``thresholds=`` object of the first call decided: another value is named with the one in force, the
+    same value is quiet."""
+    otel = make_otel(thresholds=Thresholds(consecutive=2))
+    same = {"tracer_provider": otel.tracer_provider, "logger_provider": otel.logger_provider,
+            "meter_provider": otel.meter_provider, "sqlite_path": otel.sqlite_path}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # what is in force: quiet
+        assert otel_errcompact.init(**same, consecutive=2) is otel.ec
+    with pytest.warns(otel_errcompact.ConfigurationWarning) as caught:
+        otel_errcompact.init(**same, consecutive=3, max_lines=8)
+    (message,) = [str(w.message) for w in caught]
+    assert "consecutive: 2 → 3" in message and "max_lines" not in message
+
+    @otel.ec.tool
+    def lookup(key: str) -> int:
+        return {"a": 1}[key]
+
+    with otel.ec.conversation("conv-first-thresholds"):
+        assert [r.escalated for r in (lookup("b"), lookup("b"))] == [False, True]  # type: ignore[attr-defined]
