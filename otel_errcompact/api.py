@@ -734,6 +734,15 @@ def _library_created(provider: Any, owned: list[Any]) -> None:
     owned.append(provider)
 
 
+def _service_name(tracer_provider: TracerProvider | None, resource: Resource) -> str:
+    """The ``service.name`` the process's spans carry: the tracer provider's resource (the one passed in,
+    else the application's global SDK provider), else the resource a provider of ours would get. It names
+    a fleet's keys in Redis (see :func:`~otel_errcompact.recovery.fleet.fleet_store`)."""
+    provider = tracer_provider or trace_api.get_tracer_provider()
+    own = provider.resource if isinstance(provider, TracerProvider) else resource
+    return str(own.attributes.get("service.name") or resource.attributes.get("service.name") or "")
+
+
 def _build(
     config: Settings,
     *,
@@ -763,8 +772,10 @@ def _build(
     file_sinks, has_store = _trajectory_sinks(config, overrides)
     # The recovery state store too (redis-py missing fails here): its outage counter is wired below.
     breaker_policy, retry_policy, state_store = recovery
-    store = state_store or fleet_store(config.redis_url)
     resource = Resource.create({"service.name": service_name} if service_name else {})
+    store = state_store or fleet_store(
+        config.redis_url, namespace=config.fleet_namespace or _service_name(tracer_provider, resource)
+    )
 
     # Traces: the caller's, the application's global SDK provider (or the one an earlier init() created),
     # or a new one.

@@ -107,6 +107,9 @@ class Settings(BaseSettings):
     redis_url: str | None = None
     """Share circuit breakers and rate-limit pacing with every worker pointed at this Redis
     (``redis://host:6379/0``); empty: each process keeps its own state."""
+    fleet_namespace: str | None = None
+    """The namespace of the fleet's keys in that Redis (``errcompact:<namespace>:…``); empty: the
+    OpenTelemetry resource's ``service.name``, so two services sharing one Redis share no breaker or budget."""
 
     trace_url: str | None = None
     """Trace link template with ``{trace_id}`` for ``otel-errcompact viewer`` (declared here so that the
@@ -141,7 +144,7 @@ class Settings(BaseSettings):
             raise ValueError(f"redis-py cannot read it: {exc}") from None
         return value
 
-    @field_validator("sqlite_path", "jsonl_path", "budget", "redis_url", mode="before")
+    @field_validator("sqlite_path", "jsonl_path", "budget", "redis_url", "fleet_namespace", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:
         if isinstance(value, str) and value.strip().lower() in {"", "none", "off", "false"}:

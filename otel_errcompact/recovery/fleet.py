@@ -59,11 +59,15 @@ class FleetMetrics:
             store.on_degraded = self.on_degraded
 
 
-def fleet_store(redis_url: str | None, metrics: FleetMetrics | None = None) -> RecoveryStateStore:
-    """The shared store for ``redis_url``, or this process's own state when it is empty."""
+def fleet_store(
+    redis_url: str | None, metrics: FleetMetrics | None = None, *, namespace: str | None = None
+) -> RecoveryStateStore:
+    """The shared store for ``redis_url``, or this process's own state when it is empty. Its keys are
+    under ``errcompact:<namespace>`` (``init()`` passes the service name): the workers of one service
+    share breakers and budgets, other services on the same Redis do not."""
     if not redis_url:
         return InMemoryStateStore()
     store: FailoverStateStore = redis_state_store(
-        redis_url, on_degraded=metrics.on_degraded if metrics is not None else None
+        redis_url, namespace=namespace, on_degraded=metrics.on_degraded if metrics is not None else None
     )
     return store

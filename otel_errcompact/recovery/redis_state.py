@@ -52,7 +52,7 @@ from otel_errcompact.recovery.state import (
     RecoveryStateStore,
 )
 
-__all__ = ["FailoverStateStore", "RedisStateStore", "redis_state_store"]
+__all__ = ["FailoverStateStore", "RedisStateStore", "fleet_prefix", "redis_state_store"]
 
 _log = logging.getLogger("otel_errcompact")
 V = TypeVar("V")
@@ -534,15 +534,24 @@ class FailoverStateStore:
         self._call("pace_settle", budgets, now, release)
 
 
+def fleet_prefix(namespace: str | None) -> str:
+    """The key prefix of a fleet: ``errcompact:<namespace>`` (``init()`` passes the service name, or
+    ``OTEL_ERRCOMPACT_FLEET_NAMESPACE``), so two services sharing one Redis, a tool name and its arguments
+    do not share breakers or budgets; ``errcompact`` alone without one."""
+    return f"errcompact:{namespace}" if namespace else "errcompact"
+
+
 def redis_state_store(
     url: str,
     *,
     timeout_s: float = 0.25,
-    prefix: str = "errcompact",
+    prefix: str | None = None,
+    namespace: str | None = None,
     on_degraded: Callable[[str], None] | None = None,
 ) -> FailoverStateStore:
     """The fleet store ``init(redis_url=…)`` builds: Redis at ``url`` with ``timeout_s`` socket timeouts,
-    behind a local fallback. Raises ``ImportError`` with the install hint when ``redis`` is missing."""
+    behind a local fallback; its keys under ``prefix``, else under :func:`fleet_prefix` of ``namespace``.
+    Raises ``ImportError`` with the install hint when ``redis`` is missing."""
     try:
         import redis
     except ImportError as exc:  # pragma: no cover - depends on the environment
@@ -554,4 +563,5 @@ def redis_state_store(
         retry_on_timeout=False,
         health_check_interval=0,
     )
-    return FailoverStateStore(RedisStateStore(client, prefix=prefix), on_degraded=on_degraded)
+    store = RedisStateStore(client, prefix=prefix if prefix is not None else fleet_prefix(namespace))
+    return FailoverStateStore(store, on_degraded=on_degraded)

@@ -15,11 +15,14 @@ AGENT = Path(__file__).with_name("fleet_agent.py")
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def _worker(url: str, calls: int, run_log: Path, consecutive: int = 100) -> list[str]:
+def _worker(
+    url: str, calls: int, run_log: Path, consecutive: int = 100, service: str = "fleet-worker", **variables: str
+) -> list[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_EXPORTER_OTLP", "OTEL_ERRCOMPACT_"))}
     env["PYTHONPATH"] = str(ROOT)
+    env.update(variables)
     done = subprocess.run(
-        [sys.executable, str(AGENT), url, str(calls), str(run_log), str(consecutive)],
+        [sys.executable, str(AGENT), url, str(calls), str(run_log), str(consecutive), service],
         capture_output=True, text=True, env=env, timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -36,6 +39,25 @@ def test_failures_in_two_workers_open_the_breaker_for_both(redis_server: RedisSe
     third = _worker(redis_server.url, 1, run_log)  # a fresh worker never runs the tool
     assert "circuit open" in third[0] and "(×3)" in third[0]
     assert run_log.read_text().count("ran") == 3
+
+
+def test_services_sharing_one_redis_keep_their_own_breakers(redis_server: RedisServer, tmp_path: Path) -> None:
+    """Two services on one Redis, with the same tool and arguments: the breaker one service's failures open
+    refuses that service's workers only (its keys are named by its ``service.name``); workers given one
+    ``OTEL_ERRCOMPACT_FLEET_NAMESPACE`` share it whatever their service."""
+    run_log = tmp_path / "runs.log"
+    _worker(redis_server.url, 3, run_log, service="billing-agent")  # three real failures: billing's breaker opens
+    assert "circuit open" in _worker(redis_server.url, 1, run_log, service="billing-agent")[0]
+    support = _worker(redis_server.url, 1, run_log, service="support-agent")
+    assert "no such table: orders" in support[0] and "circuit open" not in support[0]  # support's tool ran
+    assert run_log.read_text().count("ran") == 4
+    keys = {key.decode() for key in redis_server.client().scan_iter("errcompact:*")}
+    assert "errcompact:billing-agent:breakers:count_orders" in keys
+
+    _worker(redis_server.url, 3, run_log, service="reports", OTEL_ERRCOMPACT_FLEET_NAMESPACE="shop")
+    joined = _worker(redis_server.url, 1, run_log, service="audit", OTEL_ERRCOMPACT_FLEET_NAMESPACE="shop")
+    assert "circuit open" in joined[0]
+    assert run_log.read_text().count("ran") == 7
 
 
 def test_a_loop_against_a_breaker_other_workers_opened_escalates(redis_server: RedisServer, tmp_path: Path) -> None:
