@@ -32,10 +32,11 @@ import json
 import logging
 import threading
 import traceback
+import types
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
-from typing import Any, Literal, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, overload
 
 import tenacity
 from opentelemetry import trace
@@ -55,7 +56,7 @@ from otel_errcompact.recovery.abort import AbortRegistry, owner_cancelled
 from otel_errcompact.recovery.breaker import CircuitBreakers, ScopeTrips, circuit_open_text, fingerprint
 from otel_errcompact.recovery.classify import RETRY_AFTER_ATTRIBUTE, classify_exception, classify_text
 from otel_errcompact.recovery.retry import NO_RETRY, RetryPolicy
-from otel_errcompact.recovery.state import Admission
+from otel_errcompact.recovery.state import Admission, off_loop, off_loop_later
 from otel_errcompact.redact import redact
 from otel_errcompact.sinks.otlp import cap_text
 from otel_errcompact.statuscode import code_attributes
@@ -308,18 +309,7 @@ class ToolBoundary:
         itself) would count in a scope of its own, its trace's, instead of its conversation's."""
         scope = self.current_scope()
         self.check(scope)
-        attributes = self._attrs(name, described)
-        if call_id:
-            attributes[semconv.GEN_AI_TOOL_CALL_ID] = call_id
-        if arguments_json is not None:
-            attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _span_text(arguments_json)
-        with self._tracer.start_as_current_span(
-            f"execute_tool {name}",
-            kind=SpanKind.INTERNAL,
-            attributes=attributes,
-            record_exception=False,
-            set_status_on_exception=False,
-        ) as span:
+        with self._tool_span(name, call_id, arguments_json, described) as span:
             call = ToolCall(span, arguments_json)
             call._scope = scope
             enclosing = _current_call.get()
@@ -329,23 +319,9 @@ class ToolBoundary:
             except ErrorBudgetExceeded:
                 raise
             except Exception as exc:
-                counted = _counted_inside(call, exc)
-                if counted is not None:  # raised by a wrapped tool this one called: that call counted it
-                    call.error = self._failed_again(span, exc, counted)
-                else:
-                    try:
-                        if (wait := classify_exception(exc).retry_after_s) is not None:  # the response headers
-                            span.set_attribute(RETRY_AFTER_ATTRIBUTE, wait)
-                    except Exception:
-                        _log.debug("otel-errcompact: could not read a retry-after from the exception", exc_info=True)
-                    call.error = self._failed_with(
-                        span, name, call_id, exc, call._arguments, scope, model_text=_model_text(call, exc)
-                    )
+                call.error = error = self._raised_in(call, name, call_id, scope, exc)
                 if (on_error or self._on_error) == "raise":
-                    if enclosing is not None:
-                        enclosing._raised_inside.append((exc, call.error))
-                    else:
-                        self._raised_on(exc, call.error)
+                    self._raising_on(enclosing, exc, error)
                     raise
                 return
             except BaseException:  # CancelledError (a timeout, task.cancel()), KeyboardInterrupt, GeneratorExit
@@ -353,21 +329,80 @@ class ToolBoundary:
                 raise
             finally:
                 _reset(_current_call, token)
-            if call._data_error is not None:
-                text = _safe_str(call._data_error)
-                try:
-                    # Bounded like an exception's: the whole text is in the trajectory record.
-                    span.set_status(Status(StatusCode.ERROR, _span_text(text, 1024)))
-                    span.set_attribute(semconv.ERROR_TYPE, "tool_error")
-                except Exception:
-                    _log.debug("otel-errcompact: could not mark the tool span failed", exc_info=True)
-                call.error = self._failed(
-                    span, name, call_id, text, exc_type="tool_error",
-                    unredacted={"raw_error": text, "status_description": text}, arguments=call._arguments,
-                    scope=scope,
-                )
-            elif self._reader_of(span) is None:
-                self._succeeded_unread(scope, name)
+            self._returned(call, name, call_id, scope)
+
+    def _call_async(
+        self,
+        name: str,
+        arguments_json: str | None,
+        on_error: OnError | None,
+        pending: _Pending,
+        described: Mapping[str, str] = _UNDESCRIBED,
+    ) -> _AsyncCall:
+        """:meth:`_call` for an async tool (``async with``): the breaker's verdict on the call
+        (``pending.owed``) is given to the store off the event loop, while the tool span is still live
+        (its state changes are events on it)."""
+        return _AsyncCall(self, name, arguments_json, on_error, pending, described)
+
+    def _tool_span(
+        self, name: str, call_id: str | None, arguments_json: str | None, described: Mapping[str, str]
+    ) -> AbstractContextManager[trace.Span]:
+        """The ``execute_tool`` span of a call, current while the call runs."""
+        attributes = self._attrs(name, described)
+        if call_id:
+            attributes[semconv.GEN_AI_TOOL_CALL_ID] = call_id
+        if arguments_json is not None:
+            attributes[semconv.GEN_AI_TOOL_CALL_ARGUMENTS] = _span_text(arguments_json)
+        return self._tracer.start_as_current_span(
+            f"execute_tool {name}",
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+            record_exception=False,
+            set_status_on_exception=False,
+        )
+
+    def _raised_in(
+        self, call: ToolCall, name: str, call_id: str | None, scope: str, exc: Exception
+    ) -> ToolErrorText:
+        """The tool raised ``exc``: record it on its span and in the pipeline (unless a wrapped tool this
+        one called counted it already); the compact error."""
+        span = call.span
+        counted = _counted_inside(call, exc)
+        if counted is not None:  # raised by a wrapped tool this one called: that call counted it
+            return self._failed_again(span, exc, counted)
+        try:
+            if (wait := classify_exception(exc).retry_after_s) is not None:  # the response headers
+                span.set_attribute(RETRY_AFTER_ATTRIBUTE, wait)
+        except Exception:
+            _log.debug("otel-errcompact: could not read a retry-after from the exception", exc_info=True)
+        return self._failed_with(span, name, call_id, exc, call._arguments, scope, model_text=_model_text(call, exc))
+
+    def _raising_on(self, enclosing: ToolCall | None, exc: BaseException, text: ToolErrorText) -> None:
+        """A counted failure raised on (``on_error="raise"``): the wrapped call around this one, or a
+        framework's failure handler (:meth:`raised_by_tool`), learns that it was counted."""
+        if enclosing is not None:
+            enclosing._raised_inside.append((exc, text))
+        else:
+            self._raised_on(exc, text)
+
+    def _returned(self, call: ToolCall, name: str, call_id: str | None, scope: str) -> None:
+        """The tool returned: a failure it reported as data is recorded, else an unread success counted."""
+        span = call.span
+        if call._data_error is not None:
+            text = _safe_str(call._data_error)
+            try:
+                # Bounded like an exception's: the whole text is in the trajectory record.
+                span.set_status(Status(StatusCode.ERROR, _span_text(text, 1024)))
+                span.set_attribute(semconv.ERROR_TYPE, "tool_error")
+            except Exception:
+                _log.debug("otel-errcompact: could not mark the tool span failed", exc_info=True)
+            call.error = self._failed(
+                span, name, call_id, text, exc_type="tool_error",
+                unredacted={"raw_error": text, "status_description": text}, arguments=call._arguments,
+                scope=scope,
+            )
+        elif self._reader_of(span) is None:
+            self._succeeded_unread(scope, name)
 
     def raised_by_tool(self, exc: BaseException) -> ToolErrorText | None:
         """What a wrapped tool made of ``exc`` when it counted it and raised it on (``on_error="raise"``),
@@ -462,13 +497,13 @@ class ToolBoundary:
 
                 @functools.wraps(fn)
                 async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                    started = self._start(tool_name, fn, args, kwargs, described)
+                    started = await self._start_async(tool_name, fn, args, kwargs, described)
                     if isinstance(started, ToolErrorText):
                         return started
                     arguments, arguments_json, scope, pending = started
                     token = _pending.set(pending)
                     try:
-                        with self._call(tool_name, None, arguments_json, on_error, described) as call:
+                        async with self._call_async(tool_name, arguments_json, on_error, pending, described) as call:
                             self._admitted(pending)
                             inner = asyncio.ensure_future(_retried_async(policy, call.span, fn, args, kwargs))
                             try:
@@ -481,7 +516,8 @@ class ToolBoundary:
                                 return self._cancelled(call.span, tool_name, scope, arguments, reason)
                             self._settle(call, pending, result, error_of)
                     finally:
-                        self._finish(pending, token)
+                        _reset(_pending, token)
+                        await self._release_async(pending)
                     return call.error if call.error is not None else result
 
                 async_wrapper.__errcompact_mutating__ = mutating  # type: ignore[attr-defined]
@@ -512,9 +548,9 @@ class ToolBoundary:
 
     # -- the parts the sync and async wrappers share ----------------------------------------------------
     # The wrappers differ only in how they run the tool (an awaited, cancellable task or a plain call);
-    # what comes before and after is here. The ``with self.call(...)`` stays in each wrapper, not in a
-    # shared context manager: a generator between the tool and ``call`` would add its frame to the
-    # traceback recorded for every failure.
+    # what comes before and after is here. The ``with self._call(...)`` (``async with self._call_async``)
+    # stays in each wrapper, not in a shared context manager: a generator between the tool and ``call``
+    # would add its frame to the traceback recorded for every failure.
 
     def _start(
         self,
@@ -528,14 +564,58 @@ class ToolBoundary:
         arguments are not captured), its scope and the breaker verdict still owed, or the text of a
         refused call (an abort standing or the breaker open). Raises ErrorBudgetExceeded on a halt.
         The arguments are encoded once: whole for the breaker's fingerprint, then cut."""
+        begun = self._begin(tool_name, fn, args, kwargs, described)
+        if isinstance(begun, ToolErrorText):
+            return begun
+        return self._admit(begun, self._admission(tool_name, begun.fp))
+
+    async def _start_async(
+        self,
+        tool_name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        described: Mapping[str, str] = _UNDESCRIBED,
+    ) -> tuple[dict[str, Any], str | None, str, _Pending] | ToolErrorText:
+        """:meth:`_start` for an async tool: the breaker's admission is asked off the event loop, and
+        what the call owes the breaker afterwards is paid there too (see :meth:`_call_async`)."""
+        begun = self._begin(tool_name, fn, args, kwargs, described)
+        if isinstance(begun, ToolErrorText):
+            return begun
+        started = self._admit(begun, await self._admission_async(tool_name, begun.fp))
+        if not isinstance(started, ToolErrorText):
+            started[3].owed = []
+        return started
+
+    def _begin(
+        self,
+        tool_name: str,
+        fn: Callable[..., Any],
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        described: Mapping[str, str],
+    ) -> _Begun | ToolErrorText:
+        """A call's arguments (as given, and whole as JSON), fingerprint and scope; or the text of a call
+        refused before the breaker is asked (an abort standing). Raises ErrorBudgetExceeded on a halt."""
         arguments = _arguments(fn, args, kwargs)
         whole = _as_json(arguments, None)
         fp, scope = fingerprint(whole), self.current_scope()
-        refused = self._refuse(tool_name, fp, scope, arguments, described)
-        if isinstance(refused, ToolErrorText):
-            return refused
-        arguments_json = whole[:_MAX_ARGUMENT_CHARS] if self._capture_arguments else None
-        return arguments, arguments_json, scope, _Pending(tool_name, fp, refused)
+        self.check(scope)
+        reason = self.aborts.aborted(scope)
+        if reason is not None:
+            attributes = self._attrs(tool_name, described)
+            with self._tracer.start_as_current_span(f"execute_tool {tool_name}", attributes=attributes) as span:
+                return self._cancelled(span, tool_name, scope, arguments, reason)
+        return _Begun(tool_name, arguments, whole, fp, scope, described)
+
+    def _admit(
+        self, begun: _Begun, admission: Admission | None
+    ) -> tuple[dict[str, Any], str | None, str, _Pending] | ToolErrorText:
+        """The call as the breaker admitted it, or the text of its refusal by an open breaker."""
+        if admission is not None and not admission.allowed:
+            return self._refuse(begun, admission)
+        arguments_json = begun.whole[:_MAX_ARGUMENT_CHARS] if self._capture_arguments else None
+        return begun.arguments, arguments_json, begun.scope, _Pending(begun.tool, begun.fp, admission)
 
     def _settle(self, call: ToolCall, pending: _Pending, result: Any, error_of: ErrorOf | None = None) -> None:
         """After the tool returned: an error reported as data fails the call, anything else is a success."""
@@ -551,21 +631,46 @@ class ToolBoundary:
 
     # -- recovery: breaker, abort, cancellation ----------------------------------------------------------
 
-    def _refuse(
-        self, name: str, fp: str, scope: str, arguments: Any, described: Mapping[str, str] = _UNDESCRIBED
-    ) -> ToolErrorText | Admission | None:
-        """Before a call: the halt check, an abort standing for the scope, then the breaker's admission."""
-        self.check(scope)
-        reason = self.aborts.aborted(scope)
-        attributes = self._attrs(name, described)
-        if reason is not None:
-            with self._tracer.start_as_current_span(f"execute_tool {name}", attributes=attributes) as span:
-                return self._cancelled(span, name, scope, arguments, reason)
-        if self.breakers is None:
-            return None
-        admission = self.breakers.admit(name, fp, notify=False)
-        if admission.allowed:
-            return admission
+    def _admission(self, name: str, fp: str) -> Admission | None:
+        """The breaker's admission of a call (None without breakers): a round trip to a shared store."""
+        return self.breakers.admit(name, fp, notify=False) if self.breakers is not None else None
+
+    async def _admission_async(self, name: str, fp: str) -> Admission | None:
+        """:meth:`_admission` off the event loop. When the host cancels the waiting task, a probe the store
+        handed out meanwhile is given back (else it stood until its lease ran out, refusing the others)."""
+        if self.breakers is None or not self.breakers.blocking:
+            return self._admission(name, fp)
+        asked = asyncio.ensure_future(off_loop(self._admission, name, fp))
+        try:
+            return await asyncio.shield(asked)
+        except asyncio.CancelledError:
+            asked.add_done_callback(self._give_back)
+            raise
+
+    def _give_back(self, asked: asyncio.Future[Admission | None]) -> None:
+        """A probe handed to a call that was cancelled while it waited for it goes back, off the loop."""
+        try:
+            admission = None if asked.cancelled() or asked.exception() is not None else asked.result()
+            if self.breakers is not None and admission is not None and admission.probe:
+                off_loop_later(self.breakers.release, admission)
+        except Exception:
+            _log.debug("otel-errcompact: could not give back a probe", exc_info=True)
+
+    async def _off_loop(self, operation: Callable[[_Pending], None], pending: _Pending) -> None:
+        """Run a breaker operation of an async tool's call on one of the library's threads when the store
+        waits on I/O (a shared store: a round trip, or up to its timeout while it is down), so the host's
+        event loop runs its other tasks meanwhile; in line for the in-process store. The thread runs in a
+        copy of the context: the tool span is the current span there, and gets the breaker's events."""
+        if self.breakers is None or not self.breakers.blocking:
+            operation(pending)
+        else:
+            await off_loop(operation, pending)
+
+    def _refuse(self, begun: _Begun, admission: Admission) -> ToolErrorText:
+        """A call the open breaker refused: its span, its refusal in the history, the text for the model."""
+        assert self.breakers is not None
+        name, scope, fp = begun.tool, begun.scope, begun.fp
+        attributes = self._attrs(name, begun.described)
         text = circuit_open_text(admission, self.breakers.clock())
         self._trips.note(scope, name, fp)
         with self._tracer.start_as_current_span(f"execute_tool {name}", attributes=attributes) as span:
@@ -628,7 +733,7 @@ class ToolBoundary:
     def _succeeded(self, pending: _Pending) -> None:
         if self.breakers is not None and not pending.settled:
             pending.settled = True
-            self.breakers.success(pending.tool, pending.fp)
+            _owe(pending, self.breakers.success, pending.tool, pending.fp)
 
     def _failed_call(self, outcome: Outcome) -> None:
         """A call failed (called from ``_failed`` inside the tool span): count it for its breaker."""
@@ -643,14 +748,14 @@ class ToolBoundary:
             self._digests[digest.key] = digest
             while len(self._digests) > 1024:
                 self._digests.pop(next(iter(self._digests)))
-        self.breakers.failure(pending.tool, digest.key, pending.fp, digest.line)
+        _owe(pending, self.breakers.failure, pending.tool, digest.key, pending.fp, digest.line)
         self._trips.note(outcome.observation.scope, pending.tool, pending.fp)
         admission = pending.admission
         probed = admission.breaker if isinstance(admission, Admission) and admission.probe else None
         if probed is not None and probed.key != digest.key:
             # The half-open probe failed another way: still a failure for the breaker it probed, which
             # opens again (else it stayed half-open with its probe out, refusing every call for good).
-            self.breakers.failure(pending.tool, probed.key, pending.fp, probed.digest)
+            _owe(pending, self.breakers.failure, pending.tool, probed.key, pending.fp, probed.digest)
 
     def close_breakers(self, scope: str) -> None:
         """Close the breakers that ``scope``'s calls ran into (see :class:`ScopeTrips`): a person let the
@@ -676,6 +781,20 @@ class ToolBoundary:
             return aborted
         breach = self.history.escalation(scope)
         return "halt" if breach is not None and breach.action == "halt" else None
+
+    async def _release_async(self, pending: _Pending) -> None:
+        """:meth:`_release` for an async tool: off the event loop when there is a probe to give back."""
+        if pending.probing:
+            await self._off_loop(self._release, pending)
+        else:
+            self._release(pending)
+
+    @staticmethod
+    def _pay(pending: _Pending) -> None:
+        """Give the breaker what an async tool's call owes it (see :func:`_owe`), in order."""
+        owed, pending.owed = pending.owed or [], []
+        for operation in owed:
+            operation()
 
     def _cancelled(self, span: trace.Span, name: str, scope: str, arguments: Any, reason: str) -> ToolErrorText:
         """Record a cancelled call: span event and trajectory record, never a failure in the history."""
@@ -855,13 +974,103 @@ class ToolBoundary:
         return text
 
 
-class _Pending:
-    """The breaker verdict a decorated call still owes (tool, argument fingerprint, admission)."""
+class _AsyncCall:
+    """The ``async with`` form of :meth:`ToolBoundary._call`, for an async tool (see
+    :meth:`ToolBoundary._call_async`). A class, not an ``asynccontextmanager``: closing a coroutine that
+    waits inside one (the garbage collector, an event loop stopped by Ctrl-C) raises ``RuntimeError:
+    generator didn't stop after athrow()`` into the code closing it."""
 
-    __slots__ = ("admission", "fp", "settled", "tool")
+    def __init__(
+        self,
+        boundary: ToolBoundary,
+        name: str,
+        arguments_json: str | None,
+        on_error: OnError | None,
+        pending: _Pending,
+        described: Mapping[str, str],
+    ) -> None:
+        self._boundary, self._name, self._arguments_json = boundary, name, arguments_json
+        self._on_error, self._pending, self._described = on_error, pending, described
+
+    async def __aenter__(self) -> ToolCall:
+        boundary = self._boundary
+        self._scope = scope = boundary.current_scope()  # before the span starts: see ToolBoundary._call
+        boundary.check(scope)
+        self._span = boundary._tool_span(self._name, None, self._arguments_json, self._described)
+        call = self._call = ToolCall(self._span.__enter__(), self._arguments_json)
+        call._scope = scope
+        self._enclosing = _current_call.get()
+        self._token = _current_call.set(call)
+        return call
+
+    async def __aexit__(
+        self, typ: type[BaseException] | None, exc: BaseException | None, tb: types.TracebackType | None
+    ) -> bool:
+        boundary, call, pending, name = self._boundary, self._call, self._pending, self._name
+        swallowed = False
+        try:
+            if exc is None:
+                _reset(_current_call, self._token)
+                boundary._returned(call, name, None, self._scope)
+                if pending.owed:
+                    await boundary._off_loop(boundary._pay, pending)
+            elif isinstance(exc, Exception) and not isinstance(exc, ErrorBudgetExceeded):
+                call.error = error = boundary._raised_in(call, name, None, self._scope, exc)
+                if pending.owed:
+                    await boundary._off_loop(boundary._pay, pending)
+                _reset(_current_call, self._token)
+                if (self._on_error or boundary._on_error) == "raise":
+                    boundary._raising_on(self._enclosing, exc, error)
+                else:
+                    swallowed = True
+            else:
+                if not isinstance(exc, ErrorBudgetExceeded):  # CancelledError, KeyboardInterrupt, GeneratorExit
+                    _mark_interrupted(call.span, name)
+                _reset(_current_call, self._token)
+        finally:
+            if swallowed:
+                self._span.__exit__(None, None, None)
+            else:
+                self._span.__exit__(typ, exc, tb)
+        return swallowed
+
+
+class _Begun(NamedTuple):
+    """A decorated call before the breaker's admission: its arguments (as given, and whole as JSON),
+    their fingerprint and the call's scope."""
+
+    tool: str
+    arguments: dict[str, Any]
+    whole: str
+    fp: str
+    scope: str
+    described: Mapping[str, str]
+
+
+class _Pending:
+    """The breaker verdict a decorated call still owes (tool, argument fingerprint, admission).
+
+    ``owed`` is None for a sync tool, whose verdict goes to the breaker at once; an async tool's is
+    collected there, and paid off the event loop while its span is live (see ``_call_async``)."""
+
+    __slots__ = ("admission", "fp", "owed", "settled", "tool")
 
     def __init__(self, tool: str, fp: str, admission: Admission | None) -> None:
         self.tool, self.fp, self.admission, self.settled = tool, fp, admission, False
+        self.owed: list[Callable[[], object]] | None = None
+
+    @property
+    def probing(self) -> bool:
+        """Whether the call holds a half-open probe it has not settled (one to give back)."""
+        return not self.settled and isinstance(self.admission, Admission) and self.admission.probe
+
+
+def _owe(pending: _Pending, operation: Callable[..., object], *args: Any) -> None:
+    """Give the breaker a call's verdict: at once for a sync tool, or as owed by an async one."""
+    if pending.owed is None:
+        operation(*args)
+    else:
+        pending.owed.append(functools.partial(operation, *args))
 
 
 _pending: contextvars.ContextVar[_Pending | None] = contextvars.ContextVar("otel_errcompact_pending", default=None)

@@ -39,6 +39,7 @@ from otel_errcompact.recovery.state import (
     BreakerUpdate,
     InMemoryStateStore,
     RecoveryStateStore,
+    waits_on_io,
 )
 
 __all__ = [
@@ -107,6 +108,13 @@ class CircuitBreakers:
         self._refusal_listeners: list[Callable[[str], None]] = []
         self._lock = threading.Lock()
         new_locks_in_child(self, "_lock")
+
+    @property
+    def blocking(self) -> bool:
+        """Whether the store's operations may wait on I/O: any store but the in-process one (a shared
+        store's round trip, or up to its timeout while the server is down). Async callers run them off the
+        event loop then."""
+        return waits_on_io(self.store)
 
     def add_listener(self, listener: BreakerListener) -> None:
         """Call ``listener(change)`` on every state change."""

@@ -65,12 +65,20 @@ from typing import Any, TypeVar
 
 from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.recovery.classify import retry_after_from_headers
-from otel_errcompact.recovery.state import InMemoryStateStore, RateBudget, RecoveryStateStore, Refill
+from otel_errcompact.recovery.state import (
+    InMemoryStateStore,
+    RateBudget,
+    RecoveryStateStore,
+    Refill,
+    off_loop,
+    waits_on_io,
+)
 
 __all__ = ["Pacer", "default_pacer", "pace", "parse_duration", "parse_rate_limit_headers"]
 
 _log = logging.getLogger("otel_errcompact")
 C = TypeVar("C")
+V = TypeVar("V")
 
 _DEFAULT_WINDOW_S = 60.0
 _HOLD = "retry-after"
@@ -227,6 +235,13 @@ class Pacer:
         self.delays = 0
         self.delayed_s = 0.0
 
+    @property
+    def blocking(self) -> bool:
+        """Whether the store's operations may wait on I/O: any store but the in-process one (a shared
+        store's round trip, or up to its timeout while the server is down). The async hooks of
+        :func:`pace` run them off the event loop then."""
+        return waits_on_io(self.store)
+
     def reserve(self, host: str) -> float:
         """Reserve one request on ``host``'s budgets; seconds to wait before sending it (0 when none)."""
         try:
@@ -343,6 +358,15 @@ def _release(pacer: Pacer, request: Any) -> None:
         _log.debug("otel-errcompact: could not release a pacing reservation", exc_info=True)
 
 
+async def _off_loop(pacer: Pacer, operation: Callable[..., V], *args: Any) -> V:
+    """An operation of ``pacer`` from an async hook: on one of the library's threads when its store waits
+    on I/O (:func:`~otel_errcompact.recovery.state.off_loop`), so the host's event loop runs its other
+    tasks meanwhile; in line for the in-process store."""
+    if not pacer.blocking:
+        return operation(*args)
+    return await off_loop(operation, *args)
+
+
 def pace(client: C, pacer: Pacer | None = None) -> C:
     """Pace ``client`` (httpx/httpx2 ``Client`` or ``AsyncClient``, or an ``openai``/``anthropic`` client)
     by the rate-limit headers of its responses; returns the same client. Hooking twice is a no-op.
@@ -363,12 +387,13 @@ def pace(client: C, pacer: Pacer | None = None) -> C:
 
         async def before_async(request: Any) -> None:
             request.extensions["errcompact_paced"] = True
-            delay = p.reserve(_host(request))
+            delay = await _off_loop(p, p.reserve, _host(request))
             if delay > 0:
                 await asyncio.sleep(delay)
 
         async def after_async(response: Any) -> None:
-            p.observe(_host(response.request), response.status_code, response.headers, _settled(response.request))
+            request = response.request
+            await _off_loop(p, p.observe, _host(request), response.status_code, response.headers, _settled(request))
 
         send_async = http.send
 
@@ -376,7 +401,8 @@ def pace(client: C, pacer: Pacer | None = None) -> C:
             try:
                 return await send_async(request, *args, **kwargs)
             except BaseException:
-                _release(p, request)
+                if request.extensions.get("errcompact_paced"):
+                    await _off_loop(p, _release, p, request)
                 raise
 
         hooks.setdefault("request", []).append(before_async)

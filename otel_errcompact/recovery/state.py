@@ -47,12 +47,18 @@ recently used entries are dropped beyond ``max_entries``).
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
+import functools
+import os
+import sys
 import threading
 import time
 from collections import OrderedDict, deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
 from otel_errcompact._forked import new_locks_in_child
 
@@ -67,9 +73,14 @@ __all__ = [
     "RecoveryStateStore",
     "Refill",
     "full_at",
+    "off_loop",
+    "off_loop_later",
     "pacing_delay",
     "share_delay",
+    "waits_on_io",
 ]
+
+V = TypeVar("V")
 
 BreakerState = Literal["closed", "open", "half_open"]
 
@@ -437,3 +448,51 @@ class InMemoryStateStore:
         else:
             self._paces.move_to_end(name)
         return p
+
+
+def waits_on_io(store: RecoveryStateStore) -> bool:
+    """Whether ``store``'s operations may wait on I/O: any store but the in-process one (a shared store's
+    round trip, or up to its timeout while the server is down). Async callers run them with
+    :func:`off_loop` then; the in-process store's, a lock and a few dict operations, run in line."""
+    return not isinstance(store, InMemoryStateStore)
+
+
+_executor: ThreadPoolExecutor | None = None
+_executor_pid = 0
+_executor_lock = threading.Lock()
+new_locks_in_child(sys.modules[__name__], "_executor_lock")
+
+
+def _store_threads() -> ThreadPoolExecutor:
+    """The threads async callers wait for a shared store on: the library's own, made in each process (a
+    forked worker's copy of its parent's pool has no threads). Not the event loop's default executor:
+    hosts run their blocking work there (LangGraph its sync tools), and a breaker's admission must not
+    queue behind a slow tool."""
+    global _executor, _executor_pid
+    with _executor_lock:
+        if _executor is None or _executor_pid != os.getpid():
+            _executor = ThreadPoolExecutor(max_workers=4, thread_name_prefix="errcompact-state")
+            _executor_pid = os.getpid()
+        return _executor
+
+
+async def off_loop(operation: Callable[..., V], *args: Any) -> V:
+    """``operation(*args)``, an operation on a shared store, from async code without blocking the event
+    loop: on one of the library's threads, in a copy of the caller's context (so the current span there
+    is the caller's, and gets the events of a breaker's changes). Run in line when no thread can be
+    started (the interpreter is shutting down)."""
+    loop = asyncio.get_running_loop()
+    try:
+        run = functools.partial(contextvars.copy_context().run, operation, *args)
+        waiting = loop.run_in_executor(_store_threads(), run)
+    except RuntimeError:
+        return operation(*args)
+    return await waiting
+
+
+def off_loop_later(operation: Callable[..., object], *args: Any) -> None:
+    """``operation(*args)`` on one of the library's threads, not waited for (see :func:`off_loop`)."""
+    try:
+        _store_threads().submit(contextvars.copy_context().run, operation, *args)
+    except RuntimeError:
+        operation(*args)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -51,9 +52,19 @@ class RedisServer:
 
     def stop(self) -> None:
         if self.process is not None:
+            self.process.send_signal(signal.SIGCONT)  # a paused server ends too
             self.process.kill()
             self.process.wait(timeout=10)
             self.process = None
+
+    def pause(self) -> None:
+        """Stop the process (SIGSTOP): connections are still accepted, but nothing is answered."""
+        assert self.process is not None
+        self.process.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        assert self.process is not None
+        self.process.send_signal(signal.SIGCONT)
 
     def restart(self, down_s: float = 0.0) -> None:
         self.stop()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
 import sys
@@ -85,3 +86,49 @@ def test_a_worker_that_cannot_reach_redis_counts_the_outage(make_otel: Callable[
     assert str(lookup("b")).startswith("Error: [KeyError]")
     (point,) = otel.metric_points("errcompact.state.degraded")
     assert point.value == 1 and point.attributes["errcompact.reason"] == "ConnectionError"
+
+
+def test_an_async_tool_waits_for_the_shared_breaker_off_the_event_loop(
+    redis_server: RedisServer, make_otel: Callable[..., OTel]
+) -> None:
+    """Redis stops answering (its process paused) as an async tool is called: the call waits for the
+    breaker off the event loop, so another task of the loop runs meanwhile. Here that task resumes Redis,
+    which then answers the call within its timeout: no fallback to local state, and the failures are
+    counted in Redis, their breaker's opening an event on the third call's tool span. The host's own
+    blocking work fills the loop's default executor all along (as a framework running sync tools there
+    does): the breaker's calls do not queue behind it, the calls are done before it is let go."""
+    import threading
+    from concurrent.futures import ThreadPoolExecutor
+
+    from otel_errcompact.recovery.redis_state import redis_state_store
+
+    store = redis_state_store(redis_server.url, timeout_s=3.0)
+    otel = make_otel(state_store=store)
+
+    @otel.ec.tool
+    async def lookup(key: str) -> int:
+        return {"a": 1}[key]
+
+    let_go = threading.Event()
+
+    async def resume_redis() -> None:
+        redis_server.resume()
+
+    async def calls() -> list[object]:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=2))
+        busy = [loop.run_in_executor(None, let_go.wait, 20.0) for _ in range(2)]
+        first, _ = await asyncio.gather(lookup("b"), resume_redis())
+        results = [first, await lookup("b"), await lookup("b")]
+        let_go.set()
+        return [*results, *await asyncio.gather(*busy)]
+
+    redis_server.pause()
+    *results, released_a, released_b = asyncio.run(calls())
+    assert all(str(r).startswith("Error: [KeyError]") for r in results)
+    assert not store.degraded
+    assert (released_a, released_b) == (True, True)  # let go after the calls, not by their own timeout
+    assert len(redis_server.client().hkeys("errcompact:breakers:lookup")) == 1  # counted in Redis
+    spans = [s for s in otel.span_exporter.get_finished_spans() if s.name == "execute_tool lookup"]
+    opened = [e for e in spans[-1].events if e.name == "errcompact.breaker"]
+    assert [e.attributes["errcompact.breaker.state"] for e in opened if e.attributes] == ["open"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import multiprocessing
 import time
 
@@ -74,3 +75,38 @@ def test_the_budgets_of_a_key_no_longer_used_expire_while_others_stay_busy(redis
     hashed = {k: hashlib.sha256(f"Bearer {k}".encode()).hexdigest()[:12] for k in ("key-rotated-out", "key-in-use")}
     assert f"#{hashed['key-in-use']}|requests" in stored
     assert hashed["key-rotated-out"] not in stored
+
+
+def test_an_async_client_waits_for_the_shared_budget_off_the_event_loop(redis_server: RedisServer) -> None:
+    """Redis stops answering (its process paused) as a paced async client sends a request: the pacing
+    hooks wait for the shared store off the event loop, so another task of the loop runs meanwhile. Here
+    that task, started by a request hook of the client's own just before the pacer's, resumes Redis,
+    which then answers within the store's timeout: no fallback to local state, and the key's budget is
+    in Redis."""
+    import openai
+
+    from otel_errcompact.recovery.pacing import Pacer, pace
+    from otel_errcompact.recovery.redis_state import redis_state_store
+
+    store = redis_state_store(redis_server.url, timeout_s=3.0)
+    tasks: list[asyncio.Task[None]] = []
+
+    async def resume_redis() -> None:
+        redis_server.resume()
+
+    async def resume_redis_soon(_request: object) -> None:  # runs just before the pacer's hook
+        tasks.append(asyncio.ensure_future(resume_redis()))
+
+    async def request(url: str) -> str:
+        client = openai.AsyncOpenAI(base_url=f"{url}/v1", api_key="k", max_retries=0)
+        client._client.event_hooks = {"request": [resume_redis_soon], "response": []}
+        pace(client, Pacer(store))
+        reply = await client.chat.completions.create(model="m", messages=[{"role": "user", "content": "hi"}])
+        await asyncio.gather(*tasks)
+        return reply.choices[0].message.content or ""
+
+    with serve(ModelWireServer(bucket=TokenBucket(capacity=100, rate=100))) as (_server, url):
+        redis_server.pause()
+        assert asyncio.run(request(url))
+    assert not store.degraded
+    assert list(redis_server.client().scan_iter("errcompact:pace:*"))
