@@ -14,12 +14,16 @@ cluster:
   hash, never the key), a field per dimension. The latest rate-limit headers from any worker replace the
   estimate; every worker's reservation comes off it.
 
-Times are read on Redis's clock: each worker passes its own (wall-clock) time, and the store adds the
-offset between that clock and Redis's ``TIME``, measured at its first call and again every
-``clock_check_s`` seconds, and takes it off the times it returns. Workers whose clocks disagree (a host
-without NTP, a VM resumed from a snapshot) so keep one cooldown and one probe lease: a worker minutes
-behind would otherwise open breakers that half-open at once for every other worker, and take probe
-leases the others see as run out.
+Times are read on Redis's clock: each worker passes its own (wall-clock) time, and the script adds the
+offset between that clock and Redis's ``TIME``; the store takes it off the times it returns. The offset
+rides on the calls the worker makes anyway: every script reads ``TIME`` and returns it, and the store
+measures the offset from it (against its clock before and after the call) at its first call and again
+every ``clock_check_s`` seconds; the very first script, with no offset known yet, measures it itself
+from the worker's clock as the call was sent. So no round trip of its own runs on the agent's thread.
+Workers whose clocks disagree (a host without NTP, a VM resumed from a snapshot) so keep
+one cooldown and one probe lease: a worker minutes behind would otherwise open breakers that half-open at
+once for every other worker, and take probe leases the others see as run out. (A script that reads
+``TIME`` and then writes needs Redis 5 or later, which replicates scripts by their effects.)
 
 Footprint is bounded: each hash expires ``ttl_s`` after its last write (default a day), so the budgets of a
 key no longer used (rotated out, a tenant gone) leave with it, and a tool keeps at most
@@ -65,6 +69,14 @@ local function load(raw)
   if type(b.fps) ~= 'table' then b.fps = {} end
   return b
 end
+-- Redis's TIME, and the offset of the worker's clock to it: the one the worker knows, else (the worker's
+-- first call) measured now from its clock's reading `sent` as it sent the call.
+local function on_redis_clock(sent, known)
+  local t = redis.call('TIME')
+  local server = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  if known ~= '' then return server, tonumber(known) end
+  return server, server - tonumber(sent)
+end
 local function out(key, b)
   return {key, b.state, b.failures, b.digest, tostring(b.opened_at or ''), tostring(b.retry_at or ''),
           tostring(b.probe_until or 0)}
@@ -72,7 +84,8 @@ end
 """
 
 _ADMIT = _LUA_COMMON + """
-local fp, now, lease = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
+local server, offset = on_redis_clock(ARGV[4], ARGV[5])
+local fp, now, lease = ARGV[1], tonumber(ARGV[2]) + offset, tonumber(ARGV[3])
 local all = redis.call('HGETALL', KEYS[1])
 for i = 1, #all, 2 do
   local key, b = all[i], load(all[i + 1])
@@ -81,22 +94,23 @@ for i = 1, #all, 2 do
       b.state = 'half_open'
       b.probe_until = now + lease
       redis.call('HSET', KEYS[1], key, cjson.encode(b))
-      return {'probe', 'open', out(key, b)}
+      return {'probe', 'open', out(key, b), tostring(server)}
     end
     if b.state == 'half_open' and (b.probe_until or 0) <= now then
       b.probe_until = now + lease
       redis.call('HSET', KEYS[1], key, cjson.encode(b))
-      return {'probe', '', out(key, b)}
+      return {'probe', '', out(key, b), tostring(server)}
     end
-    return {'refused', '', out(key, b)}
+    return {'refused', '', out(key, b), tostring(server)}
   end
 end
-return {'allowed', '', {}}
+return {'allowed', '', {}, tostring(server)}
 """
 
 _FAILURE = _LUA_COMMON + """
+local server, offset = on_redis_clock(ARGV[10], ARGV[11])
 local key, fp, digest = ARGV[1], ARGV[2], ARGV[3]
-local now, threshold, cooldown = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local now, threshold, cooldown = tonumber(ARGV[4]) + offset, tonumber(ARGV[5]), tonumber(ARGV[6])
 local ttl, max_breakers, max_fps = tonumber(ARGV[7]), tonumber(ARGV[8]), tonumber(ARGV[9])
 local raw = redis.call('HGET', KEYS[1], key)
 local b
@@ -130,7 +144,7 @@ elseif old == 'open' and b.retry_at ~= nil then
 end
 redis.call('HSET', KEYS[1], key, cjson.encode(b))
 redis.call('EXPIRE', KEYS[1], ttl)
-return {old, out(key, b)}
+return {old, out(key, b), tostring(server)}
 """
 
 _SUCCESS = _LUA_COMMON + """
@@ -163,6 +177,12 @@ return 1
 # | absent, "full_at": GCRA's theoretical arrival time | absent, "in_flight": [[expires_at, cost], ...]}: the
 # same bookkeeping as InMemoryStateStore, in one atomic script.
 _PACE_COMMON = """
+local function on_redis_clock(sent, known)  -- as the breakers' scripts
+  local t = redis.call('TIME')
+  local server = tonumber(t[1]) + tonumber(t[2]) / 1000000
+  if known ~= '' then return server, tonumber(known) end
+  return server, server - tonumber(sent)
+end
 local function load(raw)
   local p = {}
   if raw then p = cjson.decode(raw) end
@@ -172,9 +192,10 @@ end
 """
 
 _RESERVE = _PACE_COMMON + """
-local now, ttl = tonumber(ARGV[1]), tonumber(ARGV[2])
+local server, offset = on_redis_clock(ARGV[4], ARGV[5])
+local now, ttl = tonumber(ARGV[1]) + offset, tonumber(ARGV[2])
 local delay = 0
-for i = 4, #ARGV, 2 do
+for i = 6, #ARGV, 2 do
   local name, cost = ARGV[i], tonumber(ARGV[i + 1])
   local p = load(redis.call('HGET', KEYS[1], name))
   local kept = {}
@@ -206,7 +227,7 @@ for i = 4, #ARGV, 2 do
   redis.call('HSET', KEYS[1], name, cjson.encode(p))
 end
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
-return tostring(delay)
+return {tostring(delay), tostring(server)}
 """
 
 _SETTLE = _PACE_COMMON + """
@@ -221,8 +242,10 @@ for name, cost in pairs(release) do
     redis.call('HSET', KEYS[1], name, cjson.encode(p))
   end
 end
-local now = tonumber(ARGV[4])
+local server, offset = on_redis_clock(ARGV[5], ARGV[6])
+local now = tonumber(ARGV[4]) + offset
 for name, b in pairs(budgets) do
+  b.reset_at = b.reset_at + offset
   local p = load(redis.call('HGET', KEYS[1], name))
   local c = p.budget
   if b.refill == 'hold' then
@@ -247,7 +270,7 @@ for name, b in pairs(budgets) do
   redis.call('HSET', KEYS[1], name, cjson.encode(p))
 end
 redis.call('EXPIRE', KEYS[1], tonumber(ARGV[3]))
-return 1
+return tostring(server)
 """
 
 
@@ -300,7 +323,7 @@ class RedisStateStore:
         self.clock = clock
         """The clock the callers' times come from (the breakers' and the pacer's; wall-clock seconds)."""
         self.clock_check_s = clock_check_s
-        self._offset = 0.0
+        self._offset: float | None = None  # Redis's clock minus this worker's; None until a script returned
         self._offset_due = float("-inf")  # time.monotonic() at which the offset is measured again
         self.prefix = prefix
         self.probe_timeout_s = probe_timeout_s
@@ -315,18 +338,21 @@ class RedisStateStore:
         self._reserve = client.register_script(_RESERVE)
         self._settle = client.register_script(_SETTLE)
 
-    def _to_server(self, now: float) -> float:
-        """``now`` on this worker's clock as a time on Redis's clock (measuring the offset when due)."""
-        if time.monotonic() >= self._offset_due:
-            before = self.clock()
-            seconds, micros = self.client.time()
-            after = self.clock()
-            self._offset = float(seconds) + float(micros) / 1e6 - (before + after) / 2
-            self._offset_due = time.monotonic() + self.clock_check_s
-        return now + self._offset
+    def _clock_args(self) -> tuple[float, float | None, list[str]]:
+        """This worker's clock as a call is sent and the offset to Redis's clock known then (None before
+        the first call), with the two script arguments that pass them."""
+        sent, known = self.clock(), self._offset
+        return sent, known, [repr(sent), "" if known is None else repr(known)]
 
-    def _server_now(self) -> float:
-        return self.clock() + self._offset
+    def _offset_used(self, sent: float, known: float | None, server: Any) -> float:
+        """The offset a script used (the one known, else the one it measured), after measuring it again
+        from the ``TIME`` it returned when due: against this worker's clock before and after the call."""
+        received = self.clock()
+        server_time = float(server.decode() if isinstance(server, bytes) else server)
+        if known is None or time.monotonic() >= self._offset_due:
+            self._offset = server_time - (sent + received) / 2
+            self._offset_due = time.monotonic() + self.clock_check_s
+        return known if known is not None else server_time - sent
 
     def _breakers(self, tool: str) -> str:
         return f"{self.prefix}:breakers:{tool}"
@@ -337,13 +363,15 @@ class RedisStateStore:
     # -- breaker -------------------------------------------------------------------------------------
 
     def breaker_admit(self, tool: str, fingerprint: str, now: float) -> Admission:
-        verdict, changed_from, row = self._admit(
-            keys=[self._breakers(tool)], args=[fingerprint, repr(self._to_server(now)), repr(self.probe_timeout_s)]
+        sent, known, clock_args = self._clock_args()
+        verdict, changed_from, row, server = self._admit(
+            keys=[self._breakers(tool)], args=[fingerprint, repr(now), repr(self.probe_timeout_s), *clock_args]
         )
         verdict = verdict.decode() if isinstance(verdict, bytes) else verdict
+        offset = self._offset_used(sent, known, server)
         if verdict == "allowed":
             return Admission(True)
-        snapshot = _snapshot(tool, row, self._offset, self._server_now())
+        snapshot = _snapshot(tool, row, offset, self.clock() + offset)
         changes: tuple[BreakerChange, ...] = ()
         if changed_from:
             changes = (BreakerChange(tool, snapshot.key, "open", "half_open", snapshot.failures, snapshot.digest),)
@@ -354,15 +382,17 @@ class RedisStateStore:
     def breaker_failure(
         self, tool: str, key: str, fingerprint: str, digest: str, now: float, *, threshold: int, cooldown_s: float
     ) -> BreakerUpdate:
-        old, row = self._failure(
+        sent, known, clock_args = self._clock_args()
+        old, row, server = self._failure(
             keys=[self._breakers(tool)],
             args=[
-                key, fingerprint, digest, repr(self._to_server(now)), max(1, threshold), repr(max(0.0, cooldown_s)),
-                self.ttl_s, self.max_breakers_per_tool, self.max_fingerprints,
+                key, fingerprint, digest, repr(now), max(1, threshold), repr(max(0.0, cooldown_s)),
+                self.ttl_s, self.max_breakers_per_tool, self.max_fingerprints, *clock_args,
             ],
         )
         before = _state(old)
-        snapshot = _snapshot(tool, row, self._offset, self._server_now())
+        offset = self._offset_used(sent, known, server)
+        snapshot = _snapshot(tool, row, offset, self.clock() + offset)
         if before == snapshot.state:
             return BreakerUpdate(snapshot)
         return BreakerUpdate(snapshot, (BreakerChange(tool, key, before, snapshot.state, snapshot.failures, digest),))
@@ -370,9 +400,9 @@ class RedisStateStore:
     def breaker_success(self, tool: str, fingerprint: str, now: float) -> tuple[BreakerChange, ...]:
         rows = self._success(keys=[self._breakers(tool)], args=[fingerprint])
         changes = []
-        server_now = self._server_now()
+        offset = self._offset or 0.0  # a change's times are not read: the latest offset known serves
         for row in rows:
-            s = _snapshot(tool, row, self._offset, server_now)
+            s = _snapshot(tool, row, offset, self.clock() + offset)
             changes.append(BreakerChange(tool, s.key, s.state, "closed", s.failures, s.digest))
         return tuple(changes)
 
@@ -380,23 +410,34 @@ class RedisStateStore:
         self._release(keys=[self._breakers(tool)], args=[key])
 
     def breaker_snapshot(self, tool: str, key: str) -> BreakerSnapshot | None:
-        raw = self.client.hget(self._breakers(tool), key)
+        """The breaker as Redis holds it, read with Redis's ``TIME`` in one round trip (its times are
+        taken back to this worker's clock)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.hget(self._breakers(tool), key)
+        pipe.time()
+        before = self.clock()
+        raw, (seconds, micros) = pipe.execute()
+        after = self.clock()
         if raw is None:
             return None
+        server_now = float(seconds) + float(micros) / 1e6 + (after - before) / 2
         b = json.loads(raw)
         row = [key, b["state"], b["failures"], b.get("digest", ""), b.get("opened_at"), b.get("retry_at"),
                b.get("probe_until")]  # fmt: skip
-        return _snapshot(tool, row, self._offset, self._to_server(self.clock()))
+        return _snapshot(tool, row, server_now - after, server_now)
 
     # -- pacer ---------------------------------------------------------------------------------------
 
     def pace_reserve(self, costs: Mapping[str, float], now: float) -> float:
         delay = 0.0
         for host, group in _by_host(costs).items():
-            args: list[Any] = [repr(self._to_server(now)), repr(self.reservation_ttl_s), self.ttl_s]
+            sent, known, clock_args = self._clock_args()
+            args: list[Any] = [repr(now), repr(self.reservation_ttl_s), self.ttl_s, *clock_args]
             for name, cost in group.items():
                 args += [name, repr(float(cost))]
-            delay = max(delay, float(self._reserve(keys=[self._pace(host)], args=args)))
+            wait, server = self._reserve(keys=[self._pace(host)], args=args)
+            self._offset_used(sent, known, server)
+            delay = max(delay, float(wait))
         return delay
 
     def pace_settle(
@@ -404,7 +445,6 @@ class RedisStateStore:
     ) -> None:
         if not budgets and not release:
             return
-        server_now = self._to_server(now)
         by_host = _by_host(budgets)
         released = _by_host(release or {})
         for host in by_host.keys() | released.keys():
@@ -412,21 +452,24 @@ class RedisStateStore:
                 name: {
                     "limit": b.limit,
                     "remaining": b.remaining,
-                    "reset_at": b.reset_at + self._offset,
+                    "reset_at": b.reset_at,  # the script adds the offset
                     "window_s": b.window_s,
                     "refill": b.refill,
                 }
                 for name, b in by_host.get(host, {}).items()
             }
-            self._settle(
+            sent, known, clock_args = self._clock_args()
+            server = self._settle(
                 keys=[self._pace(host)],
                 args=[
                     json.dumps(encoded) if encoded else "{}",
                     json.dumps(released[host]) if host in released else "{}",
                     self.ttl_s,
-                    repr(server_now),
+                    repr(now),
+                    *clock_args,
                 ],
             )
+            self._offset_used(sent, known, server)
 
 
 def _by_host(named: Mapping[str, V]) -> dict[str, dict[str, V]]:

@@ -149,6 +149,39 @@ def test_workers_whose_clocks_disagree_keep_one_cooldown_and_one_probe(redis_ser
     assert not on_time.admit(workers.TOOL, fp).allowed  # the probe is out: one probe fleet-wide
 
 
+def test_redis_clock_rides_on_the_workers_own_calls(redis_server: RedisServer) -> None:
+    """A worker whose clock is ten minutes behind writes times on Redis's clock from its very first call,
+    and every command it sends is one of its breaker and pacer scripts: no round trip to ``TIME`` of its
+    own on the agent's thread (Redis's slow log, at 0 µs, lists every command with the client that sent
+    it; a script's own commands are listed without one)."""
+    import json
+
+    import redis
+
+    admin = redis_server.client()
+    admin.config_set("slowlog-log-slower-than", 0)
+    admin.slowlog_reset()
+    skew_s = -600.0
+    store = RedisStateStore(
+        redis.Redis.from_url(redis_server.url, socket_timeout=1, client_name="agent"),
+        clock=lambda: time.time() + skew_s,
+    )
+    digest = compact_text(workers.real_failure())
+    fp = fingerprint(workers.ARGS)
+    for _ in range(3):
+        store.breaker_failure(workers.TOOL, digest.key, fp, digest.line, store.clock(), threshold=3, cooldown_s=30)
+    assert not store.breaker_admit(workers.TOOL, fp, store.clock()).allowed
+    store.pace_settle({"h|requests": RateBudget(60, 10, store.clock() + 50, 60)}, store.clock())
+    store.pace_reserve({"h|requests": 1.0}, store.clock())
+    admin.config_set("slowlog-log-slower-than", 10_000)
+
+    sent = [e["command"].split()[0].upper() for e in admin.slowlog_get(128) if e.get("client_name") == b"agent"]
+    assert sent and set(sent) <= {b"EVALSHA", b"EVAL", b"SCRIPT", b"CLIENT"}, sent  # CLIENT: the name, once
+    seconds, micros = admin.time()
+    (raw,) = admin.hvals(f"errcompact:breakers:{workers.TOOL}")
+    assert abs(json.loads(raw)["opened_at"] - (seconds + micros / 1e6)) < 60  # on Redis's clock, not 600 s behind
+
+
 def test_redis_restarting_mid_run_raises_nothing_and_state_resumes(redis_server: RedisServer) -> None:
     results, up, stop = SPAWN.Queue(), SPAWN.Queue(), SPAWN.Event()
     procs = [SPAWN.Process(target=workers.churn, args=(redis_server.url, up, stop, results)) for _ in range(4)]
