@@ -515,7 +515,7 @@ class FailoverStateStore:
         """True while calls are answered from the local store."""
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        if self.degraded and self._clock() < self._down_until:
+        if self.degraded and not self._retry_due():
             return getattr(self.fallback, name)(*args, **kwargs)
         try:
             result = getattr(self.primary, name)(*args, **kwargs)
@@ -543,6 +543,17 @@ class FailoverStateStore:
             if was:
                 _log.info("otel-errcompact: shared recovery state is back; breakers and pacing are shared again")
         return result
+
+    def _retry_due(self) -> bool:
+        """Whether this call is the one that tries Redis again during an outage: the first after
+        ``retry_s``, which claims the retry, so the callers that come meanwhile (other threads of a busy
+        worker) keep their local answers instead of each waiting out the timeout on a Redis still down."""
+        with self._lock:
+            now = self._clock()
+            if now < self._down_until:
+                return False
+            self._down_until = now + self.retry_s
+            return True
 
     def breaker_admit(self, tool: str, fingerprint: str, now: float) -> Admission:
         result: Admission = self._call("breaker_admit", tool, fingerprint, now)

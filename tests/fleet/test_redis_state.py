@@ -203,6 +203,37 @@ def test_redis_restarting_mid_run_raises_nothing_and_state_resumes(redis_server:
     assert redis_server.client().exists("errcompact:breakers:query_db")
 
 
+def test_one_call_tries_a_hung_redis_again_while_other_threads_answer_locally(redis_server: RedisServer) -> None:
+    """Redis accepts connections and answers nothing (its process paused). Once the retry is due, eight
+    threads of the worker call at once: one of them tries Redis again (one new connection, counted by Redis
+    once it runs again), the others answer from local state instead of each waiting out the timeout."""
+    import threading
+
+    admin = redis_server.client()
+    store = redis_state_store(redis_server.url, timeout_s=0.5)
+    store.retry_s = 0.3
+    assert store.breaker_admit("t", "fp", time.time()).allowed  # connected
+    before = admin.info("stats")["total_connections_received"]
+    redis_server.pause()
+    try:
+        assert store.breaker_admit("t", "fp", time.time()).allowed and store.degraded  # times out: local state
+        time.sleep(store.retry_s + 0.1)  # the retry is due
+        start = threading.Barrier(8)
+
+        def call() -> None:
+            start.wait()
+            store.breaker_admit("t", "fp", time.time())
+
+        threads = [threading.Thread(target=call) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+    finally:
+        redis_server.resume()
+    assert admin.info("stats")["total_connections_received"] - before == 1
+
+
 def test_a_dead_redis_degrades_within_the_timeout(tmp_path: Any) -> None:
     from tests.fleet.conftest import free_port
 
