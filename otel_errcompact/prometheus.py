@@ -72,6 +72,21 @@ class PrometheusEndpoint:
         self._server.server_close()
 
 
+def _scraped_only(reader_class: Any) -> Any:
+    """``reader_class`` (the exporter's ``PrometheusMetricReader``) collecting only when scraped.
+
+    A pull reader has nothing to push, yet the SDK's ``force_flush`` (which ``ec.flush()`` and
+    ``shutdown()`` run on the meter provider) makes it collect, and the exporter queues each collection
+    until the next scrape, which then serves every series once per flush since the last scrape: the
+    oldest first, so Prometheus kept the stale value and dropped the current one as a duplicate."""
+
+    class ScrapedOnlyReader(reader_class):  # type: ignore[misc]
+        def force_flush(self, timeout_millis: float = 10_000) -> bool:
+            return True
+
+    return ScrapedOnlyReader
+
+
 def start_prometheus(host: str | None = None, port: int | None = None) -> PrometheusEndpoint:
     """Start serving metrics for scraping; ``host``/``port`` default to the standard variables.
 
@@ -91,7 +106,7 @@ def start_prometheus(host: str | None = None, port: int | None = None) -> Promet
     port = port if port is not None else default_port
     # A registry of its own: a second reader in the process must not collide in the global one.
     registry = CollectorRegistry(auto_describe=True)
-    reader = PrometheusMetricReader(
+    reader = _scraped_only(PrometheusMetricReader)(
         resource_attribute_filter=PROMOTED_RESOURCE_ATTRIBUTES.__contains__, registry=registry
     )
     server, _thread = start_http_server(port, addr=host, registry=registry)

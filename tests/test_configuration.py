@@ -554,6 +554,42 @@ def test_a_prometheus_port_another_process_serves_is_a_warning(tmp_path: Path) -
     assert "[KeyError]" in str(last["result"]), last
 
 
+SCRAPED_AGENT = """
+    import json, os, socket, urllib.request
+    import otel_errcompact
+
+    with socket.create_server(("127.0.0.1", 0)) as probe:  # a free port, for the endpoint to serve
+        os.environ["OTEL_EXPORTER_PROMETHEUS_PORT"] = str(probe.getsockname()[1])
+    ec = otel_errcompact.init(service_name="scraped")
+    url = f"http://127.0.0.1:{os.environ['OTEL_EXPORTER_PROMETHEUS_PORT']}/metrics"
+
+    @ec.tool
+    def lookup(key):
+        return {"a": 1}[key]
+
+    with ec.conversation("c"):
+        for key in ("a", "b", "a"):  # a success, a failure, a success: a flush after each call
+            lookup(key)
+            ec.flush()
+    page = urllib.request.urlopen(url, timeout=30).read().decode()
+    ec.shutdown()
+    print(json.dumps([line for line in page.splitlines() if line.startswith("errcompact_tool_calls_total{")]))
+"""
+
+
+def test_a_scrape_after_flushes_serves_each_series_once_with_its_current_value(tmp_path: Path) -> None:
+    """``ec.flush()`` between two scrapes of the ``OTEL_METRICS_EXPORTER=prometheus`` endpoint: the next
+    scrape holds each series once, with its current count (each flush used to queue one more copy of every
+    series, oldest first, and Prometheus keeps the first sample of a series in a scrape)."""
+    env = _env(tmp_path, OTEL_METRICS_EXPORTER="prometheus", OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1")
+    proc = _python(SCRAPED_AGENT, env)
+    assert proc.returncode == 0, proc.stderr
+    lines = json.loads(proc.stdout.strip().splitlines()[-1])
+    by_outcome = {line.split('errcompact_outcome="')[1].split('"')[0]: line.rsplit(" ", 1)[1] for line in lines}
+    assert len(lines) == 2, lines
+    assert by_outcome == {"ok": "2.0", "error": "1.0"}, lines
+
+
 @pytest.mark.parametrize("port", ["9464x", "99999"])
 def test_a_bad_prometheus_port_is_named_before_anything_starts(tmp_path: Path, port: str) -> None:
     env = _env(tmp_path, OTEL_METRICS_EXPORTER="prometheus", OTEL_EXPORTER_PROMETHEUS_HOST="127.0.0.1",
