@@ -47,6 +47,7 @@ from otel_errcompact._worker import BackgroundQueue
 from otel_errcompact.boundary import OnError, ToolBoundary, conversation
 from otel_errcompact.compactor import Compactor
 from otel_errcompact.config import Settings, load_settings, setting_origin
+from otel_errcompact.config_check import wrong_argument
 from otel_errcompact.exceptions import ConfigurationError, ConfigurationWarning
 from otel_errcompact.history import ErrorHistory, Escalation, Limits, Thresholds
 from otel_errcompact.inert import InertToolBoundary
@@ -490,11 +491,13 @@ def init(
 
     A second call returns the first handle; when its arguments differ from the first call's, a
     :class:`ConfigurationWarning` names each differing setting, which is ignored (``shutdown()`` first
-    to change settings). Invalid values and unknown keywords raise :class:`ConfigurationError` on every
-    call. An unusable ``sqlite_path`` / ``jsonl_path`` set explicitly raises ConfigurationError naming
-    the setting and the path; an unusable *default* SQLite path warns and runs without the store.
+    to change settings). Invalid values, unknown keywords and arguments of the wrong kind (``retry=3``, a
+    ``human_review`` that is not callable) raise :class:`ConfigurationError` on every call. An unusable
+    ``sqlite_path`` / ``jsonl_path`` set explicitly raises ConfigurationError naming the setting and the
+    path; an unusable *default* SQLite path warns and runs without the store.
     """
     global _INSTANCE
+    _check_arguments(locals())
     arguments: dict[str, Any] = {
         "service_name": service_name,
         "tracer_provider": tracer_provider,
@@ -550,6 +553,50 @@ def init(
     if handle.writer is not None:
         install_sigterm_flush(_shut_down_current, config.shutdown_timeout_s, hold=_hold_current)
     return handle
+
+
+_ARGUMENT_KINDS: tuple[tuple[str, type[Any] | tuple[type[Any], ...], str], ...] = (
+    ("service_name", str, "a string"),
+    ("tracer_provider", TracerProvider, "an OpenTelemetry SDK TracerProvider"),
+    ("logger_provider", LoggerProvider, "an OpenTelemetry SDK LoggerProvider"),
+    ("meter_provider", metrics_api.MeterProvider, "an OpenTelemetry MeterProvider"),
+    ("thresholds", Thresholds, "a Thresholds"),
+    ("limits", Limits, "a Limits"),
+    ("compactor", Compactor, "a Compactor"),
+    ("breaker", BreakerPolicy, "a BreakerPolicy"),
+    ("retry", RetryPolicy, "a RetryPolicy"),
+    ("state_store", RecoveryStateStore, "a RecoveryStateStore, such as InMemoryStateStore()"),
+)
+"""The object arguments of ``init()`` (``None``: not given), each with what it must be."""
+_CALLABLE_ARGUMENTS = (
+    ("human_review", "a function called with each Escalation"),
+    ("tool_predicate", "a function of a span that returns True for a tool call"),
+)
+
+
+def _check_arguments(arguments: Mapping[str, Any]) -> None:
+    """Refuse an ``init()`` argument of the wrong kind, with a ConfigurationError naming it, before anything
+    is attached or started. Each is used only later, and most of them only off ``init()``'s thread or
+    inside a tool call: ``retry=3`` turned every failing call's digest into the library's own
+    ``AttributeError``, and a hook or a sink that is no such thing failed on a background thread, logged,
+    with nothing said to the caller."""
+    problems = [
+        wrong_argument(name, arguments[name], want)
+        for name, kind, want in _ARGUMENT_KINDS
+        if arguments[name] is not None and not isinstance(arguments[name], kind)
+    ]
+    problems += [
+        wrong_argument(name, arguments[name], want)
+        for name, want in _CALLABLE_ARGUMENTS
+        if arguments[name] is not None and not callable(arguments[name])
+    ]
+    sinks = arguments["sinks"]
+    if isinstance(sinks, str | bytes) or not isinstance(sinks, Sequence) or not all(
+        isinstance(sink, TrajectorySink) for sink in sinks
+    ):
+        problems.append(wrong_argument("sinks", sinks, "a list of TrajectorySink (with write() and close())"))
+    if problems:
+        raise ConfigurationError(f"invalid otel-errcompact settings: {'; '.join(problems)}")
 
 
 _COVERED_FIELDS = (

@@ -32,6 +32,7 @@ __all__ = [
     "origin_of",
     "unknown_setting_message",
     "warn_unknown_variables",
+    "wrong_argument",
 ]
 
 _MAX_VALUE_CHARS = 80
@@ -106,6 +107,12 @@ def expected(field: FieldInfo) -> str:
 def _shown(value: object) -> str:
     text = repr(value)
     return text if len(text) <= _MAX_VALUE_CHARS else text[: _MAX_VALUE_CHARS - 1] + "…"
+
+
+def wrong_argument(name: str, value: object, want: str) -> str:
+    """``thresholds=5: expected a Thresholds``: a keyword argument of the wrong kind, in the words the
+    settings' own errors use."""
+    return f"{name}={_shown(value)}: expected {want}"
 
 
 def unknown_setting_message(name: str, known: Iterable[str], *, as_keyword: bool, prefix: str) -> str:

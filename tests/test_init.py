@@ -186,6 +186,41 @@ def test_a_bad_argument_raises_configuration_error_naming_it(tmp_path: Path) -> 
     assert otel_errcompact.instance() is None
 
 
+@pytest.mark.parametrize(
+    ("keyword", "value", "expected"),
+    [
+        ("thresholds", 5, "a Thresholds"),
+        ("limits", {"max_lines": 4}, "a Limits"),
+        ("retry", 3, "a RetryPolicy"),
+        ("breaker", 3, "a BreakerPolicy"),
+        ("state_store", "redis://127.0.0.1:6379/0", "a RecoveryStateStore"),
+        ("human_review", "page-the-oncall", "a function"),
+        ("tool_predicate", True, "a function"),
+        ("sinks", [Path("audit.jsonl")], "a list of TrajectorySink"),
+        ("sinks", None, "a list of TrajectorySink"),
+        ("compactor", "llm", "a Compactor"),
+        ("service_name", 42, "a string"),
+        ("meter_provider", "prometheus", "an OpenTelemetry MeterProvider"),
+    ],
+)
+def test_an_argument_of_the_wrong_kind_fails_init_before_anything_is_attached(
+    tmp_path: Path, keyword: str, value: object, expected: str
+) -> None:
+    """Each object argument is used only later, most of them in a tool call or on a background thread
+    (``retry=3`` made every failing call's digest the library's own AttributeError): ``init()`` refuses
+    it at once, naming the keyword, with nothing attached or started."""
+    provider = TracerProvider()
+    threads = {t.name for t in threading.enumerate()}
+    with pytest.raises(ConfigurationError) as info:
+        otel_errcompact.init(tracer_provider=provider, sqlite_path=tmp_path / "x.sqlite3", **{keyword: value})
+    assert f"{keyword}={value!r}: expected {expected}" in str(info.value)
+    assert isinstance(info.value, ValueError)
+    assert otel_errcompact.instance() is None
+    assert len(provider._active_span_processor._span_processors) == 0
+    assert {t.name for t in threading.enumerate()} - threads == set()
+    assert not (tmp_path / "x.sqlite3").exists()
+
+
 @pytest.mark.parametrize("url", ["localhost:6379", "redis://127.0.0.1:port/0", "redis://127.0.0.1/0?socket_timeout=soon"])
 def test_a_bad_redis_url_fails_init_before_anything_is_attached(tmp_path: Path, url: str) -> None:
     """The URL is read when the settings are: init() fails with nothing attached or started, and the
