@@ -36,7 +36,7 @@ import types
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, suppress
-from typing import Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, overload
+from typing import Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, get_args, overload
 
 import tenacity
 from opentelemetry import trace
@@ -47,8 +47,9 @@ from otel_errcompact import semconv
 from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact._sampled import note_span
 from otel_errcompact.classify import is_retryable
+from otel_errcompact.config_check import wrong_argument
 from otel_errcompact.digest import DedupKey, Digest, line_parts
-from otel_errcompact.exceptions import ErrorBudgetExceeded
+from otel_errcompact.exceptions import ConfigurationError, ErrorBudgetExceeded
 from otel_errcompact.history import ErrorHistory
 from otel_errcompact.pipeline import ErrorPipeline, Failure, Outcome
 from otel_errcompact.processor import ErrorCompactionProcessor, span_annotations
@@ -289,6 +290,7 @@ class ToolBoundary:
         on_error: OnError | None = None,
     ) -> AbstractContextManager[ToolCall]:
         """Run a block as one tool call (see :class:`ToolCall`)."""
+        _check_options(name=name, on_error=on_error)
         arguments_json = _as_json(arguments) if arguments is not None and self._capture_arguments else None
         return self._call(name, call_id, arguments_json, on_error)
 
@@ -486,6 +488,7 @@ class ToolBoundary:
         The tool's span carries ``gen_ai.tool.type`` ``function`` and ``gen_ai.tool.description``:
         ``description``, else the first line of the function's docstring (none without either).
         """
+        _check_options(name=name, on_error=on_error, retry=retry, error_of=error_of, description=description)
         policy = self.retry if retry is None else (retry if isinstance(retry, RetryPolicy) else _attempts(retry))
 
         def decorate(fn: Callable[P, Any]) -> Callable[P, Any]:
@@ -1304,6 +1307,27 @@ def _is_a(kind: Callable[[Any], bool], fn: Callable[..., Any]) -> bool:
     """Whether ``fn`` is a function of a ``kind`` (``inspect.iscoroutinefunction`` …), or an object whose
     ``__call__`` is one."""
     return kind(fn) or (not inspect.isfunction(fn) and kind(type(fn).__call__))
+
+
+def _check_options(*, name: object = None, on_error: object = None, retry: object = None,
+                   error_of: object = None, description: object = None) -> None:
+    """Refuse a tool option of the wrong kind where the tool is declared, with a ConfigurationError naming
+    it: each is read only inside a call, where an unknown ``on_error`` was taken for the default and a
+    ``retry`` that is no number failed in the agent's call."""
+    problems = []
+    if name is not None and not isinstance(name, str):
+        problems.append(wrong_argument("name", name, "a string"))
+    if on_error is not None and on_error not in get_args(OnError):
+        problems.append(wrong_argument("on_error", on_error, "one of 'digest', 'raise'"))
+    if retry is not None and (isinstance(retry, bool) or not isinstance(retry, RetryPolicy | int)
+                              or (isinstance(retry, int) and retry < 1)):
+        problems.append(wrong_argument("retry", retry, "a RetryPolicy or a number of attempts ≥ 1"))
+    if error_of is not None and not callable(error_of):
+        problems.append(wrong_argument("error_of", error_of, "a function of the tool's result"))
+    if description is not None and not isinstance(description, str):
+        problems.append(wrong_argument("description", description, "a string"))
+    if problems:
+        raise ConfigurationError(f"invalid tool options: {'; '.join(problems)}")
 
 
 def _attempts(n: int) -> RetryPolicy:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import json
+import re
 import subprocess
 import time
 import traceback
@@ -333,6 +334,35 @@ def test_a_long_error_returned_as_data_is_bounded_on_the_span_and_whole_in_the_r
     assert len(description) <= 1200
     first, *_, last = stderr.splitlines()
     assert description.startswith(first[:200]) and description.rstrip("\n").endswith(last)
+
+
+@pytest.mark.parametrize(
+    ("options", "named"),
+    [
+        ({"on_error": "ignore"}, "on_error='ignore': expected one of 'digest', 'raise'"),
+        ({"retry": "3"}, "retry='3': expected a RetryPolicy or a number of attempts ≥ 1"),
+        ({"retry": -1}, "retry=-1: expected a RetryPolicy or a number of attempts ≥ 1"),
+        ({"error_of": "stderr"}, "error_of='stderr': expected a function of the tool's result"),
+        ({"name": 7}, "name=7: expected a string"),
+    ],
+)
+def test_a_tool_option_of_the_wrong_kind_is_refused_where_the_tool_is_declared(
+    otel: OTel, options: dict[str, Any], named: str
+) -> None:
+    """``@ec.tool(...)`` and ``ec.tool_call(...)`` refuse a bad option when the tool is declared, naming it:
+    read only inside a call, ``on_error="ignore"`` was taken for the default and ``retry="3"`` failed with
+    a TypeError of the library's own comparison."""
+
+    def lookup(key: str) -> int:
+        return {"a": 1}[key]
+
+    with pytest.raises(otel_errcompact.ConfigurationError, match=re.escape(named)):
+        otel.ec.tool(**options)(lookup)
+    if set(options) <= {"on_error", "name"}:
+        call_options = {k: v for k, v in options.items() if k != "name"}
+        with pytest.raises(otel_errcompact.ConfigurationError, match=re.escape(named)):
+            otel.ec.tool_call(options.get("name", "lookup"), **call_options)
+    assert otel.ec.context("default") == ""  # nothing ran
 
 
 def test_halt_raises_at_the_next_call_without_running_the_tool(otel: OTel) -> None:
