@@ -104,10 +104,26 @@ def _otlp_endpoint(signal: str) -> bool:
     )
 
 
+_EXPORTERS = {"traces": ("otlp",), "logs": ("otlp",), "metrics": ("otlp", "prometheus")}
+"""The exporters the providers ``init()`` creates can have, per signal (besides ``none``)."""
+
+
 def _otlp_export(signal: str) -> bool:
     """An OTLP endpoint is set for ``signal`` (``traces``, ``metrics``, ``logs``) and its standard
-    ``OTEL_<SIGNAL>_EXPORTER`` (default ``otlp``; ``none`` turns it off) does not rule OTLP out."""
-    names = {n.strip().lower() for n in os.environ.get(f"OTEL_{signal.upper()}_EXPORTER", "otlp").split(",")}
+    ``OTEL_<SIGNAL>_EXPORTER`` (default ``otlp``; ``none`` turns it off) does not rule OTLP out.
+
+    Called when ``init()`` creates the signal's provider: an exporter the variable names that it cannot
+    have (``console``, ``zipkin``, a misspelt ``otpl``) is a :class:`ConfigurationWarning`, as the signal
+    would otherwise go nowhere without a word."""
+    variable = f"OTEL_{signal.upper()}_EXPORTER"
+    names = {n.strip().lower() for n in os.environ.get(variable, "otlp").split(",") if n.strip()}
+    unknown = sorted(names - {"none", *_EXPORTERS[signal]})
+    if unknown:
+        warnings.warn(
+            f"otel-errcompact: {variable}={os.environ[variable]!r}: the {signal} provider init() creates "
+            f"exports with {' or '.join(_EXPORTERS[signal])} (or none); ignoring {', '.join(unknown)}",
+            ConfigurationWarning, stacklevel=4,
+        )
     return _otlp_endpoint(signal) and "otlp" in names
 
 

@@ -554,6 +554,39 @@ def test_a_prometheus_port_another_process_serves_is_a_warning(tmp_path: Path) -
     assert "[KeyError]" in str(last["result"]), last
 
 
+EXPORTER_AGENT = """
+    import json, warnings
+    import otel_errcompact
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        ec = otel_errcompact.init(service_name="exporters", sqlite_path=None)
+    ec.shutdown()
+    print(json.dumps([str(w.message) for w in caught if issubclass(w.category, otel_errcompact.ConfigurationWarning)]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "warned"),
+    [
+        ("OTEL_TRACES_EXPORTER", "console", "OTEL_TRACES_EXPORTER='console': the traces provider init() creates "
+         "exports with otlp (or none); ignoring console"),
+        ("OTEL_METRICS_EXPORTER", "otlp,zipkin", "OTEL_METRICS_EXPORTER='otlp,zipkin': the metrics provider init() "
+         "creates exports with otlp or prometheus (or none); ignoring zipkin"),
+        ("OTEL_LOGS_EXPORTER", "none", None),
+    ],
+)
+def test_an_exporter_the_created_providers_cannot_have_is_named(
+    tmp_path: Path, variable: str, value: str, warned: str | None
+) -> None:
+    """A standard ``OTEL_<SIGNAL>_EXPORTER`` naming an exporter the providers ``init()`` creates do not
+    have (the SDK's ``console``, say) sends that signal nowhere: ``init()`` says so instead of keeping
+    quiet. ``none`` is known, and quiet."""
+    env = _env(tmp_path, **{variable: value})
+    messages = json.loads(_python(EXPORTER_AGENT, env).stdout.strip().splitlines()[-1])
+    assert messages == ([f"otel-errcompact: {warned}"] if warned else []), messages
+
+
 SCRAPED_AGENT = """
     import json, os, socket, urllib.request
     import otel_errcompact
