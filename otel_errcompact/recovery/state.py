@@ -60,6 +60,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, TypeVar, runtime_checkable
 
+from otel_errcompact._checks import check_integer, check_seconds
 from otel_errcompact._forked import new_locks_in_child
 
 __all__ = [
@@ -311,7 +312,12 @@ class InMemoryStateStore:
     def __init__(
         self, max_entries: int = 4096, *, reservation_ttl_s: float = 60.0, probe_timeout_s: float = 30.0
     ) -> None:
-        self._max = max(1, max_entries)
+        # A lease of -1 s or NaN never holds (every caller would probe a half-open breaker at once), and
+        # a NaN reservation never runs out: refused here, not found out in the agent's calls.
+        check_integer("InMemoryStateStore", "max_entries", max_entries, 1)
+        check_seconds("InMemoryStateStore", "reservation_ttl_s", reservation_ttl_s, zero=False)
+        check_seconds("InMemoryStateStore", "probe_timeout_s", probe_timeout_s, zero=False)
+        self._max = max_entries
         self._ttl = reservation_ttl_s
         self.probe_timeout_s = probe_timeout_s
         self._lock = threading.Lock()

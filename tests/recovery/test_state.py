@@ -184,11 +184,20 @@ def test_pacing_budget_and_reservations_bounded() -> None:
     (lambda: RetryPolicy(initial_s=float("nan")), "RetryPolicy.initial_s=nan: expected a finite number ≥ 0"),
     (lambda: RetryPolicy(attempts=float("nan")), "RetryPolicy.attempts=nan: expected an integer ≥ 1"),
     (lambda: RetryPolicy(attempts=0), "RetryPolicy.attempts=0: expected an integer ≥ 1"),
-], ids=["cooldown-nan", "cooldown-inf", "threshold-nan", "wait-nan", "attempts-nan", "attempts-zero"])
+    (lambda: InMemoryStateStore(probe_timeout_s=-1),
+     "InMemoryStateStore.probe_timeout_s=-1: expected a finite number > 0"),
+    (lambda: InMemoryStateStore(probe_timeout_s=float("nan")),
+     "InMemoryStateStore.probe_timeout_s=nan: expected a finite number > 0"),
+    (lambda: InMemoryStateStore(reservation_ttl_s=float("inf")),
+     "InMemoryStateStore.reservation_ttl_s=inf: expected a finite number > 0"),
+    (lambda: InMemoryStateStore(max_entries=-5), "InMemoryStateStore.max_entries=-5: expected an integer ≥ 1"),
+], ids=["cooldown-nan", "cooldown-inf", "threshold-nan", "wait-nan", "attempts-nan", "attempts-zero",
+        "probe-lease-negative", "probe-lease-nan", "reservation-inf", "max-entries-negative"])
 def test_a_policy_no_clock_or_count_can_honour_is_refused(make: Callable[[], object], named: str) -> None:
     """NaN compares false with every bound: ``BreakerPolicy(cooldown_s=nan)`` made a breaker that never
     half-opened again, and ``RetryPolicy(initial_s=nan)`` raised from ``time.sleep`` into the agent at its
-    first retry. They are refused when made, naming the field, as the settings' own errors do."""
+    first retry; ``InMemoryStateStore(probe_timeout_s=-1)`` gave a lease that never held, so every caller
+    probed a half-open breaker. They are refused when made, naming the field, as the settings' own errors do."""
     with pytest.raises(ConfigurationError) as refused:
         make()
     assert str(refused.value).startswith(named), refused.value
