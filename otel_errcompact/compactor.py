@@ -43,11 +43,12 @@ from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
 
-from otel_errcompact._checks import check_seconds
+from otel_errcompact._checks import check_integer, check_seconds
 from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact._sanitize import prompt_text, sanitize, strip_invisible
 from otel_errcompact.classify import is_retryable
 from otel_errcompact.digest import DedupKey, Digest, Location, short_file
+from otel_errcompact.exceptions import ConfigurationError
 from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, innermost_in_app
 from otel_errcompact.parsers import fallback as _fallback
@@ -124,6 +125,10 @@ class Compactor:
         summary_timeout_s: float = 2.0,
     ) -> None:
         check_seconds("Compactor", "summary_timeout_s", summary_timeout_s, zero=False)
+        check_integer("Compactor", "summary_cache_size", summary_cache_size, 0)
+        check_integer("Compactor", "digest_cache_size", digest_cache_size, 0)
+        if summarizer is not None and not callable(summarizer):  # else it fails on the summary thread, unseen
+            raise ConfigurationError(f"Compactor.summarizer={summarizer!r}: expected a function of the error's text")
         self._parsers = tuple(parsers)
         self._by_kind = dict(self._parsers)
         all_markers = tuple(_markers_of(parser) for _, parser in self._parsers)

@@ -282,3 +282,18 @@ def test_a_slow_summariser_runs_on_a_few_threads_however_many_errors_come(tmp_pa
     assert len(model.threads) == len(raws)  # each error asked once
     assert len(set(model.threads)) <= MAX_ASKING
     assert all(thread.daemon for thread in model.threads)
+
+
+def test_a_summarizer_that_is_no_function_and_negative_cache_sizes_are_refused_when_made() -> None:
+    """The summarizer is called only for an error no parser recognises, on the summary thread, where a
+    string given for it failed unseen; a negative cache size is no size. Each is refused when the
+    compactor is made, naming the field."""
+    import pytest
+
+    from otel_errcompact import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"^Compactor\.summarizer='gpt-4o-mini': expected a function"):
+        Compactor(summarizer="gpt-4o-mini")  # type: ignore[arg-type]
+    for name in ("summary_cache_size", "digest_cache_size"):
+        with pytest.raises(ConfigurationError, match=rf"^Compactor\.{name}=-1: expected an integer ≥ 0"):
+            Compactor(**{name: -1})  # type: ignore[arg-type]
