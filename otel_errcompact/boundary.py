@@ -63,7 +63,7 @@ from otel_errcompact.sinks.otlp import cap_text
 from otel_errcompact.statuscode import code_attributes
 from otel_errcompact.trajectory import TrajectoryRecord, escape_surrogates
 
-__all__ = ["ToolBoundary", "ToolCall", "ToolErrorText", "conversation", "current_conversation"]
+__all__ = ["ToolBoundary", "ToolCall", "ToolErrorText", "check_options", "conversation", "current_conversation"]
 
 _log = logging.getLogger("otel_errcompact")
 _MAX_SPAN_TEXT = 65_536
@@ -290,7 +290,7 @@ class ToolBoundary:
         on_error: OnError | None = None,
     ) -> AbstractContextManager[ToolCall]:
         """Run a block as one tool call (see :class:`ToolCall`)."""
-        _check_options(name=name, on_error=on_error)
+        check_options(name=name, on_error=on_error)
         arguments_json = _as_json(arguments) if arguments is not None and self._capture_arguments else None
         return self._call(name, call_id, arguments_json, on_error)
 
@@ -488,7 +488,7 @@ class ToolBoundary:
         The tool's span carries ``gen_ai.tool.type`` ``function`` and ``gen_ai.tool.description``:
         ``description``, else the first line of the function's docstring (none without either).
         """
-        _check_options(name=name, on_error=on_error, retry=retry, error_of=error_of, description=description)
+        check_options(name=name, on_error=on_error, retry=retry, error_of=error_of, description=description)
         policy = self.retry if retry is None else (retry if isinstance(retry, RetryPolicy) else _attempts(retry))
 
         def decorate(fn: Callable[P, Any]) -> Callable[P, Any]:
@@ -1309,8 +1309,8 @@ def _is_a(kind: Callable[[Any], bool], fn: Callable[..., Any]) -> bool:
     return kind(fn) or (not inspect.isfunction(fn) and kind(type(fn).__call__))
 
 
-def _check_options(*, name: object = None, on_error: object = None, retry: object = None,
-                   error_of: object = None, description: object = None) -> None:
+def check_options(*, name: object = None, on_error: object = None, retry: object = None,
+                  error_of: object = None, description: object = None) -> None:
     """Refuse a tool option of the wrong kind where the tool is declared, with a ConfigurationError naming
     it: each is read only inside a call, where an unknown ``on_error`` was taken for the default and a
     ``retry`` that is no number failed in the agent's call."""

@@ -14,7 +14,7 @@ from typing import Any
 
 from opentelemetry import trace
 
-from otel_errcompact.boundary import OnError, ToolBoundary, ToolCall
+from otel_errcompact.boundary import OnError, ToolBoundary, ToolCall, check_options
 from otel_errcompact.pipeline import ErrorPipeline
 from otel_errcompact.recovery.retry import RetryPolicy
 
@@ -22,7 +22,7 @@ __all__ = ["InertToolBoundary"]
 
 
 class InertToolBoundary(ToolBoundary):
-    """A :class:`ToolBoundary` that wraps nothing and checks nothing."""
+    """A :class:`ToolBoundary` that wraps nothing and checks nothing but its options."""
 
     def __init__(self, pipeline: ErrorPipeline) -> None:
         super().__init__(pipeline, trace.NoOpTracer(), None)
@@ -39,7 +39,9 @@ class InertToolBoundary(ToolBoundary):
         error_of: Callable[[Any], str | None] | None = None,
         description: str | None = None,
     ) -> Any:
-        """The function, unwrapped (``@ec.tool`` and ``@ec.tool(name=...)`` alike)."""
+        """The function, unwrapped (``@ec.tool`` and ``@ec.tool(name=...)`` alike). Its options are checked
+        as when switched on, so code with a bad one fails in either position of the switch."""
+        check_options(name=name, on_error=on_error, retry=retry, error_of=error_of, description=description)
 
         def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
             return fn
@@ -56,6 +58,7 @@ class InertToolBoundary(ToolBoundary):
         on_error: OnError | None = None,
     ) -> Iterator[ToolCall]:
         """Run the block as it is; its exceptions propagate."""
+        check_options(name=name, on_error=on_error)
         yield ToolCall(trace.INVALID_SPAN)
 
     def check(self, scope: str | None = None) -> None:

@@ -346,12 +346,15 @@ def test_a_long_error_returned_as_data_is_bounded_on_the_span_and_whole_in_the_r
         ({"name": 7}, "name=7: expected a string"),
     ],
 )
+@pytest.mark.parametrize("enabled", [True, False], ids=["on", "switched-off"])
 def test_a_tool_option_of_the_wrong_kind_is_refused_where_the_tool_is_declared(
-    otel: OTel, options: dict[str, Any], named: str
+    make_otel: Callable[..., OTel], options: dict[str, Any], named: str, enabled: bool
 ) -> None:
     """``@ec.tool(...)`` and ``ec.tool_call(...)`` refuse a bad option when the tool is declared, naming it:
     read only inside a call, ``on_error="ignore"`` was taken for the default and ``retry="3"`` failed with
-    a TypeError of the library's own comparison."""
+    a TypeError of the library's own comparison. Switched off too: code runs the same with the switch in
+    either position."""
+    otel = make_otel(enabled=enabled)
 
     def lookup(key: str) -> int:
         return {"a": 1}[key]
@@ -360,8 +363,10 @@ def test_a_tool_option_of_the_wrong_kind_is_refused_where_the_tool_is_declared(
         otel.ec.tool(**options)(lookup)
     if set(options) <= {"on_error", "name"}:
         call_options = {k: v for k, v in options.items() if k != "name"}
-        with pytest.raises(otel_errcompact.ConfigurationError, match=re.escape(named)):
-            otel.ec.tool_call(options.get("name", "lookup"), **call_options)
+        with pytest.raises(otel_errcompact.ConfigurationError, match=re.escape(named)), otel.ec.tool_call(
+            options.get("name", "lookup"), **call_options
+        ):
+            lookup("b")
     assert otel.ec.context("default") == ""  # nothing ran
 
 
