@@ -128,11 +128,21 @@ def _otlp_export(signal: str) -> bool:
 
 
 def _protocol(signal: str) -> str:
-    return (
-        os.environ.get(f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL")
-        or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
-        or "http/protobuf"
-    ).strip().lower()
+    """``grpc`` or ``http/protobuf`` (the default), from the standard variables. Another value (``http/json``,
+    which the Python SDK has no exporter for, or a typo) is a :class:`ConfigurationWarning` naming the
+    variable, and the default is used: it was used without a word."""
+    for variable in (f"OTEL_EXPORTER_OTLP_{signal.upper()}_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"):
+        value = os.environ.get(variable, "").strip().lower()
+        if value in ("grpc", "http/protobuf"):
+            return value
+        if value:
+            warnings.warn(
+                f"otel-errcompact: {variable}={os.environ[variable]!r}: expected grpc or http/protobuf; "
+                f"exporting {signal} with http/protobuf",
+                ConfigurationWarning, stacklevel=5,
+            )
+            return "http/protobuf"
+    return "http/protobuf"
 
 
 def _span_exporter() -> Any:

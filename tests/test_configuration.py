@@ -574,6 +574,9 @@ EXPORTER_AGENT = """
         ("OTEL_METRICS_EXPORTER", "otlp,zipkin", "OTEL_METRICS_EXPORTER='otlp,zipkin': the metrics provider init() "
          "creates exports with otlp or prometheus (or none); ignoring zipkin"),
         ("OTEL_LOGS_EXPORTER", "none", None),
+        ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json", "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL='http/json': expected "
+         "grpc or http/protobuf; exporting traces with http/protobuf"),
+        ("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc", None),
     ],
 )
 def test_an_exporter_the_created_providers_cannot_have_is_named(
@@ -581,8 +584,10 @@ def test_an_exporter_the_created_providers_cannot_have_is_named(
 ) -> None:
     """A standard ``OTEL_<SIGNAL>_EXPORTER`` naming an exporter the providers ``init()`` creates do not
     have (the SDK's ``console``, say) sends that signal nowhere: ``init()`` says so instead of keeping
-    quiet. ``none`` is known, and quiet."""
-    env = _env(tmp_path, **{variable: value})
+    quiet. ``none`` is known, and quiet. So is a protocol the OTLP exporters do not speak (``http/json``,
+    which the Python SDK has none for, was taken for http/protobuf without a word)."""
+    # An endpoint for traces alone: the span exporter is made (and reads the protocol), with nothing to send.
+    env = _env(tmp_path, OTEL_EXPORTER_OTLP_TRACES_ENDPOINT="http://127.0.0.1:9/v1/traces", **{variable: value})
     messages = json.loads(_python(EXPORTER_AGENT, env).stdout.strip().splitlines()[-1])
     assert messages == ([f"otel-errcompact: {warned}"] if warned else []), messages
 
