@@ -411,7 +411,9 @@ def add_pattern(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
     The one place to teach the library a secret shape it does not know (an internal token format, a
     customer id). A named group ``secret`` masks only that group; otherwise the whole match is masked.
     The same patterns can be given as ``init(redact_patterns=[...])`` or as a JSON list in
-    ``OTEL_ERRCOMPACT_REDACT_PATTERNS``. Raises ``re.error`` for a pattern that does not compile.
+    ``OTEL_ERRCOMPACT_REDACT_PATTERNS``. Raises ``re.error`` for a pattern that does not compile, and
+    ``TypeError`` for a bytes pattern (redaction runs on text: registered, it would make every later
+    :func:`redact` raise).
 
     >>> _ = add_pattern(r"ACME-[0-9]{6}")
     >>> redact("lookup of ACME-123456 failed")
@@ -419,7 +421,7 @@ def add_pattern(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
     >>> clear_patterns()
     """
     global _user_rules
-    compiled = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern)
+    compiled = _compiled(pattern)
     with _user_lock:
         if compiled not in _user_rules:
             _user_rules = (*_user_rules, compiled)
@@ -428,9 +430,18 @@ def add_pattern(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
 
 def add_patterns(patterns: Iterable[str | re.Pattern[str]]) -> None:
     """:func:`add_pattern` for each of ``patterns``, all compiled before any is registered."""
-    compiled = [p if isinstance(p, re.Pattern) else re.compile(p) for p in patterns]
+    compiled = [_compiled(p) for p in patterns]
     for pattern in compiled:
         add_pattern(pattern)
+
+
+def _compiled(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
+    """``pattern`` compiled, refused unless it matches text (see :func:`add_pattern`)."""
+    compiled = pattern if isinstance(pattern, re.Pattern) else re.compile(pattern)
+    if not isinstance(compiled.pattern, str):
+        raise TypeError(f"redact pattern {compiled.pattern!r}: expected a str pattern, not bytes "
+                        "(redaction runs on text)")
+    return compiled
 
 
 def patterns() -> tuple[re.Pattern[str], ...]:

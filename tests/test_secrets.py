@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import json
 import os
+import re
 import secrets
 import string
 import subprocess
@@ -670,6 +671,18 @@ def test_add_pattern_is_the_public_one_place(request: pytest.FixtureRequest) -> 
     assert len(patterns()) == 1
     line = compact_text(f"RuntimeError: ticket {ticket} rejected again").line
     assert ticket not in line and REDACTED in line
+
+
+def test_a_bytes_pattern_is_refused_when_added_and_redaction_goes_on(request: pytest.FixtureRequest) -> None:
+    """A bytes pattern cannot match text: registered, it made every later redact() raise, and a failing
+    tool's digest lost its cause. It is refused when added, and nothing is registered."""
+    request.addfinalizer(clear_patterns)
+    for pattern in (rb"TCK[0-9]{10}", re.compile(rb"TCK[0-9]{10}")):
+        with pytest.raises(TypeError, match=r"expected a str pattern, not bytes"):
+            add_pattern(pattern)  # type: ignore[arg-type]
+    assert patterns() == ()
+    key = "sk-proj-" + rand(48, URLSAFE)
+    assert redact(f"key {key} rejected") == f"key {REDACTED} rejected"
 
 
 def test_spans_of_other_instrumentation_get_redacted_annotations_and_log_events(
