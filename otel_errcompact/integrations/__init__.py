@@ -12,6 +12,12 @@ from __future__ import annotations
 
 import importlib.metadata
 import re
+from typing import TYPE_CHECKING
+
+from otel_errcompact.exceptions import ConfigurationError
+
+if TYPE_CHECKING:
+    from otel_errcompact.api import ErrCompact
 
 
 def framework_missing(bridge: str, extra: str, error: Exception) -> ImportError:
@@ -22,6 +28,17 @@ def framework_missing(bridge: str, extra: str, error: Exception) -> ImportError:
     keeps the original error at the end and as the cause."""
     needs = ", ".join(_requirements_of(extra)) or "its framework"
     return ImportError(f"{bridge} needs {needs}: pip install 'otel-errcompact[{extra}]' ({error})")
+
+
+def bridged_handle(bridge: str, ec: object) -> ErrCompact:
+    """``ec``, refused with a ConfigurationError naming the bridge unless it is the handle ``init()``
+    returns: a bridge reads it only inside the framework's tool calls and model calls, where anything
+    else failed in the agent's run, raised past the framework's error handling."""
+    from otel_errcompact.api import ErrCompact
+
+    if not isinstance(ec, ErrCompact):
+        raise ConfigurationError(f"{bridge}(ec={ec!r}): expected the handle otel_errcompact.init() returns")
+    return ec
 
 
 def _requirements_of(extra: str) -> list[str]:

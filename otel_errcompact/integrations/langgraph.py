@@ -45,7 +45,7 @@ from otel_errcompact.api import ErrCompact
 from otel_errcompact.boundary import ToolErrorText
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import Escalation
-from otel_errcompact.integrations import framework_missing
+from otel_errcompact.integrations import bridged_handle, framework_missing
 from otel_errcompact.integrations._calls import BridgedCall, run_async, run_sync
 
 try:
@@ -103,7 +103,7 @@ class LangGraphBridge:
     """
 
     def __init__(self, ec: ErrCompact, *, agent_name: str | None = None) -> None:
-        self.ec = ec
+        self.ec = bridged_handle("LangGraphBridge", ec)
         self.agent_name = agent_name
         self._warned_shared_scope = False
 

@@ -55,7 +55,7 @@ from otel_errcompact.api import ErrCompact
 from otel_errcompact.boundary import ToolErrorText, conversation, current_conversation
 from otel_errcompact.exceptions import ErrorBudgetExceeded
 from otel_errcompact.history import Escalation
-from otel_errcompact.integrations import framework_missing
+from otel_errcompact.integrations import bridged_handle, framework_missing
 
 try:
     from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, function_tool
@@ -114,7 +114,7 @@ class AgentsBridge:
     """The pieces that wire one :class:`~otel_errcompact.ErrCompact` handle into the Agents SDK."""
 
     def __init__(self, ec: ErrCompact) -> None:
-        self.ec = ec
+        self.ec = bridged_handle("AgentsBridge", ec)
         self._runs = _RunScopes()
         self._warned_unscoped = False
 

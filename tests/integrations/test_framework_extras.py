@@ -70,3 +70,18 @@ def test_a_missing_framework_names_the_extra_and_its_versions(extra: str, blocke
 def test_the_bridges_import_with_their_frameworks_present() -> None:
     proc = _run("no-such-module", "import otel_errcompact.langgraph, otel_errcompact.openai_agents")
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("given", [None, "ec", object()], ids=["none", "a-string", "an-object"])
+def test_a_bridge_made_from_something_else_than_the_handle_is_refused_when_made(given: object) -> None:
+    """A bridge reads its handle only inside the framework's tool and model calls, where anything else than
+    the handle ``init()`` returns failed in the agent's run, past the framework's error handling (an
+    AttributeError out of ``agent.invoke``). Each bridge refuses it when made, naming itself."""
+    from otel_errcompact import ConfigurationError
+    from otel_errcompact.langgraph import LangGraphBridge
+    from otel_errcompact.openai_agents import AgentsBridge
+
+    with pytest.raises(ConfigurationError, match=r"^LangGraphBridge\(ec=.*\): expected the handle otel_errcompact"):
+        LangGraphBridge(given, agent_name="orders-agent")  # type: ignore[arg-type]
+    with pytest.raises(ConfigurationError, match=r"^AgentsBridge\(ec=.*\): expected the handle otel_errcompact"):
+        AgentsBridge(given)  # type: ignore[arg-type]
