@@ -44,6 +44,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar, cast
 
+from otel_errcompact._checks import check_integer, check_seconds
 from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact.recovery.state import (
     Admission,
@@ -319,6 +320,12 @@ class RedisStateStore:
         clock: Callable[[], float] = time.time,
         clock_check_s: float = 60.0,
     ) -> None:
+        check_seconds("RedisStateStore", "probe_timeout_s", probe_timeout_s, zero=False)
+        check_integer("RedisStateStore", "ttl_s", ttl_s, 1)
+        check_integer("RedisStateStore", "max_breakers_per_tool", max_breakers_per_tool, 1)
+        check_integer("RedisStateStore", "max_fingerprints", max_fingerprints, 1)
+        check_seconds("RedisStateStore", "reservation_ttl_s", reservation_ttl_s, zero=False)
+        check_seconds("RedisStateStore", "clock_check_s", clock_check_s, zero=False)
         self.client = client
         self.clock = clock
         """The clock the callers' times come from (the breakers' and the pacer's; wall-clock seconds)."""

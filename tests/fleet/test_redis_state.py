@@ -8,7 +8,10 @@ import signal
 import time
 from typing import Any
 
+import pytest
+
 from otel_errcompact import compact_text
+from otel_errcompact.exceptions import ConfigurationError
 from otel_errcompact.recovery.breaker import circuit_open_text, fingerprint
 from otel_errcompact.recovery.redis_state import FailoverStateStore, RedisStateStore, redis_state_store
 from otel_errcompact.recovery.state import InMemoryStateStore, RateBudget
@@ -245,3 +248,24 @@ def test_a_dead_redis_degrades_within_the_timeout(tmp_path: Any) -> None:
         store.pace_settle({"h|requests": RateBudget(10, 5, time.time() + 5, 10)}, time.time())
     assert time.monotonic() - started < 5  # one failed connect, then local answers until retry_s
     assert isinstance(store, FailoverStateStore) and store.degraded and len(degraded) == 1
+
+
+@pytest.mark.parametrize(("setting", "want"), [
+    ({"probe_timeout_s": -1}, "RedisStateStore.probe_timeout_s=-1: expected a finite number > 0"),
+    ({"probe_timeout_s": float("nan")}, "RedisStateStore.probe_timeout_s=nan: expected a finite number > 0"),
+    ({"reservation_ttl_s": 0}, "RedisStateStore.reservation_ttl_s=0: expected a finite number > 0"),
+    ({"ttl_s": 0}, "RedisStateStore.ttl_s=0: expected an integer ≥ 1"),
+    ({"max_breakers_per_tool": 0}, "RedisStateStore.max_breakers_per_tool=0: expected an integer ≥ 1"),
+    ({"max_fingerprints": 2.5}, "RedisStateStore.max_fingerprints=2.5: expected an integer ≥ 1"),
+    ({"clock_check_s": float("inf")}, "RedisStateStore.clock_check_s=inf: expected a finite number > 0"),
+], ids=["probe-negative", "probe-nan", "reservation-zero", "ttl-zero", "breakers-zero", "fingerprints-float",
+        "clock-inf"])
+def test_the_redis_store_refuses_a_bad_setting_naming_it(
+    redis_server: RedisServer, setting: dict[str, Any], want: str
+) -> None:
+    """A shared store's settings are checked as the in-process store's are, when it is made: a negative
+    probe lease let every worker probe a half-open breaker at once, and a NaN one never expired."""
+    with pytest.raises(ConfigurationError) as refused:
+        RedisStateStore(redis_server.client(), **setting)
+    assert str(refused.value) == want
+    RedisStateStore(redis_server.client())  # the defaults pass
