@@ -144,6 +144,19 @@ class Settings(BaseSettings):
             raise ValueError(f"redis-py cannot read it: {exc}") from None
         return value
 
+    @field_validator(
+        "consecutive", "budget", "breaker_threshold", "breaker_cooldown_s", "retry_attempts", "max_classes",
+        "max_scopes", "idle_seconds", "max_lines", "max_chars", "max_values", "max_queue_size", "max_batch_size",
+        "schedule_delay_s", "shutdown_timeout_s", mode="before",
+    )
+    @classmethod
+    def _no_boolean_number(cls, value: object) -> object:
+        """Refuse ``True``/``False`` for a number: pydantic reads them as 1 and 0, so ``consecutive=True``
+        halted at the first failure and ``breaker_threshold=False`` turned the breaker off, without a word."""
+        if isinstance(value, bool):
+            raise ValueError("expected a number, not a boolean")
+        return value
+
     @field_validator("sqlite_path", "jsonl_path", "budget", "redis_url", "fleet_namespace", mode="before")
     @classmethod
     def _empty_is_none(cls, value: object) -> object:

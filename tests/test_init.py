@@ -186,6 +186,19 @@ def test_a_bad_argument_raises_configuration_error_naming_it(tmp_path: Path) -> 
     assert otel_errcompact.instance() is None
 
 
+@pytest.mark.parametrize(("keyword", "value"), [("consecutive", True), ("breaker_threshold", False),
+                                                 ("idle_seconds", True)])
+def test_a_boolean_for_a_number_raises_configuration_error_naming_it(
+    tmp_path: Path, keyword: str, value: bool
+) -> None:
+    """``True`` and ``False`` are not counts or seconds, though Python calls them 1 and 0: ``consecutive=True``
+    would halt every run at its first failure."""
+    with pytest.raises(ConfigurationError) as info:
+        otel_errcompact.init(sqlite_path=tmp_path / "x.sqlite3", **{keyword: value})
+    assert keyword in str(info.value) and "not a boolean" in str(info.value)
+    assert otel_errcompact.instance() is None
+
+
 @pytest.mark.parametrize(
     ("keyword", "value", "expected"),
     [
