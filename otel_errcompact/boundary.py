@@ -35,7 +35,7 @@ import traceback
 import types
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator, Mapping
-from contextlib import AbstractContextManager, contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any, Literal, NamedTuple, ParamSpec, Protocol, TypeVar, get_args, overload
 
 import tenacity
@@ -44,6 +44,7 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from otel_errcompact import semconv
+from otel_errcompact._contextvars import reset_quietly
 from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact._sampled import note_span
 from otel_errcompact.classify import is_retryable
@@ -99,16 +100,7 @@ def conversation(conversation_id: str) -> Iterator[str]:
     try:
         yield conversation_id
     finally:
-        _reset(_conversation, token)
-
-
-def _reset(var: contextvars.ContextVar[Any], token: contextvars.Token[Any]) -> None:
-    """``var.reset(token)``, when the block that set it is left in the context it was entered in. A
-    coroutine suspended inside it may be closed in another one (by the garbage collector, or by an event
-    loop that stops on Ctrl-C), which never saw the value: there is nothing to put back then, and the
-    ``ValueError`` of ``reset`` would be raised into the code closing it."""
-    with suppress(ValueError):
-        var.reset(token)
+        reset_quietly(_conversation, token)
 
 
 def current_conversation() -> str | None:
@@ -330,7 +322,7 @@ class ToolBoundary:
                 _mark_interrupted(span, name)
                 raise
             finally:
-                _reset(_current_call, token)
+                reset_quietly(_current_call, token)
             self._returned(call, name, call_id, scope)
 
     def _call_async(
@@ -519,7 +511,7 @@ class ToolBoundary:
                                 return self._cancelled(call.span, tool_name, scope, arguments, reason)
                             self._settle(call, pending, result, error_of)
                     finally:
-                        _reset(_pending, token)
+                        reset_quietly(_pending, token)
                         await self._release_async(pending)
                     return call.error if call.error is not None else result
 
@@ -629,7 +621,7 @@ class ToolBoundary:
 
     def _finish(self, pending: _Pending, token: contextvars.Token[_Pending | None]) -> None:
         """However the call ended: the pending verdict leaves the context, and an unsettled probe goes back."""
-        _reset(_pending, token)
+        reset_quietly(_pending, token)
         self._release(pending)
 
     # -- recovery: breaker, abort, cancellation ----------------------------------------------------------
@@ -1013,7 +1005,7 @@ class _AsyncCall:
         swallowed = False
         try:
             if exc is None:
-                _reset(_current_call, self._token)
+                reset_quietly(_current_call, self._token)
                 boundary._returned(call, name, None, self._scope)
                 if pending.owed:
                     await boundary._off_loop(boundary._pay, pending)
@@ -1021,7 +1013,7 @@ class _AsyncCall:
                 call.error = error = boundary._raised_in(call, name, None, self._scope, exc)
                 if pending.owed:
                     await boundary._off_loop(boundary._pay, pending)
-                _reset(_current_call, self._token)
+                reset_quietly(_current_call, self._token)
                 if (self._on_error or boundary._on_error) == "raise":
                     boundary._raising_on(self._enclosing, exc, error)
                 else:
@@ -1029,7 +1021,7 @@ class _AsyncCall:
             else:
                 if not isinstance(exc, ErrorBudgetExceeded):  # CancelledError, KeyboardInterrupt, GeneratorExit
                     _mark_interrupted(call.span, name)
-                _reset(_current_call, self._token)
+                reset_quietly(_current_call, self._token)
         finally:
             if swallowed:
                 self._span.__exit__(None, None, None)

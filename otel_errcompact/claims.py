@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from otel_errcompact import semconv
+from otel_errcompact._contextvars import reset_quietly
 
 __all__ = ["Claim", "claimed", "current_claim"]
 
@@ -63,7 +64,7 @@ def claimed(parents: Iterable[int] = ()) -> Iterator[Claim]:
     try:
         yield claim
     finally:
-        _claim.reset(token)
+        reset_quietly(_claim, token)  # the block may be closed in another context
 
 
 current_claim: Callable[[], Claim | None] = _claim.get

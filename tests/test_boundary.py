@@ -29,6 +29,7 @@ from opentelemetry.trace import Status, StatusCode
 
 import otel_errcompact
 from otel_errcompact import ErrorBudgetExceeded, Escalation, Limits, Thresholds, ToolErrorText
+from otel_errcompact.claims import claimed, current_claim
 from tests.conftest import OTel, metric_points
 
 HERE = Path(__file__).name
@@ -780,6 +781,26 @@ def test_a_tool_coroutine_closed_in_another_context_ends_its_call_without_raisin
     span = only_span(otel, "execute_tool wait_for_rows")
     assert (span.attributes or {})["errcompact.cancelled"] is True
     assert otel.ec.context("conv-closed") == ""
+
+
+def test_a_bridged_call_closed_in_another_context_raises_nothing() -> None:
+    """A framework bridge claims the tool spans of the call it runs (:func:`claimed`) for as long as the
+    call awaits its tool: an agent step suspended there and closed in another context (the garbage
+    collector, an event loop stopped with Ctrl-C) leaves the claim without raising into the closer."""
+
+    async def bridged_call() -> None:
+        with claimed() as claim:
+            assert current_claim() is claim
+            await asyncio.Event().wait()
+
+    async def start() -> Any:
+        step = bridged_call()
+        step.send(None)  # runs until it waits inside the claim
+        return step
+
+    step = asyncio.run(start())
+    contextvars.Context().run(step.close)
+    assert current_claim() is None
 
 
 def test_a_budget_breach_is_reported_while_a_stuck_loop_stands_unacknowledged(make_otel: Callable[..., OTel]) -> None:
