@@ -487,12 +487,14 @@ class ToolBoundary:
             _check_callable(fn)
             original, tool_name = fn, name or _name_of(fn)
             described = _described(fn, description)
+            method = _defined_in_class(fn)
             fn = _collected(fn)
             if _is_a(inspect.iscoroutinefunction, fn):  # an async function, or an object whose __call__ is one
 
                 @functools.wraps(fn)
                 async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                    started = await self._start_async(tool_name, fn, args, kwargs, described)
+                    read_from, given = _unbound(fn, args, async_wrapper) if method else (fn, args)
+                    started = await self._start_async(tool_name, read_from, given, kwargs, described)
                     if isinstance(started, ToolErrorText):
                         return started
                     arguments, arguments_json, scope, pending = started
@@ -521,7 +523,8 @@ class ToolBoundary:
 
             @functools.wraps(fn)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
-                started = self._start(tool_name, fn, args, kwargs, described)
+                read_from, given = _unbound(fn, args, wrapper) if method else (fn, args)
+                started = self._start(tool_name, read_from, given, kwargs, described)
                 if isinstance(started, ToolErrorText):
                     return started
                 _, arguments_json, _, pending = started
@@ -555,10 +558,12 @@ class ToolBoundary:
         kwargs: dict[str, Any],
         described: Mapping[str, str] = _UNDESCRIBED,
     ) -> tuple[dict[str, Any], str | None, str, _Pending] | ToolErrorText:
-        """Before a decorated call: its arguments, as JSON for the span and the record (cut; None when
-        arguments are not captured), its scope and the breaker verdict still owed, or the text of a
-        refused call (an abort standing or the breaker open). Raises ErrorBudgetExceeded on a halt.
-        The arguments are encoded once: whole for the breaker's fingerprint, then cut."""
+        """Before a decorated call: its arguments (read from ``args`` and ``kwargs`` as ``fn`` binds them:
+        a method tool's ``fn`` and ``args`` without its bound instance, see :func:`_unbound`), as JSON for
+        the span and the record (cut; None when arguments are not captured), its scope and the breaker
+        verdict still owed, or the text of a refused call (an abort standing or the breaker open). Raises
+        ErrorBudgetExceeded on a halt. The arguments are encoded once: whole for the breaker's fingerprint,
+        then cut."""
         begun = self._begin(tool_name, fn, args, kwargs, described)
         if isinstance(begun, ToolErrorText):
             return begun
@@ -1273,6 +1278,52 @@ def _describe(wrapper: Callable[..., Any], fn: Callable[..., Any]) -> None:
             wrapper.__doc__ = getattr(target, "__doc__", None)
     except Exception:  # no signature to read (a builtin's): the wrapper stays as functools.wraps left it
         _log.debug("otel-errcompact: could not describe a tool", exc_info=True)
+
+
+def _defined_in_class(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` is a function defined in a class body (its qualified name is ``Class.name``): a
+    method tool, whose calls may carry the instance or class Python bound it to (see :func:`_unbound`).
+    Read once, when the tool is decorated, so that the calls of other tools ask nothing more."""
+    if not inspect.isfunction(fn):
+        return False
+    owner, dot, _ = str(getattr(fn, "__qualname__", "")).rpartition(".")
+    return bool(dot) and not owner.endswith("<locals>")
+
+
+def _unbound(
+    fn: Callable[..., Any], args: tuple[Any, ...], wrapper: Callable[..., Any]
+) -> tuple[Callable[..., Any], tuple[Any, ...]]:
+    """What a method tool's call arguments are read from: ``fn`` bound to the first of ``args`` as
+    inspect binds a method, and the arguments after it, when that first argument is the instance (or,
+    for a ``classmethod``, the class) Python bound ``wrapper`` to; else ``fn`` and ``args``.
+
+    ``self`` / ``cls`` is not an argument the agent chose: its repr (an instance's usually holds its
+    memory address) made every instance's calls a breaker fingerprint of their own, so that the breaker
+    of a tool on a new instance per request never opened, and put the object's repr in the record."""
+    if args and _bound_to(wrapper, args[0]):
+        return types.MethodType(fn, args[0]), args[1:]
+    return fn, args
+
+
+def _bound_to(wrapper: Callable[..., Any], first: object) -> bool:
+    """Whether ``first`` is what Python bound a method tool's ``wrapper`` to: an instance whose class
+    holds the wrapper (or a decorator over it), or a class holding a ``classmethod`` of it. Looked up
+    statically: no descriptor or ``__getattr__`` of the host's runs. A ``staticmethod`` binds nothing."""
+    try:
+        name = wrapper.__name__
+        if isinstance(first, type):
+            found = inspect.getattr_static(first, name, None)
+            return isinstance(found, classmethod) and _wraps(found.__func__, wrapper)
+        return _wraps(inspect.getattr_static(type(first), name, None), wrapper)
+    except Exception:  # a hostile class, a __wrapped__ chain that loops
+        return False
+
+
+def _wraps(found: object, wrapper: Callable[..., Any]) -> bool:
+    """Whether ``found`` is ``wrapper``, or a decorator over it (``functools.wraps`` chain)."""
+    if found is wrapper:
+        return True
+    return callable(found) and inspect.unwrap(found, stop=lambda f: f is wrapper) is wrapper
 
 
 def _collected(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -202,6 +202,46 @@ def test_captured_arguments_are_the_call_s_arguments(
     assert json.loads(str((span.attributes or {})["gen_ai.tool.call.arguments"])) == arguments_for("count_orders")
 
 
+def test_a_method_tool_on_a_new_instance_per_run_is_one_call_for_the_breaker(
+    traced: Callable[..., OTel], db: Path
+) -> None:
+    """``@ec.tool`` on a method, the agent given a new instance's bound method for each run (a request's
+    own service object): the instance Python binds is no argument the model chose, so the same failing
+    call is one call for the circuit breaker, which refuses the fourth run's call after three failures,
+    and the records and spans hold the model's arguments only, not the object's repr."""
+    otel = traced(capture_arguments=True, thresholds=Thresholds(consecutive=20, budget=None))
+    ec, bridge = otel.ec, AgentsBridge(otel.ec)
+
+    class Orders:
+        def __init__(self, db: Path) -> None:
+            self.db = db
+
+        @ec.tool
+        def count_orders(self, customer: str) -> int:
+            """Count the orders a customer has placed."""
+            return make_count_orders(self.db)(customer)
+
+    fed_back: list[str] = []
+    for request in range(4):
+        agent = bridged_agent(bridge, [Orders(db).count_orders], ScriptedModel(("count_orders",)))
+        result = bridge.run_sync(agent, "How many orders?", run_config=RunConfig(group_id=f"request-{request}"))
+        fed_back += outputs(result)
+    assert [text.split(":")[0] for text in fed_back] == ["Error", "Error", "Error", "circuit open"]
+    assert fed_back[3].startswith(f"circuit open: [OperationalError] at {_prefix(fed_back[0])}{where(db)} (×3)")
+    records = otel.records()
+    assert [json.loads(r.tool_arguments or "") for r in records] == [arguments_for("count_orders")] * 3
+    spans = otel.spans("execute_tool count_orders")
+    assert [json.loads(str((s.attributes or {})["gen_ai.tool.call.arguments"])) for s in spans[:3]] == [
+        arguments_for("count_orders")
+    ] * 3
+
+
+def _prefix(text: str) -> str:
+    """The path part before the file name in a digest (absolute paths are shortened differently)."""
+    start = len("Error: [OperationalError] at ")
+    return text[start : text.index(TOOL_FILE)]
+
+
 def test_scope_follows_session_group_and_conversation(
     traced: Callable[..., OTel], fns: list[Callable[..., Any]], tmp_path: Path
 ) -> None:
