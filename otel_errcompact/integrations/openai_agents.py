@@ -38,6 +38,7 @@ Wiring::
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -127,7 +128,8 @@ class AgentsBridge:
     def failure_error_function(self, ctx: RunContextWrapper[Any], error: Exception) -> str:
         """The tool output for a failed call: the digest of ``error`` with its count. Raises
         :class:`RunHalted` on the failure that breaches a ``halt`` threshold (and on a standing breach).
-        With the library switched off, the SDK's own text, as without the bridge."""
+        With the library switched off, the SDK's own text, as without the bridge. A call whose own task was
+        cancelled is no failure: the model is told it was cancelled, and nothing is counted."""
         if not self.ec.settings.enabled:
             return default_tool_error_function(ctx, error)
         framework_span = trace.get_current_span()
@@ -135,11 +137,13 @@ class AgentsBridge:
             raise _halted(framework_span, error.escalation) from None
         scope = self._scope(ctx)
         self._check(scope, framework_span)  # a parallel call of a turn that already breached
+        tool_ctx = ctx if isinstance(ctx, ToolContext) else None
+        name = tool_ctx.tool_name if tool_ctx is not None else "tool"
+        if _cancellation(error):  # neither a failure nor a success, as a cancelled call at the tool boundary
+            return f"Cancelled: {name} (cancelled)"
         counted = self.ec.boundary.raised_by_tool(error)
         if counted is not None:  # an @ec.tool(on_error="raise") inside counted it already
             return _answer(framework_span, counted)
-        tool_ctx = ctx if isinstance(ctx, ToolContext) else None
-        name = tool_ctx.tool_name if tool_ctx is not None else "tool"
         with (
             conversation(scope),
             self.ec.tool_call(
@@ -252,6 +256,18 @@ class AgentsBridge:
             self.ec.check(scope)
         except ErrorBudgetExceeded as exc:
             raise _halted(tool_span, exc.escalation) from None
+
+
+def _cancellation(error: Exception) -> bool:
+    """Whether ``error`` is how the SDK hands ``failure_error_function`` a call whose own task was
+    cancelled (the work the tool awaited was cancelled under it): its wrapper of the ``CancelledError``,
+    which it keeps as ``cancelled_error``. Recorded as the tool's failure, it broke the streak of the
+    failures around it; the SDK ends the call's span with ``Tool execution cancelled``, which the span
+    processor counts as neither a failure nor a success."""
+    try:
+        return isinstance(getattr(error, "cancelled_error", None), asyncio.CancelledError)
+    except Exception:  # an exception whose __getattr__ raises
+        return False
 
 
 def _arguments_of(text: str | None) -> Any:

@@ -8,6 +8,7 @@ Each behaviour is checked in the documented wiring (``bridge.function_tool`` + `
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable, Iterator
@@ -444,3 +445,32 @@ def test_a_failure_raised_by_the_sdk_is_not_located_in_the_bridge(make_otel: Cal
     digests = [r.digest for r in records if r.digest is not None]
     assert len(digests) == 2  # ... but not chosen
     assert all(d.func != "failure_error_function" and "openai_agents.py" not in d.key_where for d in digests)
+
+
+def test_a_tool_whose_task_was_cancelled_is_neither_a_failure_nor_a_success(
+    traced: Callable[..., OTel], fns: list[Callable[..., Any]]
+) -> None:
+    """A tool whose own task is cancelled (the request it awaited was cancelled under it): the SDK hands
+    ``failure_error_function`` its wrapper of the ``CancelledError``. As a cancelled call at the tool
+    boundary, it is no failure (no record, no count) and does not end the streak of the failures around
+    it, so the third identical failure halts the run; the model is told the call was cancelled."""
+    otel = traced(consecutive=3)
+    bridge = AgentsBridge(otel.ec)
+
+    async def read_invoice(invoice_id: str) -> str:
+        """Read the text of an invoice."""
+        pending: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        pending.cancel()  # the request it waited for was cancelled
+        return await pending
+
+    model = ScriptedModel(("count_orders", "count_orders", "read_invoice", "count_orders"))
+    with pytest.raises(RunHalted) as raised:
+        bridge.run_sync(bridged_agent(bridge, [fns[0], read_invoice], model), "How many orders?",
+                        run_config=RunConfig(group_id="chat-cancel"))
+    assert raised.value.escalation.count == 3 and model.calls == 4
+    cancelled = model.inputs[-1][-1]  # what the model was sent for the cancelled call
+    assert isinstance(cancelled, dict) and cancelled["output"] == "Cancelled: read_invoice (cancelled)"
+    assert [(r.tool_name, r.count) for r in otel.records()] == [("count_orders", i) for i in (1, 2, 3)]
+    assert not otel.spans("execute_tool read_invoice")
+    [sdk_span] = otel.spans("read_invoice")
+    assert (sdk_span.status.description or "").startswith("Tool execution cancelled")  # what the SDK records
