@@ -200,6 +200,10 @@ class ToolCall:
         self._raised_inside: list[tuple[BaseException, ToolErrorText]] = []
         """The exceptions a tool call made inside this one counted and raised (``on_error="raise"``),
         with what it made of them: such an exception leaving this call too is the same failure."""
+        self.handed_back: ToolErrorText | None = None
+        """The failure the latest wrapped tool called inside this call handed back as its result instead of
+        raising (``on_error="digest"``), counted already: a framework bridge tells by it that the result
+        its framework made of that text is a failure (see :func:`_handing_back`)."""
         self._arguments = arguments  # unredacted, for the trajectory record only
         self.model_text: Callable[[BaseException], str] | None = None
         """Set by a framework bridge: the text its framework would have given the agent for an exception
@@ -493,10 +497,11 @@ class ToolBoundary:
 
                 @functools.wraps(fn)
                 async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                    enclosing = _current_call.get()
                     read_from, given = _unbound(fn, args, async_wrapper) if method else (fn, args)
                     started = await self._start_async(tool_name, read_from, given, kwargs, described)
                     if isinstance(started, ToolErrorText):
-                        return started
+                        return _handing_back(enclosing, started)
                     arguments, arguments_json, scope, pending = started
                     token = _pending.set(pending)
                     try:
@@ -510,12 +515,13 @@ class ToolBoundary:
                                 reason = self._cancel_reason(scope)
                                 if reason is None or not inner.cancelled() or owner_cancelled():
                                     raise  # the host cancelled this task: not ours to swallow
-                                return self._cancelled(call.span, tool_name, scope, arguments, reason)
+                                cancelled = self._cancelled(call.span, tool_name, scope, arguments, reason)
+                                return _handing_back(enclosing, cancelled)
                             self._settle(call, pending, result, error_of)
                     finally:
                         reset_quietly(_pending, token)
                         await self._release_async(pending)
-                    return call.error if call.error is not None else result
+                    return _handing_back(enclosing, call.error) if call.error is not None else result
 
                 async_wrapper.__errcompact_mutating__ = mutating  # type: ignore[attr-defined]
                 _describe(async_wrapper, original)
@@ -523,10 +529,11 @@ class ToolBoundary:
 
             @functools.wraps(fn)
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
+                enclosing = _current_call.get()
                 read_from, given = _unbound(fn, args, wrapper) if method else (fn, args)
                 started = self._start(tool_name, read_from, given, kwargs, described)
                 if isinstance(started, ToolErrorText):
-                    return started
+                    return _handing_back(enclosing, started)
                 _, arguments_json, _, pending = started
                 token = _pending.set(pending)
                 try:
@@ -536,7 +543,7 @@ class ToolBoundary:
                         self._settle(call, pending, result, error_of)
                 finally:
                     self._finish(pending, token)
-                return call.error if call.error is not None else result
+                return _handing_back(enclosing, call.error) if call.error is not None else result
 
             wrapper.__errcompact_mutating__ = mutating  # type: ignore[attr-defined]
             _describe(wrapper, original)
@@ -1160,6 +1167,16 @@ def _counted_inside(call: ToolCall, exc: BaseException) -> ToolErrorText | None:
     of its own, and only calls made inside this one are asked (a shared future that raises one exception
     object to several calls fails each of them)."""
     return next((text for raised, text in call._raised_inside if raised is exc), None)
+
+
+def _handing_back(enclosing: ToolCall | None, text: ToolErrorText) -> ToolErrorText:
+    """``text``, which a decorated tool hands back as its result instead of raising, noted on the tool
+    call it was called in, if any (:attr:`ToolCall.handed_back`). A framework turns the text into its own
+    result of a call (LangGraph: a ToolMessage with status "success" holding it, as a plain string), and
+    a bridge around that call must still see a failure, without counting it a second time."""
+    if enclosing is not None:
+        enclosing.handed_back = text
+    return text
 
 
 def _mark_refused(span: trace.Span, text: str) -> None:

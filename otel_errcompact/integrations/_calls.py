@@ -43,7 +43,9 @@ class BridgedCall(Generic[T]):
     ``halt`` builds the exception that stops the framework's run; ``data_error(result)`` returns the
     error text of a result that reports a failure the framework caught itself (else None; the stack trace
     its instrumentation recorded is used when there is one); ``model_text(exc)`` is what the framework
-    would have fed back for ``exc`` (``Failure.model_text``).
+    would have fed back for ``exc`` (``Failure.model_text``); ``handed_back(result, text)`` is the result
+    marked failed the framework's way when it holds ``text``, the failure a wrapped tool called in the call
+    handed back as its result (an ``@ec.tool`` in digest mode, which counted it), else the result as it is.
     """
 
     name: str
@@ -55,6 +57,7 @@ class BridgedCall(Generic[T]):
     halt: HaltFactory
     data_error: Callable[[T], str | None] | None = None
     model_text: Callable[[BaseException], str] | None = None
+    handed_back: Callable[[T, ToolErrorText], T] | None = None
 
 
 @contextmanager
@@ -96,6 +99,13 @@ def _fail_on_data_error(call: ToolCall, claim: Claim, result: T, data_error: Cal
         call.fail(claim.stacktraces[-1] if claim.stacktraces else text)
 
 
+def _as_handed_back(call: ToolCall, result: T, handed_back: Callable[[T, ToolErrorText], T] | None) -> T:
+    """The framework's result of a call inside which a wrapped tool handed back its failure as its result
+    (see :attr:`ToolCall.handed_back`): marked failed by the bridge, not counted again."""
+    text = call.handed_back
+    return result if text is None or handed_back is None else handed_back(result, text)
+
+
 def _own_parents(call: ToolCall, spec: BridgedCall[T]) -> set[int]:
     """The spans the call's own tool spans are children of: the library's span of the call (an
     instrumentation that follows the OpenTelemetry context), and the framework's span it was opened under
@@ -112,6 +122,7 @@ def run_sync(ec: ErrCompact, run: Callable[[], T], spec: BridgedCall[T]) -> T | 
         with claimed(_own_parents(call, spec)) as claim:
             result = run()
         _fail_on_data_error(call, claim, result, spec.data_error)
+        result = _as_handed_back(call, result, spec.handed_back)
     error = _outcome(call, spec.halt)
     return error if error is not None else result
 
@@ -123,5 +134,6 @@ async def run_async(ec: ErrCompact, run: Callable[[], Awaitable[T]], spec: Bridg
         with claimed(_own_parents(call, spec)) as claim:
             result = await run()
         _fail_on_data_error(call, claim, result, spec.data_error)
+        result = _as_handed_back(call, result, spec.handed_back)
     error = _outcome(call, spec.halt)
     return error if error is not None else result

@@ -11,7 +11,8 @@ Wiring (``create_react_agent``; a hand-built graph uses the same two pieces)::
     agent.invoke({"messages": [...]}, config={"configurable": {"thread_id": "chat-42"}})
 
 - :meth:`LangGraphBridge.wrap_tool_call` is ToolNode's ``wrap_tool_call`` interceptor: a failed tool
-  call comes back as ``ToolMessage(status="error")`` holding only the digest line and its count; the
+  call comes back as ``ToolMessage(status="error")`` holding only the digest line and its count (also
+  the one ToolNode makes of a digest a digest-mode ``@ec.tool`` returns, counted by that tool); the
   failure that breaches a ``halt`` threshold raises :class:`~otel_errcompact.ErrorBudgetExceeded`.
   ToolNode hands an interceptor's exception to ``handle_tool_errors``; LangGraph's default handler
   re-raises everything but argument-validation errors, so the halt reaches ``invoke``'s caller. Keep
@@ -139,6 +140,7 @@ class LangGraphBridge:
             halt=_halt,
             data_error=_error_text,
             model_text=_langgraph_text,
+            handed_back=_failed_message,
         )
 
     # -- the model's input -----------------------------------------------------------------------------
@@ -246,6 +248,15 @@ def _error_text(result: ToolResult) -> str | None:
     if isinstance(result, ToolMessage) and result.status == "error":
         return str(result.content)
     return None
+
+
+def _failed_message(result: ToolResult, text: ToolErrorText) -> ToolResult:
+    """The ToolMessage ToolNode made of a digest a tool handed back as its result (an ``@ec.tool`` in
+    digest mode), with ``status="error"``, as LangGraph marks a failed call and as the bridge's own
+    messages for a failure are (it read "success" with the digest as its content)."""
+    if isinstance(result, ToolMessage) and result.status != "error" and result.content == str(text):
+        return result.model_copy(update={"status": "error"})
+    return result
 
 
 def _as_message(result: ToolResult | ToolErrorText, request: ToolCallRequest) -> ToolResult:

@@ -252,6 +252,38 @@ def test_on_tool_error_raise_leaves_the_bridge_digesting(
     assert str(fed_back[1].content).endswith(f"{where(db)} (×2)")
 
 
+def test_a_digest_mode_ec_tool_s_failures_are_error_messages(
+    traced: Callable[..., OTel], db: Path, tmp_path: Path
+) -> None:
+    """``@tool`` over ``@ec.tool`` (digest mode) in the bridge's ToolNode: the tool returns its digest
+    instead of raising, and ToolNode makes a "success" ToolMessage of it. The bridge marks it
+    ``status="error"``, as LangGraph marks a failed call and as the bridge's own messages for a failure
+    are, without counting the failure again; nothing else changes (``compact_messages`` keeps the messages
+    as they are), and the pre-model hook stops the run after the third failure. Sync and async graphs."""
+    import asyncio
+
+    otel = traced(consecutive=3, breaker_threshold=0)
+    bridge = LangGraphBridge(otel.ec, agent_name=AGENT)
+    tools = [tool(otel.ec.tool(make_count_orders(db))), tool(otel.ec.tool(make_read_invoice(tmp_path)))]
+    breached = f"{where(db)} (×3) — error threshold breached: stop retrying this step."
+    for thread in ("thread-sync", "thread-async"):
+        agent = build_agent(bridge.tool_node(tools), scripted_model(), pre_model_hook=bridge.pre_model_hook)
+        with pytest.raises(ErrorBudgetExceeded):
+            if thread == "thread-sync":
+                invoke(agent, thread)
+            else:
+                config = {"configurable": {"thread_id": thread}}
+                asyncio.run(agent.ainvoke({"messages": [("user", "How many orders?")]}, config=config))
+        fed_back = tool_messages(history(agent, thread))
+        assert [(m.status, m.tool_call_id) for m in fed_back] == [("error", f"call_{i}") for i in range(3)]
+        assert str(fed_back[0].content).startswith("Error: [OperationalError] at ")
+        assert str(fed_back[2].content).endswith(breached)
+        assert otel.ec.compact_messages(fed_back) == fed_back
+    assert [(r.scope, r.count) for r in otel.records()] == [
+        (thread, i) for thread in ("thread-sync", "thread-async") for i in (1, 2, 3)
+    ]
+
+
 def test_handle_tool_errors_true_is_still_stopped_by_the_pre_model_hook(
     traced: Callable[..., OTel], tools: list[Any]
 ) -> None:
