@@ -11,7 +11,9 @@ failure stays the same; an *identifier* names the cause. Values are masked, iden
 - A number the message labels as a *code* names the outcome and stays: ``exit code 7``, ``exit status
   144``, ``returned non-zero exit status 2``, ``signal 9``, ``status code 404``.
 - A model's name the message labels as one names what was asked for and stays whole: ``The model
-  `gpt-4` does not exist`` and ``gpt-5``, ``model: claude-3-opus``, ``models/gemini-1.5-pro``.
+  `gpt-4` does not exist`` and ``gpt-5``, ``model: claude-3-opus``, ``models/gemini-1.5-pro``; so does a
+  name of a known model family after "for" (OpenAI's ``Rate limit reached for gpt-4 in organization …``),
+  while an id of the same shape there (``for s-17``) keeps its number a value.
 - Quoted text is an identifier (a key, table, module, field, file) unless the message labels it as
   input data: ``invalid literal for int() with base 10: 'abc'``, Java's ``For input string: "x1"``,
   ``could not convert string to float: 'n/a'``, ``time data '…' does not match``, the arguments of Redis's
@@ -93,6 +95,14 @@ _BRACKETED_COLON = re.compile(r"\[[0-9a-fA-F:]*:")
 _HEX_COLON_HEX = re.compile(r"[0-9a-fA-F]:[0-9a-fA-F]")
 _DIGIT_COLON_DIGIT = re.compile(r"\d:\d")
 _COLON_DIGIT = re.compile(r":\d")
+
+
+# Families of model names, as providers spell them (``gpt-4o``, ``o3-mini``, ``claude-3-opus``,
+# ``gemini-1.5-pro``, ``llama-3.1-8b-instant``): a name of one is a model's though no word labels it so.
+_MODEL_FAMILY = (
+    r"(?:gpt|chatgpt|o[1-9]|claude|gemini|gemma|llama|mistral|mixtral|codestral|deepseek|qwen|text-embedding"
+    r"|davinci|babbage|whisper|tts|dall-e)"
+)
 
 
 _ID_OWNERS = ("req", "trace", "span", "correlation", "transaction", "message", "job", "run", "task", "session")
@@ -219,6 +229,16 @@ _RULES: tuple[_Rule, ...] = (
         re.compile(r"(?<![\w.])(?:model(?:[ \t]*[:=][ \t]*|[ \t]+)[`'\"]?|models/)(?=[A-Za-z])[\w.:/\-]{1,100}"),
         lambda match: _DIGITS.sub(_SHIELD + r"\g<0>", match.group()),
         lambda t, d: d and "model" in t,
+        False,
+        True,
+    ),
+    # OpenAI's rate limit names the model without the word (``Rate limit reached for gpt-4 in organization
+    # …``): after "for", a name of a known model family is shielded too. The family is what tells it from an
+    # id of the same shape (``for s-17``, ``for user-42``), whose number stays a value.
+    (
+        re.compile(r"(?<![\w.])for[ \t]+[`'\"]?" + _MODEL_FAMILY + r"-[\w.:\-]{1,100}"),
+        lambda match: _DIGITS.sub(_SHIELD + r"\g<0>", match.group()),
+        lambda t, d: d and "for" in t and "-" in t,
         False,
         True,
     ),

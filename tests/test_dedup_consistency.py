@@ -300,6 +300,47 @@ def test_model_names_never_merge(tmp_path: Path) -> None:
     assert _key(tmp_path, _RESUME, "s-2") == _key(tmp_path, _RESUME, "s-17")
 
 
+class _RateLimited(BaseHTTPRequestHandler):
+    """Answers like the OpenAI API to a model past its rate limit, in the words OpenAI's help center quotes
+    (https://help.openai.com/en/articles/5955604: "Rate limit reached for gpt-3.5-turbo in organization
+    org-exampleorgid123 on tokens per min. Limit: 10000.000000 / min. Current: 10020.000000 / min."), with
+    the requested model in its place: the message names the model without the word "model"."""
+
+    def do_POST(self) -> None:
+        model = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))["model"]
+        body = json.dumps({"error": {"message": f"Rate limit reached for {model} in organization "
+                                     "org-exampleorgid123 on tokens per min. Limit: 10000.000000 / min. "
+                                     "Current: 10020.000000 / min.", "type": "tokens", "param": None,
+                                     "code": "rate_limit_exceeded"}})
+        send_body(self, 429, body.encode())
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet."""
+
+
+def test_rate_limits_of_two_models_never_merge(tmp_path: Path) -> None:
+    """``Rate limit reached for gpt-4`` and ``… for gpt-5`` are two limits; an id in the same place
+    (``for s-2``, ``for s-17``) is still one value."""
+    pytest.importorskip("openai")
+    source = """
+        import sys, openai
+
+        def ask(base, model):
+            client = openai.OpenAI(base_url=base, api_key="sk-test-" + "x" * 24, max_retries=0)
+            client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+
+        ask(sys.argv[1], sys.argv[2])
+    """
+    names = ("gpt-4", "gpt-5", "gpt-4.1-nano", "gpt-4.5-nano", "s-2", "s-17")
+    with loopback_server(_RateLimited) as base:
+        digests = {name: compact_text(python_error(tmp_path, source, args=[base + "/v1", name])) for name in names}
+    assert {d.type for d in digests.values()} == {"RateLimitError"}
+    assert all(f"Rate limit reached for {name} " in digests[name].cause for name in names)
+    models = names[:4]
+    assert len({digests[model].key for model in models}) == len(models)
+    assert digests["s-2"].key == digests["s-17"].key
+
+
 # --- key stability across forms ---------------------------------------------------------------------
 
 
