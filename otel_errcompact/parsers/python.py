@@ -120,6 +120,11 @@ _FILE_MARK = re.compile(r"\s*(?:in|file:) ([\"'])[^\"'\n]{1,1000}\1, line:? \d")
 # PyYAML's context line (``while parsing a block mapping``, ``while scanning a quoted scalar``): the problem
 # follows on a later line that starts at column 0, under the context's own indented file and snippet lines.
 _YAML_CONTEXT = "while "
+# jsonschema's ValidationError says what is wrong on its first line (``'abc' is not of type 'integer'``) and
+# names the place after a blank line: ``Failed validating 'type' in schema[…]:`` then ``On instance['age']:``.
+_SCHEMA_FAILED = "Failed validating "
+_SCHEMA_ON = "On instance"
+_SCHEMA_INSTANCE = re.compile(r"On instance(?P<path>\[.{1,200}\]):$")
 # The logging module's report of a record it could not format: the frames of the logging call follow this
 # line, then the record's ``Message: '…'`` and ``Arguments: (…)`` lines.
 _CALL_STACK = "Call stack:"
@@ -344,6 +349,8 @@ def _units(text: str) -> list[_Unit]:
                 pending.add(Frame(file, int(frame.group("line")), frame.group("func"), in_app=in_app(file)))
                 source, expecting, in_message = "", True, None
                 continue
+        if in_message is None and not expecting and _schema_report_goes_on(last_at_level.get(level), body):
+            in_message = last_at_level[level]  # jsonschema's report goes on after its blank lines
         if in_message is not None:
             if in_message.page and not in_message.more and body.startswith(_PAGE_VALUE):
                 in_message.message = body[len(_PAGE_VALUE) :]
@@ -385,6 +392,17 @@ def _units(text: str) -> list[_Unit]:
         last_at_level[level] = unit
         pending, source, expecting, in_message, header_is_group = _Frames(), "", False, unit, False
     return units
+
+
+def _schema_report_goes_on(unit: _Unit | None, body: str) -> bool:
+    """Whether ``body``, after a blank line that ended ``unit``'s message, is the next part of jsonschema's
+    report: its ``Failed validating …`` line, then its ``On instance[…]:`` line (the field at fault). Other
+    messages end at their first blank line, so what a program prints after its traceback stays out."""
+    if unit is None:
+        return False
+    if body.startswith(_SCHEMA_FAILED):
+        return not unit.more
+    return body.startswith(_SCHEMA_ON) and bool(unit.more) and unit.more[0].startswith(_SCHEMA_FAILED)
 
 
 def _logged_call(unit: _Unit, body: str) -> bool:
@@ -587,6 +605,9 @@ def _message(unit: _Unit) -> str:
         problem = _yaml_problem(unit.more)
         if problem:
             return f"{first}: {problem}"
+    if unit.more and unit.more[0].startswith(_SCHEMA_FAILED):
+        path = _schema_path(unit.more)
+        return f"{first} on instance{path}" if path else first
     if not first or first.endswith(":"):
         following = next((line.strip() for line in unit.more if line.strip()), "")
         if following:
@@ -616,6 +637,16 @@ def _yaml_problem(lines: list[str]) -> str:
             problem = line.strip()
             after = lines[at + 1] if at + 1 < len(lines) else ""
             return f"{problem} {after.strip()}" if _FILE_MARK.match(after) else problem
+    return ""
+
+
+def _schema_path(lines: list[str]) -> str:
+    """The failing field's path in jsonschema's report (``['age']``, ``['items'][0]['qty']``), ``""`` for
+    the document itself or another message: without it, two fields failing alike read the same."""
+    for line in lines:
+        found = _SCHEMA_INSTANCE.match(line)
+        if found:
+            return found.group("path")
     return ""
 
 

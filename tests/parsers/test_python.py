@@ -621,6 +621,36 @@ def test_pydantic_validation_error_keeps_the_field(tmp_path: Path) -> None:
     assert d.location is not None and d.location.func == "make_user"
 
 
+def test_jsonschema_validation_error_keeps_the_field(tmp_path: Path) -> None:
+    """jsonschema names the failing field after a blank line (``On instance['age']:``): two fields failing
+    alike are two classes, and the same field failing again is one."""
+    pytest.importorskip("jsonschema")
+    source = """
+        import sys
+        import jsonschema
+
+        SCHEMA = {"type": "object", "properties": {"age": {"type": "integer"}, "zip": {"type": "integer"},
+                  "items": {"type": "array", "items": {"type": "object", "properties": {"qty": {"type": "integer"}}}}}}
+
+        def check(doc):
+            jsonschema.validate(doc, SCHEMA)
+
+        field, index = sys.argv[1], int(sys.argv[2])
+        check({"items": [{"qty": 1}] * index + [{"qty": "abc"}]} if field == "items" else {field: "abc"})
+    """
+    raws = {args: python_error(tmp_path, source, args=list(args))
+            for args in (("age", "0"), ("zip", "0"), ("items", "0"), ("items", "2"))}
+    assert "\n\nOn instance['age']:\n" in raws[("age", "0")]
+    digests = {args: compact_text(raw) for args, raw in raws.items()}
+    assert digests[("age", "0")].cause == "'abc' is not of type 'integer' on instance['age']"
+    assert digests[("zip", "0")].cause == "'abc' is not of type 'integer' on instance['zip']"
+    assert digests[("items", "2")].cause == "'abc' is not of type 'integer' on instance['items'][2]['qty']"
+    assert digests[("age", "0")].key != digests[("zip", "0")].key
+    assert digests[("items", "0")].key == digests[("items", "2")].key  # the index is a value
+    assert all(d.type == "ValidationError" and d.location is not None and d.location.func == "check"
+               for d in digests.values())
+
+
 def test_pydantic_several_errors_name_each_field(tmp_path: Path) -> None:
     pytest.importorskip("pydantic")
     _, d = _compact(tmp_path, """
