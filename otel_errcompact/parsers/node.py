@@ -29,6 +29,7 @@ Choices worth knowing:
 
 from __future__ import annotations
 
+import difflib
 import re
 
 from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
@@ -41,6 +42,8 @@ _MAX_MESSAGE_LINES = 6
 # ``assert``'s diff: a legend (``+ actual - expected``, with `` ... Lines skipped`` when it leaves some out),
 # then the values with a ``+`` or ``-`` before each line that differs.
 _DIFF_LEGEND = "+ actual - expected"
+# The loose form (``assert.deepEqual``) prints no diff: the actual value, this line, then the expected value.
+_LOOSE_SEPARATOR = "should loosely deep-equal"
 _MAX_DIFF_LINES = 6
 _MAX_DIFF_SCAN = 400
 _MAX_OUTER_CHARS = 100
@@ -133,10 +136,13 @@ def _find_header(lines: list[str], first_frame: int) -> int | None:
 
 def _message(first: str, rest: list[str]) -> str:
     """The header's message plus its continuation lines, stopping at the require stack; for an assertion's
-    diff, the lines that differ."""
+    diff, or the two values of a loose ``deepEqual``, the lines that differ."""
     parts = [first.strip()] if first.strip() else []
     if any(line.startswith(_DIFF_LEGEND) for line in rest[:_MAX_MESSAGE_LINES]):
         return " ".join(parts + _differing(rest))
+    loose = _loosely_differing(rest)
+    if loose:
+        return " ".join(parts + loose)
     for line in rest[:_MAX_MESSAGE_LINES]:
         stripped = line.strip()
         if stripped == "Require stack:":
@@ -157,6 +163,24 @@ def _differing(rest: list[str]) -> list[str]:
             if len(found) == _MAX_DIFF_LINES:
                 break
     return found
+
+
+def _loosely_differing(rest: list[str]) -> list[str]:
+    """The lines that differ between the two values of a loose ``assert.deepEqual``, marked as the strict
+    form's diff marks them (``+ plan: 'free',`` ``- plan: 'pro',``): node prints both values whole with no
+    diff, so the lines a message would keep are the equal ones at the top. ``[]`` for other messages."""
+    scanned = [line.strip() for line in rest[:_MAX_DIFF_SCAN]]
+    if _LOOSE_SEPARATOR not in scanned:
+        return []
+    at = scanned.index(_LOOSE_SEPARATOR)
+    actual = [clip(line, _MAX_LINE) for line in scanned[:at] if line]
+    expected = [clip(line, _MAX_LINE) for line in scanned[at + 1 :] if line]
+    found: list[str] = []
+    matcher = difflib.SequenceMatcher(None, actual, expected, autojunk=False)
+    for tag, a_from, a_to, e_from, e_to in matcher.get_opcodes():
+        if tag != "equal":
+            found += [f"+ {line}" for line in actual[a_from:a_to]] + [f"- {line}" for line in expected[e_from:e_to]]
+    return found[:_MAX_DIFF_LINES]
 
 
 def _frames(lines: list[str], start: int) -> tuple[tuple[Frame, ...], int]:

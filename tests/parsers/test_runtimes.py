@@ -146,6 +146,24 @@ def test_node_deep_equal_failure_keeps_the_lines_that_differ(tmp_path: Path) -> 
 
 
 @needs_node
+def test_node_loose_deep_equal_failure_keeps_the_lines_that_differ(tmp_path: Path) -> None:
+    """assert.deepEqual prints no diff: the actual value whole, ``should loosely deep-equal``, then the
+    expected value whole. The lines that differ between the two are the cause, marked as the strict form's."""
+    loose = CHECK_PROFILE.replace("deepStrictEqual", "deepEqual")
+    digests = {}
+    for field in ("plan: 'free'", "plan: 'pro', active: false"):
+        _, raw = _node(tmp_path, "profile.js", loose.replace("{field}", field))
+        assert "should loosely deep-equal" in raw and "+ actual - expected" not in raw
+        digests[field] = compact_text(raw)
+    plan = digests["plan: 'free'"]
+    assert (plan.type, plan.format) == ("AssertionError", "node")
+    assert plan.cause == "Expected values to be loosely deep-equal: + plan: 'free', - plan: 'pro', (ERR_ASSERTION)"
+    active = digests["plan: 'pro', active: false"]
+    assert "+ active: false," in active.cause and "- active: true," in active.cause
+    assert plan.key != active.key
+
+
+@needs_node
 def test_node_unhandled_rejection_of_an_async_function(tmp_path: Path) -> None:
     script, raw = _node(tmp_path, "rej.js", """
         async function fetchUser(id) {
