@@ -135,6 +135,10 @@ _ERRORISH = re.compile(r"(?:Error|Exception|Exit|Interrupt|Warning|Group|Iterati
 _WS = re.compile(r"\s+")
 # CPython's own library on Windows (``C:\...\Python311\Lib\json\decoder.py``): no ``pythonX.Y`` folder.
 _WINDOWS_STDLIB = re.compile(r"(?i)^[a-z]:\\(?:[^\\\n]+\\)*python\d*\\lib\\")
+# The names jinja2 gives a template made from a string (``Template("…")``, ``from_string``): its runtime frames
+# are ``<template>``, its syntax errors ``<unknown>``. No one can open them: the user's render() call is the
+# place (a template loaded from a file keeps its own name and line, which are the user's).
+_TEMPLATE_PSEUDO_FILES = frozenset({"<template>", "<unknown>"})
 # What the plain shape must not hold above its header (see :func:`parse_plain`): a chain mark joining an
 # earlier exception to it. Below the header a chain mark would start a line, which the plain shape rules out.
 _CHAIN_STARTS = ("The above exception was the direct cause", "During handling of the above exception")
@@ -214,8 +218,13 @@ def _served(text: str, hints: Hints) -> Parsed | None:
 
 def in_app(file: str) -> bool:
     """True when a frame's file is the user's own code: not a library, the standard library (also
-    CPython's own ``Lib`` folder on Windows) or the tool boundary. One test for every Python path."""
-    return not is_library_path(file) and not (file[1:3] == ":\\" and _WINDOWS_STDLIB.match(file))
+    CPython's own ``Lib`` folder on Windows), the tool boundary or a template made from a string. One test
+    for every Python path."""
+    return (
+        not is_library_path(file)
+        and not (file[1:3] == ":\\" and _WINDOWS_STDLIB.match(file))
+        and file not in _TEMPLATE_PSEUDO_FILES
+    )
 
 
 def parse_plain(text: str) -> Parsed | None:

@@ -621,6 +621,50 @@ def test_pydantic_validation_error_keeps_the_field(tmp_path: Path) -> None:
     assert d.location is not None and d.location.func == "make_user"
 
 
+JINJA = """
+    import sys
+    from jinja2 import Environment, FileSystemLoader, Template
+
+    def render_page(name):
+        env = Environment(loader=FileSystemLoader("templates"))
+        return env.get_template(name).render(title="t")
+
+    def render_card():
+        return Template("<p>{{ user.name }}</p>").render()
+
+    def render_list():
+        return Template("{% for x in items %}<p>{{ x }}</p>").render()
+
+    {"card": render_card, "list": render_list}.get(sys.argv[1], lambda: render_page(sys.argv[1]))()
+"""
+
+
+def test_jinja2_errors_are_located_at_the_render_call_or_the_template_file(tmp_path: Path) -> None:
+    """A template made from a string runs as ``<template>`` (``<unknown>`` when it does not parse), which
+    no one can open: the user's call that rendered it is the place. A template file keeps its name and line."""
+    pytest.importorskip("jinja2")
+    write(tmp_path, "templates/page.html", "<h1>{{ title }}</h1>\n<p>{{ user.name }}</p>\n")
+    raws = {which: python_error(tmp_path, JINJA, args=[which]) for which in ("card", "list", "page.html")}
+    assert 'File "<template>", line 1' in raws["card"] and 'File "<unknown>", line 1' in raws["list"]
+    script = tmp_path / "app.py"
+    card, listing, page = (compact_text(raws[which]) for which in ("card", "list", "page.html"))
+    assert (card.type, card.cause) == ("UndefinedError", "'user' is undefined")
+    assert card.location is not None
+    assert (Path(card.location.file).name, card.location.func) == ("app.py", "render_card")
+    assert card.location.line == _line_of(script, 'Template("<p>')
+    assert listing.type == "TemplateSyntaxError" and listing.cause.startswith("Unexpected end of template.")
+    assert listing.location is not None
+    assert (Path(listing.location.file).name, listing.location.func) == ("app.py", "render_list")
+    assert listing.location.line == _line_of(script, 'Template("{% for')
+    assert page.location is not None and (Path(page.location.file).name, page.location.line) == ("page.html", 2)
+    assert card.key != page.key
+
+
+def _line_of(path: Path, needle: str) -> int:
+    """The 1-based line of ``path`` that holds ``needle``."""
+    return next(no for no, line in enumerate(path.read_text().splitlines(), 1) if needle in line)
+
+
 def test_jsonschema_validation_error_keeps_the_field(tmp_path: Path) -> None:
     """jsonschema names the failing field after a blank line (``On instance['age']:``): two fields failing
     alike are two classes, and the same field failing again is one."""
