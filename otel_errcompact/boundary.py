@@ -499,7 +499,7 @@ class ToolBoundary:
                 async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                     enclosing = _current_call.get()
                     read_from, given = _unbound(fn, args, async_wrapper) if method else (fn, args)
-                    started = await self._start_async(tool_name, read_from, given, kwargs, described)
+                    started = await self._start_async(self._begin(tool_name, read_from, given, kwargs, described))
                     if isinstance(started, ToolErrorText):
                         return _handing_back(enclosing, started)
                     arguments, arguments_json, scope, pending = started
@@ -531,7 +531,7 @@ class ToolBoundary:
             def wrapper(*args: P.args, **kwargs: P.kwargs) -> Any:
                 enclosing = _current_call.get()
                 read_from, given = _unbound(fn, args, wrapper) if method else (fn, args)
-                started = self._start(tool_name, read_from, given, kwargs, described)
+                started = self._start(self._begin(tool_name, read_from, given, kwargs, described))
                 if isinstance(started, ToolErrorText):
                     return _handing_back(enclosing, started)
                 _, arguments_json, _, pending = started
@@ -557,39 +557,22 @@ class ToolBoundary:
     # stays in each wrapper, not in a shared context manager: a generator between the tool and ``call``
     # would add its frame to the traceback recorded for every failure.
 
-    def _start(
-        self,
-        tool_name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        described: Mapping[str, str] = _UNDESCRIBED,
-    ) -> tuple[dict[str, Any], str | None, str, _Pending] | ToolErrorText:
-        """Before a decorated call: its arguments (read from ``args`` and ``kwargs`` as ``fn`` binds them:
-        a method tool's ``fn`` and ``args`` without its bound instance, see :func:`_unbound`), as JSON for
-        the span and the record (cut; None when arguments are not captured), its scope and the breaker
-        verdict still owed, or the text of a refused call (an abort standing or the breaker open). Raises
-        ErrorBudgetExceeded on a halt. The arguments are encoded once: whole for the breaker's fingerprint,
-        then cut."""
-        begun = self._begin(tool_name, fn, args, kwargs, described)
+    def _start(self, begun: _Begun | ToolErrorText) -> tuple[dict[str, Any], str | None, str, _Pending] | ToolErrorText:
+        """Before a decorated call (see :meth:`_begin`): its arguments, as JSON for the span and the record
+        (cut; None when arguments are not captured), its scope and the breaker verdict still owed, or the
+        text of a refused call (an abort standing or the breaker open)."""
         if isinstance(begun, ToolErrorText):
             return begun
-        return self._admit(begun, self._admission(tool_name, begun.fp))
+        return self._admit(begun, self._admission(begun.tool, begun.fp))
 
     async def _start_async(
-        self,
-        tool_name: str,
-        fn: Callable[..., Any],
-        args: tuple[Any, ...],
-        kwargs: dict[str, Any],
-        described: Mapping[str, str] = _UNDESCRIBED,
+        self, begun: _Begun | ToolErrorText
     ) -> tuple[dict[str, Any], str | None, str, _Pending] | ToolErrorText:
         """:meth:`_start` for an async tool: the breaker's admission is asked off the event loop, and
         what the call owes the breaker afterwards is paid there too (see :meth:`_call_async`)."""
-        begun = self._begin(tool_name, fn, args, kwargs, described)
         if isinstance(begun, ToolErrorText):
             return begun
-        started = self._admit(begun, await self._admission_async(tool_name, begun.fp))
+        started = self._admit(begun, await self._admission_async(begun.tool, begun.fp))
         if not isinstance(started, ToolErrorText):
             started[3].owed = []
         return started
@@ -603,7 +586,8 @@ class ToolBoundary:
         described: Mapping[str, str],
     ) -> _Begun | ToolErrorText:
         """A call's arguments (as given, and whole as JSON), fingerprint and scope; or the text of a call
-        refused before the breaker is asked (an abort standing). Raises ErrorBudgetExceeded on a halt."""
+        refused before the breaker is asked (an abort standing). Raises ErrorBudgetExceeded on a halt.
+        The arguments are encoded once: whole for the breaker's fingerprint, cut later for the span."""
         arguments = _arguments(fn, args, kwargs)
         whole = _as_json(arguments, None)
         fp, scope = fingerprint(whole), self.current_scope()

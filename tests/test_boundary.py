@@ -13,7 +13,7 @@ import re
 import subprocess
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -395,6 +395,24 @@ def test_halt_raises_at_the_next_call_without_running_the_tool(otel: OTel) -> No
         otel.ec.check("conv-loop")
 
 
+def _lookups(ec: Any, steps: tuple[str, ...]) -> list[object]:
+    """A decorated look-up called once per step, failing with a real KeyError on each "fail" step and
+    finding its key on each "succeed" step; what each call returned."""
+    available: set[str] = set()
+
+    @ec.tool
+    def lookup(key: str) -> str:
+        return {k: "found" for k in available}[key]
+
+    results: list[object] = []
+    for step in steps:
+        available.clear()
+        if step == "succeed":
+            available.add("k")
+        results.append(lookup("k"))
+    return results
+
+
 def test_in_a_trace_the_sampler_left_out_a_success_still_ends_the_streak(tmp_path: Path) -> None:
     """With sampling (``ParentBased(TraceIdRatioBased(…))`` in production; here every trace is left out) no
     span processor reads the tool spans: the boundary counts each call itself, successes as well as
@@ -404,17 +422,8 @@ def test_in_a_trace_the_sampler_left_out_a_success_still_ends_the_streak(tmp_pat
     ec = otel_errcompact.init(tracer_provider=TracerProvider(sampler=ALWAYS_OFF), meter_provider=meter_provider,
                               sqlite_path=tmp_path / "t.sqlite3", breaker_threshold=0)
     try:
-        available: set[str] = set()
-
-        @ec.tool
-        def lookup(key: str) -> str:
-            return {k: "found" for k in available}[key]
-
-        results: list[object] = []
         with ec.conversation("conv-sampled-out"):
-            for step in ("fail", "fail", "succeed", "fail", "fail", "succeed", "fail"):
-                available = {"k"} if step == "succeed" else set()
-                results.append(lookup("k"))
+            results = _lookups(ec, ("fail", "fail", "succeed", "fail", "fail", "succeed", "fail"))
             ec.check()  # two failures in a row at most: no halt
         assert results[2] == results[5] == "found"
         assert [r.escalated for r in results if isinstance(r, ToolErrorText)] == [False] * 5
@@ -434,17 +443,8 @@ def test_in_a_trace_the_sampler_left_out_top_level_calls_count_in_the_default_sc
     ec = otel_errcompact.init(tracer_provider=TracerProvider(sampler=ALWAYS_OFF), sqlite_path=tmp_path / "t.sqlite3",
                               breaker_threshold=0)
     try:
-        available: set[str] = set()
-
-        @ec.tool
-        def lookup(key: str) -> str:
-            return {k: "found" for k in available}[key]
-
-        results: list[object] = []
-        for step in ("fail", "fail", "succeed", "fail", "fail", "fail"):
-            available = {"k"} if step == "succeed" else set()
-            results.append(lookup("k"))
-        assert results[1].endswith("(×2)") and results[2] == "found"
+        results = _lookups(ec, ("fail", "fail", "succeed", "fail", "fail", "fail"))
+        assert isinstance(results[1], str) and results[1].endswith("(×2)") and results[2] == "found"
         assert [r.escalated for r in results if isinstance(r, ToolErrorText)] == [False] * 4 + [True]
         assert "5 tool failure(s), 1 distinct" in ec.context()
         assert ec.history.scopes() == ["default"]
@@ -757,6 +757,18 @@ def test_a_wrapped_tool_calling_a_wrapped_tool_counts_each_failure_once(
         assert [s.status.status_code for s in otel.spans(f"execute_tool {name}")] == [StatusCode.ERROR]
 
 
+def _close_elsewhere(step: Callable[[], Coroutine[Any, Any, Any]]) -> None:
+    """Start the coroutine ``step()`` on an event loop, run it until it first waits, then close it in a
+    fresh context, as the garbage collector or an event loop stopped by Ctrl-C does."""
+
+    async def start() -> Coroutine[Any, Any, Any]:
+        coroutine = step()
+        coroutine.send(None)
+        return coroutine
+
+    contextvars.Context().run(asyncio.run(start()).close)
+
+
 def test_a_tool_coroutine_closed_in_another_context_ends_its_call_without_raising(otel: OTel) -> None:
     """An agent step suspended inside a wrapped async tool (and inside ``ec.conversation``) may be closed
     in another context than it ran in: by the garbage collector, or by an event loop stopped with Ctrl-C.
@@ -771,13 +783,7 @@ def test_a_tool_coroutine_closed_in_another_context_ends_its_call_without_raisin
         with otel.ec.conversation("conv-closed"):
             return await wait_for_rows()
 
-    async def start() -> Any:
-        step = agent_step()
-        step.send(None)  # runs until it waits inside the tool
-        return step
-
-    step = asyncio.run(start())
-    contextvars.Context().run(step.close)
+    _close_elsewhere(agent_step)
     span = only_span(otel, "execute_tool wait_for_rows")
     assert (span.attributes or {})["errcompact.cancelled"] is True
     assert otel.ec.context("conv-closed") == ""
@@ -793,13 +799,7 @@ def test_a_bridged_call_closed_in_another_context_raises_nothing() -> None:
             assert current_claim() is claim
             await asyncio.Event().wait()
 
-    async def start() -> Any:
-        step = bridged_call()
-        step.send(None)  # runs until it waits inside the claim
-        return step
-
-    step = asyncio.run(start())
-    contextvars.Context().run(step.close)
+    _close_elsewhere(bridged_call)
     assert current_claim() is None
 
 

@@ -263,6 +263,18 @@ def test_the_visible_tail_of_a_redacted_key_is_a_value(tmp_path: Path) -> None:
     assert ("<key>" in message or "[REDACTED]" in message) and "****" not in message and "401" in one.line
 
 
+_ASK_OPENAI = """
+    import sys, openai
+
+    def ask(base, model):
+        client = openai.OpenAI(base_url=base, api_key="sk-test-" + "x" * 24, max_retries=0)
+        client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
+
+    ask(sys.argv[1], sys.argv[2])
+"""
+"""A chat completion asked of the real OpenAI client, against the API at ``argv[1]``, for model ``argv[2]``."""
+
+
 class _NoSuchModel(BaseHTTPRequestHandler):
     """Answers like the OpenAI API to a model it does not serve: the requested model named in the message."""
 
@@ -281,18 +293,9 @@ def test_model_names_never_merge(tmp_path: Path) -> None:
     """A model's name is what was asked for: ``gpt-4`` and ``gpt-5`` are two failures, though the digits
     after a hyphen of an id (``s-2``, ``s-17``) are one value."""
     pytest.importorskip("openai")
-    source = """
-        import sys, openai
-
-        def ask(base, model):
-            client = openai.OpenAI(base_url=base, api_key="sk-test-" + "x" * 24, max_retries=0)
-            client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
-
-        ask(sys.argv[1], sys.argv[2])
-    """
     models = ("gpt-4", "gpt-5", "gpt-4.1-nano", "gpt-4.5-nano")
     with loopback_server(_NoSuchModel) as base:
-        digests = {model: compact_text(python_error(tmp_path, source, args=[base + "/v1", model]))
+        digests = {model: compact_text(python_error(tmp_path, _ASK_OPENAI, args=[base + "/v1", model]))
                    for model in models}
     assert {d.type for d in digests.values()} == {"NotFoundError"}
     assert all(f"`{model}`" in digests[model].cause for model in models)
@@ -322,18 +325,9 @@ def test_rate_limits_of_two_models_never_merge(tmp_path: Path) -> None:
     """``Rate limit reached for gpt-4`` and ``… for gpt-5`` are two limits; an id in the same place
     (``for s-2``, ``for s-17``) is still one value."""
     pytest.importorskip("openai")
-    source = """
-        import sys, openai
-
-        def ask(base, model):
-            client = openai.OpenAI(base_url=base, api_key="sk-test-" + "x" * 24, max_retries=0)
-            client.chat.completions.create(model=model, messages=[{"role": "user", "content": "hi"}])
-
-        ask(sys.argv[1], sys.argv[2])
-    """
     names = ("gpt-4", "gpt-5", "gpt-4.1-nano", "gpt-4.5-nano", "s-2", "s-17")
     with loopback_server(_RateLimited) as base:
-        digests = {name: compact_text(python_error(tmp_path, source, args=[base + "/v1", name])) for name in names}
+        digests = {name: compact_text(python_error(tmp_path, _ASK_OPENAI, args=[base + "/v1", name])) for name in names}
     assert {d.type for d in digests.values()} == {"RateLimitError"}
     assert all(f"Rate limit reached for {name} " in digests[name].cause for name in names)
     models = names[:4]

@@ -129,35 +129,21 @@ CHECK_PROFILE = """
 
 
 @needs_node
-def test_node_deep_equal_failure_keeps_the_lines_that_differ(tmp_path: Path) -> None:
-    """assert.deepStrictEqual prints the whole value with ``+``/``-`` before the lines that differ, after
-    as many equal lines as it likes: those lines are the cause, so two different mismatches are two classes."""
+@pytest.mark.parametrize(("assertion", "equal"), [("deepStrictEqual", "strictly"), ("deepEqual", "loosely")])
+def test_node_deep_equal_failure_keeps_the_lines_that_differ(tmp_path: Path, assertion: str, equal: str) -> None:
+    """assert.deepStrictEqual prints the whole value with ``+``/``-`` before the lines that differ, after as
+    many equal lines as it likes; assert.deepEqual prints no diff, the actual value whole, ``should loosely
+    deep-equal``, then the expected value whole. The lines that differ are the cause either way, marked
+    alike, so two different mismatches are two classes."""
+    script = CHECK_PROFILE.replace("deepStrictEqual", assertion)
     digests = {}
     for field in ("plan: 'free'", "plan: 'pro', active: false"):
-        _, raw = _node(tmp_path, "profile.js", CHECK_PROFILE.replace("{field}", field))
-        assert "+ actual - expected" in raw
+        _, raw = _node(tmp_path, "profile.js", script.replace("{field}", field))
+        assert ("+ actual - expected" in raw) == (equal == "strictly")
         digests[field] = compact_text(raw)
     plan = digests["plan: 'free'"]
     assert (plan.type, plan.format) == ("AssertionError", "node")
-    assert plan.cause == "Expected values to be strictly deep-equal: + plan: 'free', - plan: 'pro', (ERR_ASSERTION)"
-    active = digests["plan: 'pro', active: false"]
-    assert "+ active: false," in active.cause and "- active: true," in active.cause
-    assert plan.key != active.key
-
-
-@needs_node
-def test_node_loose_deep_equal_failure_keeps_the_lines_that_differ(tmp_path: Path) -> None:
-    """assert.deepEqual prints no diff: the actual value whole, ``should loosely deep-equal``, then the
-    expected value whole. The lines that differ between the two are the cause, marked as the strict form's."""
-    loose = CHECK_PROFILE.replace("deepStrictEqual", "deepEqual")
-    digests = {}
-    for field in ("plan: 'free'", "plan: 'pro', active: false"):
-        _, raw = _node(tmp_path, "profile.js", loose.replace("{field}", field))
-        assert "should loosely deep-equal" in raw and "+ actual - expected" not in raw
-        digests[field] = compact_text(raw)
-    plan = digests["plan: 'free'"]
-    assert (plan.type, plan.format) == ("AssertionError", "node")
-    assert plan.cause == "Expected values to be loosely deep-equal: + plan: 'free', - plan: 'pro', (ERR_ASSERTION)"
+    assert plan.cause == f"Expected values to be {equal} deep-equal: + plan: 'free', - plan: 'pro', (ERR_ASSERTION)"
     active = digests["plan: 'pro', active: false"]
     assert "+ active: false," in active.cause and "- active: true," in active.cause
     assert plan.key != active.key
