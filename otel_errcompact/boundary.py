@@ -310,24 +310,48 @@ class ToolBoundary:
         with self._tool_span(name, call_id, arguments_json, described) as span:
             call = ToolCall(span, arguments_json)
             call._scope = scope
-            enclosing = _current_call.get()
-            token = _current_call.set(call)
+            enclosing, token = _current_call.get(), _current_call.set(call)
             try:
                 yield call
-            except ErrorBudgetExceeded:
+            except BaseException as exc:
+                if self._ended(call, name, call_id, on_error, enclosing, token, exc):
+                    return
                 raise
-            except Exception as exc:
-                call.error = error = self._raised_in(call, name, call_id, scope, exc)
-                if (on_error or self._on_error) == "raise":
-                    self._raising_on(enclosing, exc, error)
-                    raise
-                return
-            except BaseException:  # CancelledError (a timeout, task.cancel()), KeyboardInterrupt, GeneratorExit
-                _mark_interrupted(span, name)
-                raise
-            finally:
-                reset_quietly(_current_call, token)
+            self._ended(call, name, call_id, on_error, enclosing, token, None)
+
+    def _ended(
+        self,
+        call: ToolCall,
+        name: str,
+        call_id: str | None,
+        on_error: OnError | None,
+        enclosing: ToolCall | None,
+        token: contextvars.Token[ToolCall | None],
+        exc: BaseException | None,
+    ) -> bool:
+        """How a call ended, for :meth:`_call` and :class:`_AsyncCall` alike; the call stops being the
+        current one. A return is settled (:meth:`_returned`); a tool's exception is recorded and counted
+        (:meth:`_raised_in`) and swallowed, the agent getting the digest, unless ``on_error="raise"``; a
+        cancellation or an interrupt (``CancelledError``, ``KeyboardInterrupt``, ``GeneratorExit``) is
+        marked; a halt passes. True when the exception is swallowed."""
+        scope = call._scope or self.current_scope()
+        if exc is None:
+            reset_quietly(_current_call, token)
             self._returned(call, name, call_id, scope)
+            return False
+        try:
+            if isinstance(exc, ErrorBudgetExceeded):
+                return False
+            if not isinstance(exc, Exception):
+                _mark_interrupted(call.span, name)
+                return False
+            call.error = error = self._raised_in(call, name, call_id, scope, exc)
+            if (on_error or self._on_error) == "raise":
+                self._raising_on(enclosing, exc, error)
+                return False
+            return True
+        finally:
+            reset_quietly(_current_call, token)
 
     def _call_async(
         self,
@@ -985,39 +1009,23 @@ class _AsyncCall:
 
     async def __aenter__(self) -> ToolCall:
         boundary = self._boundary
-        self._scope = scope = boundary.current_scope()  # before the span starts: see ToolBoundary._call
+        scope = boundary.current_scope()  # before the span starts: see ToolBoundary._call
         boundary.check(scope)
         self._span = boundary._tool_span(self._name, None, self._arguments_json, self._described)
         call = self._call = ToolCall(self._span.__enter__(), self._arguments_json)
         call._scope = scope
-        self._enclosing = _current_call.get()
-        self._token = _current_call.set(call)
+        self._enclosing, self._token = _current_call.get(), _current_call.set(call)
         return call
 
     async def __aexit__(
         self, typ: type[BaseException] | None, exc: BaseException | None, tb: types.TracebackType | None
     ) -> bool:
-        boundary, call, pending, name = self._boundary, self._call, self._pending, self._name
+        boundary, pending = self._boundary, self._pending
         swallowed = False
         try:
-            if exc is None:
-                reset_quietly(_current_call, self._token)
-                boundary._returned(call, name, None, self._scope)
-                if pending.owed:
-                    await boundary._off_loop(boundary._pay, pending)
-            elif isinstance(exc, Exception) and not isinstance(exc, ErrorBudgetExceeded):
-                call.error = error = boundary._raised_in(call, name, None, self._scope, exc)
-                if pending.owed:
-                    await boundary._off_loop(boundary._pay, pending)
-                reset_quietly(_current_call, self._token)
-                if (self._on_error or boundary._on_error) == "raise":
-                    boundary._raising_on(self._enclosing, exc, error)
-                else:
-                    swallowed = True
-            else:
-                if not isinstance(exc, ErrorBudgetExceeded):  # CancelledError, KeyboardInterrupt, GeneratorExit
-                    _mark_interrupted(call.span, name)
-                reset_quietly(_current_call, self._token)
+            swallowed = boundary._ended(self._call, self._name, None, self._on_error, self._enclosing, self._token, exc)
+            if pending.owed:  # a verdict the call gave the breaker: paid while the span is live
+                await boundary._off_loop(boundary._pay, pending)
         finally:
             if swallowed:
                 self._span.__exit__(None, None, None)
