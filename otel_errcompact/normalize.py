@@ -97,6 +97,11 @@ _DIGIT_COLON_DIGIT = re.compile(r"\d:\d")
 _COLON_DIGIT = re.compile(r":\d")
 
 
+def _shield_digits(match: re.Match[str]) -> str:
+    """The matched text with each digit run shielded, as a code's digits are: a name that must stay whole."""
+    return _DIGITS.sub(_SHIELD + r"\g<0>", match.group())
+
+
 # Families of model names, as providers spell them (``gpt-4o``, ``o3-mini``, ``claude-3-opus``,
 # ``gemini-1.5-pro``, ``llama-3.1-8b-instant``): a name of one is a model's though no word labels it so.
 _MODEL_FAMILY = (
@@ -227,7 +232,7 @@ _RULES: tuple[_Rule, ...] = (
     # ``models/gemini-1.5-pro is not found``), names what was asked for: its digits are shielded like a code's.
     (
         re.compile(r"(?<![\w.])(?:model(?:[ \t]*[:=][ \t]*|[ \t]+)[`'\"]?|models/)(?=[A-Za-z])[\w.:/\-]{1,100}"),
-        lambda match: _DIGITS.sub(_SHIELD + r"\g<0>", match.group()),
+        _shield_digits,
         lambda t, d: d and "model" in t,
         False,
         True,
@@ -237,7 +242,7 @@ _RULES: tuple[_Rule, ...] = (
     # id of the same shape (``for s-17``, ``for user-42``), whose number stays a value.
     (
         re.compile(r"(?<![\w.])for[ \t]+[`'\"]?" + _MODEL_FAMILY + r"-[\w.:\-]{1,100}"),
-        lambda match: _DIGITS.sub(_SHIELD + r"\g<0>", match.group()),
+        _shield_digits,
         lambda t, d: d and "for" in t and "-" in t,
         False,
         True,
