@@ -7,7 +7,8 @@ A status line is looked for only near the top (so a stray ``500`` deep in other 
 - ``429 Too Many Requests`` as the first line, with the standard reason phrase;
 - ``status: 503`` / ``status_code=503`` at the start of a line;
 - ``429 Client Error: Too Many Requests for url: …`` (requests), ``Client error '429 …' for url '…'``
-  (httpx), ``Error code: 429 - {…}`` (the OpenAI and Anthropic SDKs);
+  (httpx), ``Error code: 429 - {…}`` (the OpenAI and Anthropic SDKs), ``429 Rate limited (request_id: …,
+  type: rate_limit_error)`` (the Anthropic SDK from 2.x on);
 - curl's ``The requested URL returned error: 404`` (``curl -f``); with ``--fail-with-body`` the body comes
   first, often glued to curl's line (a body seldom ends with a newline), and is read as the body.
 
@@ -60,6 +61,13 @@ _STATUS_FIELD = re.compile(r"(?i)^(?:http[ _\-]?)?status(?:[ _\-]?code)?[ \t]*[:
 _REQUESTS = re.compile(r"^(?:[\w.]+:[ \t]+)?(\d{3}) (?:Client|Server) Error: (.*)$")
 _HTTPX = re.compile(r"^(?:[\w.]+:[ \t]+)?(?:Informational|Redirect|Client|Server) error '(\d{3}) ([^']*)'")
 _SDK = re.compile(r"^(?:[\w.]+:[ \t]+)?Error code: (\d{3})(?: - (.*))?$")
+# The Anthropic SDK from 2.x on: ``401 invalid x-api-key (request_id: req_…, path: /v1/messages, type:
+# authentication_error)``, the status, the body's error message and its labelled fields (``error_code``
+# first when the body has one). The request id and the path are left out of the digest.
+_SDK_LABELLED = re.compile(
+    r"^(?:[\w.]+:[ \t]+)?(\d{3}) (.*?) ?\(((?:error_code|request_id|path|type): [^()\n]*)\)$"
+)
+_SDK_LABEL = re.compile(r"(error_code|request_id|path|type): ([^,]*)(?:, |$)")
 _CURL_MARK = "The requested URL returned error:"
 _CURL_PREFIX = "curl: ("
 _FAIL_WITH_BODY = "--fail-with-body"
@@ -245,6 +253,10 @@ def _status_line(line: str, *, first_line: bool, wanted: bool) -> _Status | None
         match = _STATUS_FIELD.match(line)
         if match:
             return _valid(match.group(1), match.group(2))
+    if line[-1:] == ")" and ("type: " in line or "request_id: " in line):
+        labelled = _labelled_sdk_status(line)
+        if labelled is not None:
+            return labelled
     if first_line and line[:1].isdigit():
         match = _BARE.match(line)
         if match:
@@ -252,6 +264,26 @@ def _status_line(line: str, *, first_line: bool, wanted: bool) -> _Status | None
             if found is not None and (wanted or _is_phrase(found.code, found.reason)):
                 return found
     return None
+
+
+def _labelled_sdk_status(line: str) -> _Status | None:
+    """The Anthropic SDK's status line with labelled fields (see ``_SDK_LABELLED``), its message and fields
+    given as the JSON error envelope the SDK read them from, so the digest is the one its ``Error code:
+    401 - {…}`` form had (``[HTTP 401]: authentication_error: invalid x-api-key``) and the class stays."""
+    match = _SDK_LABELLED.match(line)
+    if match is None:
+        return None
+    found = _valid(match.group(1), "")
+    if found is None:
+        return None
+    fields = dict(_SDK_LABEL.findall(match.group(3)))
+    error: dict[str, object] = {"message": match.group(2)}
+    if fields.get("type"):
+        error["type"] = fields["type"]
+    if fields.get("error_code"):
+        error["details"] = {"error_code": fields["error_code"]}
+    found.inline_body = json.dumps({"type": "error", "error": error})
+    return found
 
 
 def _later_status(text: str, parts: list[str], first: int, *, with_body: bool) -> tuple[int, _Status | None]:

@@ -69,6 +69,27 @@ def test_sdk_exceptions_and_their_digests(
         assert info.error_class == expected
 
 
+def test_anthropic_sdk_errors_keep_their_status_and_type_however_the_sdk_words_them(
+    wire: tuple[ModelWireServer, str], anthropic_client: anthropic.Anthropic
+) -> None:
+    """The Anthropic SDK words a status error as ``401 invalid x-api-key (request_id: req_…, path:
+    /v1/messages, type: authentication_error)`` from 2.x on, where it wrote ``Error code: 401 - {…}``
+    before: the digest keeps the status and the error type either way, and each request's own id stays
+    out of the key, so repeats of one failure share their class."""
+    server, _ = wire
+    digests = []
+    for _ in range(2):
+        server.add(Reply("unauthorized"))
+        digests.append(compact_text(str(_anthropic_error(anthropic_client))))
+    assert digests[0].line.startswith("[HTTP 401]: authentication_error: "), digests[0].line
+    assert digests[0].status == 401 and not digests[0].retryable
+    assert digests[0].key == digests[1].key
+    server.add(Reply("rate_limited", retry_after_s=2))
+    limited = compact_text(str(_anthropic_error(anthropic_client)))
+    assert limited.line.startswith("[HTTP 429]: rate_limit_error: "), limited.line
+    assert limited.retryable and limited.error_class == "rate_limited"
+
+
 def test_openai_rate_limit_digest_carries_retry_after_from_the_body(
     wire: tuple[ModelWireServer, str], openai_client: openai.OpenAI
 ) -> None:
