@@ -825,30 +825,31 @@ class ErrorCompactionProcessor(SpanProcessor):
         False when it is not a tool failure of its own (see :func:`_not_a_tool_failure`), or when it
         wraps a tool failure already counted: a framework's tool span around an ``@ec.tool`` call that
         re-raises, or two instrumentations' spans of one call, fail with the same exception, which is one
-        failure. Does the span's bookkeeping under one lock: the held exception taken, the span noted as
-        its parent's tool call and, when it failed or wraps a failure, its parent as wrapping a failure."""
+        failure. Does the span's bookkeeping: the held exception taken, the span noted as
+        its parent's tool call and, when it failed or wraps a failure, its parent as wrapping a failure.
+
+        Without the lock, as :meth:`_resolve_success` keeps the same maps: each decision is one dict
+        operation, atomic under the GIL (the held exception and the wrapper mark are taken by one
+        ``pop``, so two threads never both take one), and a lock here was one more that four agent
+        threads failing at once queued on, while the one holding it waited for the GIL."""
         events = getattr(span, "_events", None)
         exception = semconv.exception_from_events(span.events if events is None else events)
-        with self._lock:
-            held = self._pending.pop(span_id, None) if self._pending else None
-            if exception is None:
-                exception = held
-            tool_parents = self._tool_parents
-            tool_parents.pop(span_id, None)
-            not_a_failure = _not_a_tool_failure(exception, attrs) or _cancelled_by_framework(span)
-            wrapper = (
-                not not_a_failure and bool(self._failed_parents) and self._failed_parents.pop(span_id, 0) is None
-            )
-            if parent is not None:
-                parent_id = parent.span_id
-                tool_parents[parent_id] = None
-                while len(tool_parents) > _MAX_FAILED_PARENTS:
-                    tool_parents.popitem(last=False)
-                if not not_a_failure:
-                    failed_parents = self._failed_parents
-                    failed_parents[parent_id] = None
-                    while len(failed_parents) > _MAX_FAILED_PARENTS:
-                        failed_parents.popitem(last=False)
+        pending = self._pending
+        held = pending.pop(span_id, None) if pending else None
+        if exception is None:
+            exception = held
+        tool_parents = self._tool_parents
+        tool_parents.pop(span_id, None)
+        not_a_failure = _not_a_tool_failure(exception, attrs) or _cancelled_by_framework(span)
+        failed_parents = self._failed_parents
+        wrapper = not not_a_failure and bool(failed_parents) and failed_parents.pop(span_id, 0) is None
+        if parent is not None:
+            parent_id = parent.span_id
+            tool_parents[parent_id] = None
+            _bound(tool_parents)
+            if not not_a_failure:
+                failed_parents[parent_id] = None
+                _bound(failed_parents)
         return False if not_a_failure or wrapper else exception
 
     def _defer_success(self, span: ReadableSpan, context: Any) -> None:
@@ -890,8 +891,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             parent_id = parent.span_id
             if parent_id not in tool_parents:  # a parent's later tool calls find it there already
                 tool_parents[parent_id] = None
-                while len(tool_parents) > _MAX_FAILED_PARENTS:
-                    tool_parents.popitem(last=False)
+                _bound(tool_parents)
         if (span_id in self._failed_parents or self._returned_errors) and self._wraps_a_failure(span_id, attrs):
             return None
         # _conversation_in, then the first of the span's own anchors recording one (live or not: the
@@ -1228,6 +1228,16 @@ class ErrorCompactionProcessor(SpanProcessor):
             return None
         target: Span | None = deferred.subject[1]
         return target
+
+
+def _bound(marks: OrderedDict[int, None]) -> None:
+    """Drop the oldest of ``marks`` past :data:`_MAX_FAILED_PARENTS`, without a lock: another thread
+    dropping at the same time only makes the map a little shorter."""
+    while len(marks) > _MAX_FAILED_PARENTS:
+        try:
+            marks.popitem(last=False)
+        except KeyError:
+            return
 
 
 def _add_unless_ended(span: Span, event: Event) -> bool:

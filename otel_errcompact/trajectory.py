@@ -539,10 +539,13 @@ def _dumps(value: dict[str, Any]) -> bytes | None:
     "Serialising the record"). What orjson refuses (an int past 64 bits, a key that is not a text)
     goes to pydantic-core. The one value they would write differently, a non-finite float (orjson:
     ``null``; pydantic-core: ``"NaN"``), is never one of a record's values: :func:`jsonable` makes it
-    a text. A lone surrogate, which neither writes, goes to :func:`lossless_json`."""
+    a text. A lone surrogate, which neither writes, goes to :func:`lossless_json`.
+
+    Only pydantic-core's path takes :data:`_serializing`: orjson keeps no lock of its own and runs under
+    the GIL (a ``fork()`` can fall only between two of its steps, in a ``default`` callback, where its
+    state is whole), so the agent's threads do not queue on that lock for every failure."""
     try:
-        with _serializing:
-            return orjson.dumps(value, default=_fallback, option=orjson.OPT_UTC_Z)
+        return orjson.dumps(value, default=_fallback, option=orjson.OPT_UTC_Z)
     except orjson.JSONEncodeError:
         pass
     try:
