@@ -35,6 +35,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMult
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
 from otel_errcompact._forked import rebuild_in_child
+from otel_errcompact.fused import unfused
 from otel_errcompact.pipeline import DeferredFailure, ErrorPipeline
 
 __all__ = ["DigestThread", "DigestingExporter", "ExportGate"]
@@ -95,9 +96,15 @@ class ExportGate:
         if processors is None:
             return False
         # Besides this one: batch processors, and this kind's processors that an earlier init() on the
-        # provider left behind shut down (they ignore every span; the SDK cannot remove them).
+        # provider left behind shut down (they ignore every span; the SDK cannot remove them). A fused
+        # entry stands for its batch processor and its error processor (see otel_errcompact.fused).
         own = self._own
-        others = [p for p in processors if p is not own and not (type(p) is type(own) and getattr(p, "closed", False))]
+        others = [
+            p
+            for entry in processors
+            for p in unfused(entry)
+            if p is not own and not (type(p) is type(own) and getattr(p, "closed", False))
+        ]
         batches = [p for p in others if type(p) is BatchSpanProcessor]
         if len(batches) != len(others):
             return False

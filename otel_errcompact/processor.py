@@ -42,6 +42,7 @@ from otel_errcompact._sampled import note_span
 from otel_errcompact.claims import current_claim
 from otel_errcompact.deferred import DigestThread, ExportGate
 from otel_errcompact.exceptions import ErrorBudgetExceeded
+from otel_errcompact.fused import fuse, unfused
 from otel_errcompact.halted import HaltedTraces
 from otel_errcompact.history import SUCCESS_QUEUE_BOUND, ErrorHistory, Escalation, Limits, Thresholds
 from otel_errcompact.pipeline import (
@@ -91,6 +92,9 @@ _MAX_ANCHORS_PER_TRACE = 64
 ANCHOR_SWEEP_EVERY = 256
 """Anchor registrations between two sweeps for idle traces (a failure's anchor lookup sweeps too): the
 idle bound is checked in batches so that starting a root or agent span takes no lock."""
+STARTED_ANCHORS_BOUND = 256
+"""Agent and root spans started and not registered yet (see ``ErrorCompactionProcessor._starts``): past
+this many, the span that starts one more registers them."""
 # Attribute names read on every span, bound here (a module attribute look-up per read adds up).
 _OPERATION = semconv.GEN_AI_OPERATION_NAME
 _OI_KIND = semconv.OPENINFERENCE_KIND
@@ -307,6 +311,12 @@ class ErrorCompactionProcessor(SpanProcessor):
         # Trace id -> when its anchors were last touched, least recently touched first (re-inserted on
         # each touch), so a sweep reads the eviction candidates from the front.
         self._anchor_touched: dict[int, float] = {}
+        # Agent and root spans as they start, not registered yet: on_start only appends (one C call), and
+        # they are registered (see _take_starts) when anchors are looked up, or past
+        # STARTED_ANCHORS_BOUND. Most traces never look theirs up (nothing fails in them, or their tool
+        # spans are not the SDK's): their anchors end unregistered and are dropped unread, and they cost
+        # neither a registration nor a removal.
+        self._starts: deque[Span] = deque()
         self._until_sweep = ANCHOR_SWEEP_EVERY  # registrations left before the next sweep
         # Bound once: one success is handed over per successful tool call (see _defer_success).
         self._resolve = self._resolve_success
@@ -371,7 +381,10 @@ class ErrorCompactionProcessor(SpanProcessor):
                 or (_TL_KIND in attrs and attrs[_TL_KIND] in _AGENT_KINDS)
             ) and (parent is not None and not parent[2]):  # SpanContext.is_remote, without its property call
                 return
-            self._register_anchor(span)
+            starts = self._starts
+            starts.append(span)
+            if len(starts) >= STARTED_ANCHORS_BOUND:
+                self._take_starts()
         except Exception:
             _log.exception("otel-errcompact: on_start failed")
 
@@ -531,6 +544,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             self._anchors.clear()
             self._anchor_touched.clear()
             self._anchor_spans.clear()
+            self._starts.clear()
             self._pending.clear()
             self._failed_parents.clear()
             self._tool_parents.clear()
@@ -651,13 +665,13 @@ class ErrorCompactionProcessor(SpanProcessor):
         append, a failure goes to :meth:`_process`. The tests are :meth:`_process`'s, in an order that
         lets a success pass with the fewest reads."""
         try:  # the SDK's fields: the public properties cost up to five times more
-            status = span._status
+            code = span._status._status_code
             context: Any = span._context
         except AttributeError:
-            status, context = span.status, span.context
+            code, context = span.status.status_code, span.context
         if (
             _ERROR_TYPE in attrs
-            or status.status_code is _STATUS_ERROR
+            or code is _STATUS_ERROR
             or context is None
             or "errcompact.key" in attrs
             or "errcompact.cancelled" in attrs
@@ -666,7 +680,9 @@ class ErrorCompactionProcessor(SpanProcessor):
         ):
             self._process(span, span, attrs, is_tool=True, context=context)
             return
-        anchors = self._anchors.get(context.trace_id)  # _defer_success, inlined
+        if self._starts:
+            self._take_starts()
+        anchors = self._anchors.get(context[0])  # _defer_success, inlined; [0]: SpanContext.trace_id, no call
         successes = self._successes
         successes.append((self._resolve, (span, dict(anchors) if anchors else None)))
         if len(successes) >= SUCCESS_QUEUE_BOUND:
@@ -862,6 +878,8 @@ class ErrorCompactionProcessor(SpanProcessor):
         if self._pending:
             with self._lock:
                 self._pending.pop(context.span_id, None)
+        if self._starts:
+            self._take_starts()
         anchors = self._anchors.get(context.trace_id)
         self.pipeline.history.defer_success(self._resolve, (span, dict(anchors) if anchors else None))
 
@@ -961,8 +979,28 @@ class ErrorCompactionProcessor(SpanProcessor):
                     return True
         return False
 
+    def _take_starts(self) -> None:
+        """Register the agent and root spans started since the last call, oldest first, but those that
+        ended meanwhile (see ``_starts``). Any thread may call it, several at once: each span is taken
+        from the deque once, by one of them."""
+        starts = self._starts
+        while True:
+            try:
+                span = starts.popleft()
+            except IndexError:
+                return
+            try:
+                if span._end_time is not None:  # the SDK's field: the public property is a Python call
+                    continue
+            except AttributeError:
+                if span.end_time is not None:
+                    continue
+            self._register_anchor(span)
+            if span.end_time is not None:  # ended while registered: its _on_ending may not have seen it
+                self._forget_anchor(span)
+
     def _register_anchor(self, span: Span) -> None:
-        """Remember a starting agent or root span, without the lock.
+        """Remember a started agent or root span (see :meth:`_take_starts`), without the lock.
 
         Each step is one dict or set operation (atomic under the GIL). A trace dropped at the same
         moment by its last anchor ending (:meth:`_forget_anchor`) or by a sweep is detected after the
@@ -1026,6 +1064,8 @@ class ErrorCompactionProcessor(SpanProcessor):
         """The live agent and root spans of a span in ``trace_id`` whose parent is ``parent_id``, innermost
         first (a copy): its own (see :func:`_lineage`) when its parent is one of them, else all of the
         trace's, newest first. Touches the trace (a failure's look-up)."""
+        if self._starts:
+            self._take_starts()
         anchors = self._anchors.get(trace_id)
         if not anchors:
             return []
@@ -1106,6 +1146,8 @@ class ErrorCompactionProcessor(SpanProcessor):
         """The conversation id recorded on the live agent or root spans of a span in ``trace_id`` whose
         parent is ``parent_id`` (its own, see :func:`_lineage`, when its parent is one of them; else the
         trace's), if any. Lock-free: every call through the tool boundary asks this."""
+        if self._starts:
+            self._take_starts()
         anchors = self._anchors.get(trace_id)
         if not anchors:
             return None
@@ -1371,14 +1413,17 @@ def attach_span_processor(
     capture_arguments: bool = True,
 ) -> ErrorCompactionProcessor:
     """The span processor for ``pipeline`` on ``provider``: the one an earlier ``init()`` left there shut
-    down, reopened (see :meth:`ErrorCompactionProcessor.reopen`), else a new one added."""
+    down, reopened (see :meth:`ErrorCompactionProcessor.reopen`), else a new one, fused with the
+    provider's ``BatchSpanProcessor`` where it has one (see :mod:`otel_errcompact.fused`), else added."""
     active = getattr(provider, "_active_span_processor", None)
-    for processor in getattr(active, "_span_processors", ()):
-        if type(processor) is ErrorCompactionProcessor and processor.closed:
-            processor.reopen(pipeline, predicate=predicate, capture_arguments=capture_arguments)
-            return processor
+    for entry in getattr(active, "_span_processors", ()):
+        for processor in unfused(entry):
+            if type(processor) is ErrorCompactionProcessor and processor.closed:
+                processor.reopen(pipeline, predicate=predicate, capture_arguments=capture_arguments)
+                return processor
     processor = ErrorCompactionProcessor(pipeline, predicate=predicate, capture_arguments=capture_arguments)
-    provider.add_span_processor(processor)
+    if not fuse(provider, processor):
+        provider.add_span_processor(processor)
     return processor
 
 

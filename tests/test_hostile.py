@@ -315,6 +315,7 @@ def test_anchors_idle_too_long_are_forgotten(monkeypatch: pytest.MonkeyPatch) ->
     try:
         for i in range(500):
             tracer.start_span(f"root-{i}")
+        processor.anchor_conversation(0)  # a look-up registers the anchors started so far, at this time
         assert len(processor._anchors) == 500
         now[0] += 0.1
         # Idleness is swept in batches (starting a root span takes no lock): within one batch of
@@ -342,6 +343,7 @@ def test_a_failure_looking_up_anchors_sweeps_idle_ones(monkeypatch: pytest.Monke
     try:
         for i in range(10):
             tracer.start_span(f"root-{i}")
+        processor.anchor_conversation(0)  # registered by a look-up at this time, then idle
         now[0] += 0.1
         with tracer.start_as_current_span("invoke_agent live", attributes={"gen_ai.operation.name": "invoke_agent"}):
             with tracer.start_as_current_span(

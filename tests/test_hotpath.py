@@ -638,6 +638,8 @@ def test_the_benchmarks_hook_timer_sees_each_failed_tool_span_once_and_restores_
     assert stats["n"] == 14  # 2 blocks of 7 failed tool spans; their invoke_agent roots are left out
     assert stats["median_us"] > 0
     assert not {"on_start", "_on_ending", "on_end"} & set(vars(processor))  # the class's hooks again
+    (entry,) = otel.tracer_provider._active_span_processor._span_processors  # fused with the batch processor
+    assert entry.on_start == processor.on_start and entry._on_ending == processor._on_ending  # restored
     assert otel.store().count() == 14  # the timed hooks did the processor's real work
     failed = otel.spans("execute_tool lookup_order")
     assert len(failed) == 14 and all((s.attributes or {}).get("errcompact.key") for s in failed)

@@ -26,7 +26,9 @@ from opentelemetry.trace import Status, StatusCode
 
 import otel_errcompact
 from otel_errcompact import ConfigurationError, ToolErrorText
+from otel_errcompact.fused import FusedSpanProcessor
 from otel_errcompact.history import ErrorHistory, Limits, Thresholds
+from otel_errcompact.processor import ErrorCompactionProcessor
 from otel_errcompact.recovery.breaker import BreakerPolicy
 from otel_errcompact.recovery.retry import RetryPolicy
 from otel_errcompact.recovery.state import InMemoryStateStore
@@ -432,7 +434,10 @@ def test_init_shutdown_cycles_on_one_provider_keep_nothing_of_the_shut_down_hand
         del ec, lookup
     gc.collect()
     assert [ref for ref in histories if ref() is not None] == []
-    assert len(tracer_provider._active_span_processor._span_processors) == 2  # the exporter's and ours
+    # One entry: the exporter's batch processor fused with ours (see otel_errcompact.fused), never a second one.
+    (entry,) = tracer_provider._active_span_processor._span_processors
+    assert isinstance(entry, FusedSpanProcessor)
+    assert type(entry.batch) is BatchSpanProcessor and type(entry.processor) is ErrorCompactionProcessor
     assert len(logger_provider._multi_log_record_processor._log_record_processors) == 2
 
     # The processor taken over works as a new one: the next handle counts a failed span once.
