@@ -84,8 +84,12 @@ class ExportGate:
         """True when a failed span's digest may be made after the span ended (the common case: one
         attribute read and an identity test)."""
         processors = self.processors
-        if processors is not None and self._current() is processors:
-            return True
+        if processors is not None:
+            try:  # _current(), inlined for the common case: the very tuple refresh() found
+                if self._provider._active_span_processor._span_processors is processors:
+                    return True
+            except AttributeError:
+                pass
         return self.refresh()
 
     def refresh(self) -> bool:

@@ -218,6 +218,18 @@ def exception_from_events(events: Iterable[Any]) -> tuple[str | None, str | None
         # The SDK's BoundedList: its deque, indexed directly (each of the list's own len and [] is a
         # Python call, on the agent's thread). Indexing a deque is safe while another thread appends:
         # only iterating it raises.
+        if dq:
+            # The common case, first: the span's last event is the SDK's exception event, its attributes
+            # the SDK's BoundedAttributes with the three texts record_exception writes.
+            last = dq[-1]
+            if type(last) is _SdkEvent and last._name == EXCEPTION_EVENT:
+                plain = getattr(last._attributes, "_dict", None)
+                if type(plain) is dict:
+                    etype, message, stack = (
+                        plain.get("exception.type"), plain.get("exception.message"), plain.get("exception.stacktrace")
+                    )
+                    if type(etype) is str and type(message) is str and type(stack) is str:
+                        return etype, message, stack
         events = dq
     try:
         count = len(events)  # type: ignore[arg-type]
