@@ -611,7 +611,7 @@ class ErrorCompactionProcessor(SpanProcessor):
                 return
             values, target = found
             deferred = self.pipeline.defer(values, self._digested, (writable, target))
-            span_id = context.span_id
+            span_id = context[1]
             gate.pending[span_id] = deferred
             if deferred.finished:  # already, by another thread
                 gate.pending.pop(span_id, None)
@@ -758,7 +758,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         With the values, the span an escalation it causes goes on (see :meth:`_anchor_facts`): found in
         the same pass over the anchors as the conversation and agent when the span records neither, else
         looked up only when ``target`` asks for it (None otherwise, and when the trace has no anchor)."""
-        span_id = context.span_id
+        span_id = context[1]  # SpanContext is a tuple: [0] trace_id, [1] span_id, [3] trace_flags, no property call
         try:  # the SDK's fields: each public property is a Python call
             parent = span._parent
             start, end, name, resource = span._start_time, span._end_time, span._name, span._resource
@@ -768,11 +768,11 @@ class ErrorCompactionProcessor(SpanProcessor):
         exception = self._exception_of(span, span_id, parent, attrs)
         if exception is False:
             return None
-        trace_id = context.trace_id
+        trace_id = context[0]
         trace_hex = f"{trace_id:032x}" if trace_id else None
         span_hex = f"{span_id:016x}" if span_id else None
-        if not context.trace_flags & _SAMPLED:  # a recorded span of a trace not sampled (RECORD_ONLY)
-            note_span(trace_hex, span_hex, context.trace_flags)
+        if not context[3] & _SAMPLED:  # a recorded span of a trace not sampled (RECORD_ONLY)
+            note_span(trace_hex, span_hex, context[3])
         if _IDENTITY_ATTRIBUTES.isdisjoint(attrs):  # none recorded on the span, as usual: no look-ups
             conversation = agent = call_id = arguments = None
             attributes = _record_attributes(attrs)
@@ -788,12 +788,12 @@ class ErrorCompactionProcessor(SpanProcessor):
                 attributes = _record_attributes(attrs, without_arguments=True)
         anchor: Span | None = None
         if conversation is None or agent is None:
-            parent_id = parent.span_id if parent is not None else 0
+            parent_id = parent[1] if parent is not None else 0
             anchor_conversation, anchor_agent, anchor = self._anchor_facts(trace_id, parent_id)
             conversation = conversation or anchor_conversation
             agent = agent or anchor_agent
         elif target:
-            anchor = self._live_anchor(trace_id, parent.span_id if parent is not None else 0)
+            anchor = self._live_anchor(trace_id, parent[1] if parent is not None else 0)
         try:
             status = span._status
         except AttributeError:
@@ -813,7 +813,7 @@ class ErrorCompactionProcessor(SpanProcessor):
             scope,
             trace_hex,
             span_hex,
-            f"{parent_id:016x}" if parent is not None and (parent_id := parent.span_id) else None,
+            f"{parent_id:016x}" if parent is not None and (parent_id := parent[1]) else None,
             conversation,
             agent,
             tool,
@@ -860,7 +860,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         failed_parents = self._failed_parents
         wrapper = not not_a_failure and bool(failed_parents) and failed_parents.pop(span_id, 0) is None
         if parent is not None:
-            parent_id = parent.span_id
+            parent_id = parent[1]
             tool_parents[parent_id] = None
             _bound(tool_parents)
             if not not_a_failure:
