@@ -117,3 +117,37 @@ def test_anchors_are_registered_only_when_a_span_of_their_trace_needs_them(
     assert record.conversation_id == "conv-late" and record.agent_name == "support"
     assert not processor._anchors and not processor._anchor_spans  # ended, forgotten
     assert len(processor._starts) < 100  # bounded: ended spans are dropped when registration comes
+
+
+def test_force_flush_gives_both_processors_one_deadline() -> None:
+    """The provider's force_flush(timeout) gave its processors one deadline in all; the fused entry does
+    too: the error processor gets what the batch processor's flush left of it, not a timeout of its own."""
+    import time
+
+    from opentelemetry.sdk.trace import SpanProcessor
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    class SlowExporter(SpanExporter):  # an endpoint that takes 0.3 s to answer
+        def export(self, spans: object) -> SpanExportResult:
+            time.sleep(0.3)
+            return SpanExportResult.SUCCESS
+
+        def shutdown(self) -> None:
+            return None
+
+    given: list[int] = []
+
+    class Recording(SpanProcessor):
+        def force_flush(self, timeout_millis: int = 30000) -> bool:
+            given.append(timeout_millis)
+            return True
+
+    provider = TracerProvider()
+    batch = BatchSpanProcessor(SlowExporter())
+    fused = FusedSpanProcessor(Recording(), batch)
+    provider._active_span_processor._span_processors = (fused,)
+    with provider.get_tracer("t").start_as_current_span("work"):
+        pass
+    assert provider.force_flush(1000)
+    assert given and given[0] <= 750  # the batch flush took about 0.3 s of the second
+    batch.shutdown()
