@@ -564,8 +564,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         """Keep an exception logged inside span ``span_id`` until that span ends (bounded)."""
         with self._lock:
             self._pending[span_id] = exception
-            while len(self._pending) > _MAX_PENDING_EXCEPTIONS:
-                self._pending.popitem(last=False)
+            _bound(self._pending, _MAX_PENDING_EXCEPTIONS)
         self._slow = True  # after the write: see _ending_slow
 
     # -- internals ----------------------------------------------------------------------------------
@@ -1272,10 +1271,10 @@ class ErrorCompactionProcessor(SpanProcessor):
         return target
 
 
-def _bound(marks: OrderedDict[int, None]) -> None:
-    """Drop the oldest of ``marks`` past :data:`_MAX_FAILED_PARENTS`, without a lock: another thread
-    dropping at the same time only makes the map a little shorter."""
-    while len(marks) > _MAX_FAILED_PARENTS:
+def _bound(marks: OrderedDict[int, Any], limit: int = _MAX_FAILED_PARENTS) -> None:
+    """Drop the oldest of ``marks`` past ``limit``; safe without a lock: another thread dropping at the
+    same time only makes the map a little shorter."""
+    while len(marks) > limit:
         try:
             marks.popitem(last=False)
         except KeyError:
