@@ -33,6 +33,7 @@ from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Escalation, Observation
 from otel_errcompact.recovery.classify import with_retry_after_attribute
 from otel_errcompact.sinks import TrajectoryWriter
+from otel_errcompact.sinks.writer import Amendment
 from otel_errcompact.statuscode import with_status
 from otel_errcompact.trajectory import (
     SCHEMA_NAME,
@@ -228,18 +229,22 @@ class ErrorPipeline:
         (durable) before the call returns. Later, in its turn among the history's other failures and
         successes (:meth:`ErrorHistory.defer_failure`): the :class:`Failure` and its digest, the
         counting, the record again with its digest, count and escalation (same ``record_id``: it
-        supersedes the raw one), the listeners, and then ``done(deferred, outcome)`` (``None`` when
-        counting it failed; ``subject``, what the caller needs then, such as the span to annotate, is
-        ``deferred.subject``). Anything that reads the history counts the queued failures first, so what
-        the agent is shown and the escalation decisions are the same as with :meth:`handle`.
+        supersedes the raw one; handed to the writer through the raw record's
+        :class:`~otel_errcompact.sinks.writer.Amendment`, not submitted again), the listeners, and
+        then ``done(deferred, outcome)`` (``None`` when counting it failed; ``subject``, what the
+        caller needs then, such as the span to annotate, is ``deferred.subject``). Anything that
+        reads the history counts the queued failures first, so what the agent is shown and the
+        escalation decisions are the same as with :meth:`handle`.
         """
         line: bytes | None = None
+        amendment: Amendment | None = None
         if self.writer is not None:
+            amendment = Amendment()
             try:
-                line = self.writer.submit_values(values)
+                line = self.writer.submit_values(values, amendment=amendment)
             except Exception:
                 _log.exception("otel-errcompact: could not queue a trajectory record")
-        deferred = DeferredFailure(self, values, done, subject, line)
+        deferred = DeferredFailure(self, values, done, subject, line, amendment)
         self.history.defer_failure(deferred)
         return deferred
 
@@ -257,8 +262,11 @@ class ErrorPipeline:
                     try:
                         amended = _amended(values, digest, observation)
                         raw_line, deferred.line = deferred.line, None
-                        line = amended_line(raw_line, amended) if raw_line is not None else None
-                        self.writer.submit_values(amended, amends=True, line=line)
+                        amendment, deferred.amendment = deferred.amendment, None
+                        # Handed to the raw record still queued, as a rule: one submission per failure.
+                        if amendment is None or not amendment.offer(amended):
+                            line = amended_line(raw_line, amended) if raw_line is not None else None
+                            self.writer.submit_values(amended, amends=True, line=line)
                     except Exception:
                         _log.exception("otel-errcompact: could not queue a trajectory record")
                 outcome = self._told(
@@ -314,7 +322,9 @@ class ErrorPipeline:
 class DeferredFailure:
     """A failure handed to :meth:`ErrorPipeline.defer`, waiting in the history's queue."""
 
-    __slots__ = ("_digest", "_failure", "_pipeline", "done", "finished", "line", "scope", "subject", "values")
+    __slots__ = (
+        "_digest", "_failure", "_pipeline", "amendment", "done", "finished", "line", "scope", "subject", "values"
+    )
 
     def __init__(
         self,
@@ -323,12 +333,16 @@ class DeferredFailure:
         done: Callable[[DeferredFailure, Outcome | None], None],
         subject: Any = None,
         line: bytes | None = None,
+        amendment: Amendment | None = None,
     ) -> None:
         self._pipeline = pipeline
         self.values = values
         """Its raw trajectory record's values (read only)."""
         self.line = line
         """The raw record's storage line, until the record with its digest is made from it."""
+        self.amendment = amendment
+        """How the record with its digest reaches the writer in the raw one's place (see
+        :class:`~otel_errcompact.sinks.writer.Amendment`), until it is offered."""
         self.scope: str = values["scope"]
         self.done = done
         self.subject = subject

@@ -89,34 +89,72 @@ def test_the_raw_record_is_spooled_before_end_returns_and_superseded_by_its_dige
     assert (exported(otel, span).attributes or {})["errcompact.key"] == record.digest.key
 
 
-def test_the_raw_error_is_encoded_once_and_the_record_with_its_digest_made_from_that_line(
+def test_one_submission_per_failure_and_the_raw_error_encoded_once(
     make_otel: Callable[..., OTel], held: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The digest thread does not encode the raw error a second time: the record with its digest is
-    the raw record's spooled line with the digest, count and escalation filled in."""
+    """A failure is submitted to the writer once, raw, and spooled once: its digest reaches the queued
+    record through its amendment, and the stored record's line is the raw line with the digest, count
+    and escalation filled in, the raw error not encoded a second time."""
     encoded: list[object] = []
+    submitted: list[object] = []
     real = writer_module.storage_line
+    real_submit = writer_module.TrajectoryWriter.submit_values
 
     def counted(values: dict[str, object]) -> bytes | None:
         encoded.append(values["digest"])
         return real(values)
 
+    def submit_values(self: writer_module.TrajectoryWriter, values: dict[str, Any], **kw: Any) -> bytes | None:
+        submitted.append(values["record_id"])
+        return real_submit(self, values, **kw)
+
     monkeypatch.setattr(writer_module, "storage_line", counted)
-    otel = make_otel(batch=True)
+    monkeypatch.setattr(writer_module.TrajectoryWriter, "submit_values", submit_values)
+    otel = make_otel(batch=True, schedule_delay_s=60)  # the writer takes the record at the flush, not before
     with agent(otel.tracer, "c-once"):
         failing_tool_span(otel.tracer)
     processor = otel.ec.processor
     assert processor is not None
-    processor.settle()
-    lines = _spooled_lines(otel)
-    raw, amended = (TrajectoryRecord.from_storage_json(line) for line in lines)
-    assert encoded == [None]  # the raw record's line only
-    assert amended.record_id == raw.record_id and raw.digest is None and amended.digest is not None
-    assert amended.model_dump(exclude={"digest", "count", "escalation"}) == raw.model_dump(
-        exclude={"digest", "count", "escalation"})
-    assert lines[1] == real(amended.__dict__)
+    processor.settle()  # the digest is made and handed to the queued raw record
+    (line,) = _spooled_lines(otel)
+    raw = TrajectoryRecord.from_storage_json(line)
+    assert raw.digest is None
     (record,) = otel.records()
-    assert record == amended
+    assert submitted == [raw.record_id]
+    assert encoded == [None]  # the raw record's line only
+    assert record.record_id == raw.record_id and record.digest is not None and record.count == 1
+    assert record.model_dump(exclude={"digest", "count", "escalation"}) == raw.model_dump(
+        exclude={"digest", "count", "escalation"})
+    store = TrajectoryStore(otel.sqlite_path)
+    try:
+        (stored_json,) = [row[0] for row in store._conn.execute("SELECT record FROM trajectory")]
+    finally:
+        store.close()
+    assert stored_json.encode() + b"\n" == real(record.__dict__)
+
+
+def test_a_digest_made_after_the_writer_took_the_raw_record_is_submitted_as_its_later_version(
+    make_otel: Callable[..., OTel], held: None
+) -> None:
+    """When the writer stored the raw record before the digest was made (a flush, a full batch), the
+    record with its digest is submitted and supersedes it: the store ends with the digest either way."""
+    otel = make_otel(batch=True)
+    with agent(otel.tracer, "c-late-digest"):
+        failing_tool_span(otel.tracer)
+    writer = otel.ec.writer
+    assert writer is not None and writer.force_flush()  # the raw record is stored, its digest not made yet
+    store = TrajectoryStore(otel.sqlite_path)
+    try:
+        (summary,) = store.list()
+        raw = store.get(summary.record_id)
+    finally:
+        store.close()
+    assert raw is not None and raw.digest is None and _pending(otel) == 1
+    written = writer.written
+    (record,) = otel.records()  # flush: the digest is made and submitted, the row upserted
+    assert record.record_id == raw.record_id and record.digest is not None
+    assert record.digest.line.startswith("[KeyError]")
+    assert writer.written == written + 1
 
 
 def test_an_export_makes_the_digests_it_would_otherwise_send_without(

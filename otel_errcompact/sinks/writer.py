@@ -22,6 +22,14 @@ passed since its last round, on :meth:`~TrajectoryWriter.force_flush` and on
 ``record_id``: the last submitted version wins. A later version arriving in a later batch is written
 again (SQLite upserts the row, JSONL appends a superseding line, OTLP emits a second log record).
 
+Amendments. A failed span's record is submitted once, raw, before the tool call returns; its digest is
+made a few milliseconds later on another thread. That thread hands the version with the digest over
+through the :class:`Amendment` the raw record was submitted with, one dict operation and no second
+submission: the worker writes that version in the raw one's place when it takes the record. Only when
+the worker took the raw record first (a full batch, a flush) is the later version submitted as a record
+of its own, and written again. The spool holds the raw line only: a process killed before its worker
+wrote the record leaves it to the next start without its digest (its raw error is whole).
+
 Overflow. The queue holds at most ``max_queue_size`` records and ``max_queue_chars`` characters of
 error text. When it is full, ``submit`` waits up to ``max_block_s`` for the worker to make room
 (backpressure: an agent failing faster than the store can write is slowed down rather than losing
@@ -70,9 +78,15 @@ from opentelemetry import context as otel_context
 from otel_errcompact._forked import rebuild_in_child
 from otel_errcompact.sinks._base import TrajectorySink
 from otel_errcompact.sinks.spool import Leftover, Spool, read_segment
-from otel_errcompact.trajectory import TrajectoryRecord, record_from_values, record_of, storage_line
+from otel_errcompact.trajectory import (
+    TrajectoryRecord,
+    amended_line,
+    record_from_values,
+    record_of,
+    storage_line,
+)
 
-__all__ = ["TrajectoryWriter"]
+__all__ = ["Amendment", "TrajectoryWriter"]
 
 _log = logging.getLogger("otel_errcompact")
 
@@ -98,6 +112,36 @@ _RETRY_S = 1.0
 _Item = TrajectoryRecord | dict[str, Any]
 """A queued record: the model, or its field values when the pipeline submitted those."""
 
+_TAKEN: Any = object()
+"""An :class:`Amendment`'s slot once the worker has written the record it amends."""
+
+
+class Amendment:
+    """The later version of a record submitted with :meth:`TrajectoryWriter.submit_values`, handed to the
+    worker without a second submission (see the module's "Amendments").
+
+    The digest thread and the worker meet in one ``dict.setdefault`` each, atomic under the GIL: the
+    first to set the slot decides. No lock, so the digest thread never queues on the agent threads'."""
+
+    __slots__ = ("_slot", "queued")
+
+    def __init__(self) -> None:
+        self._slot: dict[int, Any] = {}
+        self.queued = False
+        """True once the writer queued the record this amends (not when it dropped it or repaired it)."""
+
+    def offer(self, values: dict[str, Any]) -> bool:
+        """Hand over ``values``, the record's later version (same ``record_id``); True when the worker
+        will write it in place of the raw version, False when it took that already or never queued it
+        (submit ``values`` then, with ``amends=True``). Takes ownership of ``values`` when True."""
+        return self.queued and self._slot.setdefault(0, values) is values
+
+    def take(self) -> dict[str, Any] | None:
+        """The worker's side: the later version when one was offered, else None; either way no later
+        offer succeeds."""
+        got = self._slot.setdefault(0, _TAKEN)
+        return None if got is _TAKEN else got
+
 
 def _record_id_of(item: object) -> str | None:
     """The ``record_id`` of a queued item; None for anything that is not a record or its values."""
@@ -117,6 +161,20 @@ def _merged(unstored: dict[str, tuple[_Item, str | None]], items: Sequence[tuple
         if record_id is not None:
             merged[record_id] = (item, text)
     return list(merged.values())
+
+
+def _amend(item: _Item, line: bytes | None, amendment: Amendment) -> tuple[_Item, bytes | None]:
+    """``item`` and its storage line, or its later version handed over by ``amendment`` and that
+    version's line (made from ``line``: the raw error is not encoded again)."""
+    later = amendment.take()
+    if later is None:
+        return item, line
+    if line is None:
+        return later, None
+    try:
+        return later, amended_line(line, later) or storage_line(later)
+    except Exception:  # values no line can be made of: the model's path repairs them (see TrajectoryWriter._records)
+        return later, None
 
 
 def _chars(item: _Item, text: str | None) -> int:
@@ -204,6 +262,8 @@ class TrajectoryWriter:
         self._cond = threading.Condition(self._lock)
         # (record, spool segment, the record's storage line when the spool made it, else None)
         self._queue: deque[tuple[_Item, int, bytes | None]] = deque()
+        # record_id -> the Amendment of a queued record (see Amendment), taken when the record is
+        self._amendments: dict[str, Amendment] = {}
         self._queued_chars = 0
         self._in_flight = 0  # submits past the checks whose record is not yet queued (spool write)
         self._blocked = 0
@@ -282,7 +342,7 @@ class TrajectoryWriter:
             self._count_drop()
 
     def submit_values(self, values: dict[str, Any], *, amends: bool = False,
-                      line: bytes | None = None) -> bytes | None:
+                      line: bytes | None = None, amendment: Amendment | None = None) -> bytes | None:
         """:meth:`submit` for a record given as its field values (see
         :func:`~otel_errcompact.trajectory.record_from_values`), as the pipeline makes them for a
         failed span: the spool line is written from the values, and the :class:`TrajectoryRecord`
@@ -293,7 +353,8 @@ class TrajectoryWriter:
         ``amends``: a later version of a record already submitted (its digest added, same ``record_id``),
         which the shutdown itself may submit: it is not held by :meth:`hold`. ``line``: the values'
         storage line, when the caller has it already (see
-        :func:`~otel_errcompact.trajectory.amended_line`).
+        :func:`~otel_errcompact.trajectory.amended_line`). ``amendment``: how a later version of this
+        record may be handed over without a submission of its own (see :class:`Amendment`).
         """
         try:
             if self._spool is None:
@@ -303,7 +364,7 @@ class TrajectoryWriter:
                 if line is None:
                     self.submit(record_from_values(values), amends=amends)  # one to repair first: the model's path
                     return None
-            self._enqueue(values, line, amends=amends)
+            self._enqueue(values, line, amends=amends, amendment=amendment)
             return line
         except Exception:
             self._count_drop()
@@ -316,7 +377,8 @@ class TrajectoryWriter:
         except Exception:
             pass
 
-    def _enqueue(self, record: _Item, line: bytes | None, *, amends: bool = False) -> None:
+    def _enqueue(self, record: _Item, line: bytes | None, *, amends: bool = False,
+                 amendment: Amendment | None = None) -> None:
         """Spool ``line`` (when there is a spool) and queue ``record`` with it; may raise."""
         size = _size(record, line)
         spool = self._spool if line is not None else None
@@ -326,6 +388,9 @@ class TrajectoryWriter:
                 self._dropped += 1
                 return
             # The common case: the line fits the segment's mapping and is copied into it at once.
+            if amendment is not None and type(record) is dict:
+                self._amendments[record["record_id"]] = amendment
+                amendment.queued = True
             seq = self._copy_in(spool, line) if spool is not None and line is not None else None
             if seq is not None:
                 self._queued(record, None, None, seq, line, size)
@@ -685,9 +750,14 @@ class TrajectoryWriter:
         if not batch and not (any(self._unstored) and (retry or self._retry_due())):
             return
         latest: dict[str, tuple[_Item, bytes | None]] = {}
+        amendments = self._amendments
         for item, _, line in batch:
             record_id = _record_id_of(item)
             if record_id is not None:
+                if amendments:
+                    amendment = amendments.pop(record_id, None)
+                    if amendment is not None:
+                        item, line = _amend(item, line, amendment)
                 latest[record_id] = (item, line)
             else:
                 self._report("bad-record", "trajectory writer: dropped a non-record %r", type(item).__name__)
