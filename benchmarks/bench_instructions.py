@@ -2,7 +2,7 @@
 
 Run from the repository root (needs ``valgrind``; ``apt-get install valgrind``)::
 
-    python benchmarks/bench_instructions.py [--spans 400] [--json]
+    python benchmarks/bench_instructions.py [--spans 400] [--json] [--kind root --kind "tool ok" ...]
 
 ``bench_processor.py`` times spans on the wall clock, and on this shared machine the clock's speed moves
 between runs (a bare root span took 14.8 µs on one day and 29.6 µs on another, every row moving with
@@ -54,7 +54,7 @@ _WARM_UP = 200
 _PART = re.compile(r"\.(\d+)-01$")  # a numbered part of thread 1
 
 
-def _child(side: str, spans: int, scratch: Path) -> None:
+def _child(side: str, spans: int, scratch: Path, kinds: Sequence[str] = KINDS) -> None:
     """The spans, run under callgrind: each kind in one ``functools.reduce`` call (the dump points)."""
     from opentelemetry import trace
     from opentelemetry.sdk.metrics import MeterProvider
@@ -145,7 +145,7 @@ def _child(side: str, spans: int, scratch: Path) -> None:
             ec.flush()
         provider.force_flush()
 
-    for kind in KINDS:
+    for kind in kinds:
         step, close = kind_steps(kind, _WARM_UP)
         for i in range(_WARM_UP):  # a plain loop: only the measured calls go through functools.reduce
             step(None, i)
@@ -187,11 +187,12 @@ def parts_per_kind(out_dir: Path, pid: int, kinds: Sequence[str]) -> dict[str, i
     return {kind: counts[2 + 2 * index] for index, kind in enumerate(kinds)}
 
 
-def run_side(side: str, spans: int, scratch: Path) -> dict[str, int]:
+def run_side(side: str, spans: int, scratch: Path, kinds: Sequence[str] = KINDS) -> dict[str, int]:
     """Run one side under callgrind; its counts per kind."""
     (scratch / side).mkdir()
     child = [str(Path(__file__).resolve()), "--child", side, "--spans", str(spans), "--scratch", str(scratch / side)]
-    return count_kinds(child, scratch / f"callgrind-{side}", KINDS)
+    child += [f"--kind={kind}" for kind in kinds]
+    return count_kinds(child, scratch / f"callgrind-{side}", kinds)
 
 
 def count_kinds(python_args: Sequence[str], out_dir: Path, kinds: Sequence[str]) -> dict[str, int]:
@@ -216,18 +217,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--spans", type=int, default=400, help="spans per kind and side (default 400)")
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
+    parser.add_argument("--kind", action="append", choices=KINDS, dest="kinds",
+                        help="count only this kind of span (repeat for several; default: every kind)")
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    kinds = tuple(kind for kind in KINDS if kind in args.kinds) if args.kinds else KINDS
     if args.child:
-        _child(args.child, args.spans, args.scratch)
+        _child(args.child, args.spans, args.scratch, kinds)
         return 0
     if shutil.which("valgrind") is None:
         print("bench_instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as folder:
         scratch = Path(folder)
-        results = {side: run_side(side, args.spans, scratch) for side in SIDES}
+        results = {side: run_side(side, args.spans, scratch, kinds) for side in SIDES}
     per_span = {side: {kind: count / args.spans for kind, count in kinds.items()} for side, kinds in results.items()}
     if args.json:
         print(json.dumps({"machine": describe(), "spans": args.spans, "per_span": per_span}, indent=2))
@@ -236,7 +240,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("instructions per span on the agent's thread (idle: a second span processor that does nothing)")
     header = ("bare", "idle", "plugin", "added")
     print(f"{'span kind':30s} " + " ".join(f"{h:>10s}" for h in header) + f" {'added %':>8s} {'idle %':>7s}")
-    for kind in KINDS:
+    for kind in kinds:
         bare, idle, plugin = (per_span[side][kind] for side in SIDES)
         print(
             f"{kind:30s} {bare:10,.0f} {idle:10,.0f} {plugin:10,.0f} {plugin - bare:+10,.0f} "

@@ -19,7 +19,7 @@ from opentelemetry.trace import Status, StatusCode
 
 import otel_errcompact
 from otel_errcompact.fused import FusedSpanProcessor
-from otel_errcompact.processor import ErrorCompactionProcessor
+from otel_errcompact.processor import STARTED_ANCHORS_BOUND, ErrorCompactionProcessor
 from tests.conftest import OTel
 
 _TOOL = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
@@ -117,6 +117,32 @@ def test_anchors_are_registered_only_when_a_span_of_their_trace_needs_them(
     assert record.conversation_id == "conv-late" and record.agent_name == "support"
     assert not processor._anchors and not processor._anchor_spans  # ended, forgotten
     assert len(processor._starts) < 100  # bounded: ended spans are dropped when registration comes
+
+
+def test_started_agent_spans_are_held_up_to_the_bound_then_registered_or_dropped(
+    make_otel: Callable[..., OTel]
+) -> None:
+    """Ended agent runs do not linger in the queue of started spans past its bound, and live ones past
+    it are registered as anchors, so the queue never holds more than the bound."""
+    otel = make_otel(batch=True)
+    processor = otel.ec.processor
+    assert processor is not None
+    for i in range(3 * STARTED_ANCHORS_BOUND):
+        with otel.tracer.start_as_current_span("invoke_agent support", attributes={
+            **_AGENT, "gen_ai.conversation.id": f"quiet-{i}"
+        }):
+            pass
+    assert len(processor._starts) < STARTED_ANCHORS_BOUND
+    assert not processor._anchors and not processor._anchor_spans  # ended: dropped, never registered
+    live = [
+        otel.tracer.start_span("invoke_agent support", attributes={**_AGENT, "gen_ai.conversation.id": f"live-{i}"})
+        for i in range(STARTED_ANCHORS_BOUND + 1)
+    ]
+    assert len(processor._starts) < STARTED_ANCHORS_BOUND
+    assert processor._anchor_spans and set(processor._anchor_spans) <= set(live)  # the bound registered them
+    for span in live:
+        span.end()
+    assert not processor._anchor_spans  # ended, forgotten
 
 
 def test_force_flush_gives_both_processors_one_deadline() -> None:
