@@ -29,6 +29,7 @@ from otel_errcompact.sinks import (
     read_jsonl,
 )
 from otel_errcompact.sinks.spool import read_segment
+from otel_errcompact.sinks.writer import Amendment
 from otel_errcompact.trajectory import (
     DigestInfo,
     TrajectoryRecord,
@@ -86,6 +87,38 @@ def _amend(rec: TrajectoryRecord, count: int = 1, escalation: dict[str, object] 
     digest = compact_text(rec.raw_error)
     return rec.model_copy(update={"digest": DigestInfo.from_digest(digest), "count": count,
                                   "escalation": escalation})
+
+
+def test_an_amendment_takes_the_queued_records_place_and_is_refused_once_taken_or_never_queued(
+    tmp_path: Path, tracebacks: dict[str, str]
+) -> None:
+    """A later version offered through a queued record's Amendment is what the writer stores, one write;
+    once the writer took the record, or when it never queued it (dropped), the offer is refused, so the
+    caller submits the later version itself and nothing is lost."""
+    db = tmp_path / "t.db"
+    writer = TrajectoryWriter([SQLiteSink(db)], spool_dir=tmp_path / "spool", schedule_delay_s=60)
+    raw = _raw(tracebacks["sql"], conversation_id="c1", scope="c1")
+    amendment = Amendment()
+    writer.submit_values(dict(vars(raw)), amendment=amendment)
+    assert amendment.queued
+    assert amendment.offer(dict(vars(_amend(raw, count=3))))  # queued, not taken: stored in its place
+    assert writer.force_flush(timeout_s=5.0)
+    assert writer.written == 1
+    with TrajectoryStore(db) as store:
+        stored = store.get(raw.record_id)
+    assert stored == _amend(raw, count=3)
+
+    taken = _raw(tracebacks["attr"], conversation_id="c1", scope="c1")
+    late = Amendment()
+    writer.submit_values(dict(vars(taken)), amendment=late)
+    assert writer.force_flush(timeout_s=5.0)  # the writer stores the raw version first
+    assert not late.offer(dict(vars(_amend(taken))))
+
+    writer.shutdown(timeout_s=10.0)
+    dropped = Amendment()
+    writer.submit_values(dict(vars(_raw(tracebacks["sql"]))), amendment=dropped)  # after shutdown: dropped
+    assert writer.dropped == 1 and not dropped.queued
+    assert not dropped.offer(dict(vars(_amend(raw))))
 
 
 def test_raw_then_amended_is_one_row_with_the_digest(tmp_path: Path, tracebacks: dict[str, str]) -> None:
