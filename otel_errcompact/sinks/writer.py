@@ -262,7 +262,7 @@ class TrajectoryWriter:
         self._cond = threading.Condition(self._lock)
         # (record, spool segment, the record's storage line when the spool made it, else None)
         self._queue: deque[tuple[_Item, int, bytes | None]] = deque()
-        # record_id -> the Amendment of a queued record (see Amendment), taken when the record is
+        # record_id -> the Amendment of a queued record (see Amendment), taken when the worker writes it
         self._amendments: dict[str, Amendment] = {}
         self._queued_chars = 0
         self._in_flight = 0  # submits past the checks whose record is not yet queued (spool write)
@@ -388,19 +388,16 @@ class TrajectoryWriter:
                 self._dropped += 1
                 return
             # The common case: the line fits the segment's mapping and is copied into it at once.
-            if amendment is not None and type(record) is dict:
-                self._amendments[record["record_id"]] = amendment
-                amendment.queued = True
             seq = self._copy_in(spool, line) if spool is not None and line is not None else None
             if seq is not None:
-                self._queued(record, None, None, seq, line, size)
+                self._queued(record, None, None, seq, line, size, amendment)
                 slot = None
             else:
                 slot = spool.pin(len(line)) if spool is not None and line is not None else None
                 if slot is None or slot[1] >= 0:
                     # No spool, or a mapping the copy could not use: no system call, and the GIL is
                     # held throughout anyway, so it is done here in the one critical section.
-                    self._queued(record, spool, slot, self._spool_write(spool, slot, line), line, size)
+                    self._queued(record, spool, slot, self._spool_write(spool, slot, line), line, size, amendment)
                     slot = None
                 else:
                     self._in_flight += 1
@@ -410,18 +407,22 @@ class TrajectoryWriter:
             seq = self._spool_write(spool, slot, line)
             with self._cond:
                 self._in_flight -= 1
-                self._queued(record, spool, slot, seq, line, size)
+                self._queued(record, spool, slot, seq, line, size, amendment)
         if held and not amends:
             self._wait_for_the_end()
 
     def _queued(self, record: _Item, spool: Spool | None, slot: tuple[int, int] | None, seq: int,
-                line: bytes | None, size: int) -> None:
-        """Queue ``record`` once its line is in the spool (or failed to get there); under the lock."""
+                line: bytes | None, size: int, amendment: Amendment | None = None) -> None:
+        """Queue ``record`` once its line is in the spool (or failed to get there), with the
+        ``amendment`` it was submitted with; under the lock."""
         if spool is not None and slot is not None:
             spool.unpin(slot)
             if seq == _NO_SEGMENT:
                 self._spool_failures += 1  # still queued: stored unless the process dies
         self._queue.append((record, seq, line))
+        if amendment is not None and type(record) is dict:  # registered only once the record is queued
+            self._amendments[record["record_id"]] = amendment
+            amendment.queued = True
         self._queued_chars += size
         if len(self._queue) == self._max_batch or (self._stopping and not self._in_flight):
             self._cond.notify_all()
