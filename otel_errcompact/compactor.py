@@ -59,6 +59,7 @@ from otel_errcompact.parsers import python as _python
 from otel_errcompact.parsers import unittest_report as _unittest_report
 from otel_errcompact.parsers._base import cut
 from otel_errcompact.recovery.classify import classify_text, with_raw_text
+from otel_errcompact.redact import patterns as redact_patterns
 from otel_errcompact.structured import parse_first
 from otel_errcompact.summary import Summaries
 from otel_errcompact.unwrap import unwrap
@@ -151,6 +152,8 @@ class Compactor:
         # Agents repeat the very same failure; an exact repeat of a recent raw error skips the parsers.
         self._digests: OrderedDict[tuple[object, int | None, str | None, str | None], Digest] = OrderedDict()
         self._digest_cache_size = digest_cache_size
+        self._rules = redact_patterns()
+        """The redaction patterns the cached digests were made with (see :func:`otel_errcompact.redact.add_pattern`)."""
 
     def compact(
         self,
@@ -172,6 +175,8 @@ class Compactor:
         """
         raw_chars = 0
         try:
+            if redact_patterns() is not self._rules:  # a pattern registered or forgotten since: digests differ
+                self._forget_digests()
             cache_key: tuple[object, int | None, str | None, str | None] | None = (
                 (raw, exit_code, command, kind)
                 if isinstance(raw, str) and len(raw) <= _CACHEABLE_CHARS and self._digest_cache_size
@@ -223,6 +228,11 @@ class Compactor:
             first = first.strip().splitlines()[0] if first.strip() else ""
             parsed = Parsed("Error", first or "(unparseable error)", "fallback", status=exit_code)
             return self.from_parsed(parsed, Hints(exit_code=exit_code), raw_chars)
+
+    def _forget_digests(self) -> None:
+        with self._cache_lock:
+            self._rules = redact_patterns()
+            self._digests.clear()
 
     def _cached(self, key: tuple[object, int | None, str | None, str | None]) -> Digest | None:
         with self._cache_lock:

@@ -51,11 +51,12 @@ from opentelemetry.trace import StatusCode
 
 import otel_errcompact
 from otel_errcompact import compact_text
+from otel_errcompact.compactor import Compactor
 from otel_errcompact.redact import REDACTED, add_pattern, clear_patterns, patterns, redact
 from otel_errcompact.sinks import JSONLSink, RedactingSink, TrajectoryStore, read_jsonl
 from otel_errcompact.trajectory import TrajectoryRecord
 from tests.conftest import OTel
-from tests.realerrors import loopback_server
+from tests.realerrors import loopback_server, python_error
 
 ALNUM = string.ascii_letters + string.digits
 UPPER_DIGITS = string.ascii_uppercase + string.digits
@@ -759,3 +760,17 @@ def test_the_remembered_anchors_are_the_anchors_of_the_text() -> None:
         redaction._MAX_REMEMBERED = keep
     assert remembered == direct
     assert token not in remembered[-3]
+
+
+def test_a_pattern_registered_after_a_text_was_compacted_masks_it_the_next_time(tmp_path: Path) -> None:
+    """The compactor caches digests by text: a pattern registered (or forgotten) later must still change
+    the next digest of the same text, not serve the one cached before."""
+    text = python_error(tmp_path, "raise KeyError('ACME-884411')\n")
+    compactor = Compactor()
+    assert "ACME-884411" in compactor.compact(text).line
+    try:
+        add_pattern(r"ACME-[0-9]{6}")
+        assert "ACME-884411" not in compactor.compact(text).line
+    finally:
+        clear_patterns()
+    assert "ACME-884411" in compactor.compact(text).line
