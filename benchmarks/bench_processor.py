@@ -2,6 +2,7 @@
 
     python benchmarks/bench_processor.py [--rounds 15] [--small-rounds 45] [--threads 4] [--json] [--profile]
                                          [--clock thread] [--shapes | --no-shapes] [--hooks]
+                                         [--compact-in-place]
 
 Two real SDK pipelines in one process, each a TracerProvider with a BatchSpanProcessor and an exporter
 that discards. The plugin side is ``otel_errcompact.init()`` with its defaults on that provider: the
@@ -43,7 +44,8 @@ After each plugin block the pipeline is flushed outside the timing, so one side'
 the other side's block. For the failed spans, the CPU time the plugin's background threads (the digest
 thread, the trajectory writer, the metrics thread) spent on each block, flush included, is read from their
 own thread clocks and reported per span: they hold the GIL for part of it, which the agent's threads then
-wait for. The token-counting process's CPU is reported beside them (Linux only): it takes no GIL.
+wait for. The token-counting and compacting processes' CPU is reported beside them (Linux only): they
+take no GIL.
 Then ``--threads`` threads emit failed spans at once, bare and plugin alternating,
 and the table gives failed spans per second (the store's drain after each run is reported apart), twice:
 each span recording an exception made before the timing, and the tool raising inside each span, the
@@ -55,6 +57,8 @@ three hooks (``on_start``, ``_on_ending``, ``on_end``), timed in place, by the s
 (``--rounds`` blocks, flushed between them as above). Its median against the added median of the table
 splits the added cost in two: what the plugin's code does on the agent's thread, and how much slower the
 rest of the span runs while the plugin's background threads work (they take the GIL, and the caches).
+``--compact-in-place`` makes the failed spans' digests in the agent's process, as before the compacting
+process (:mod:`otel_errcompact._compacting_process`) made them, to compare the two.
 ``--clock thread`` times each span by the agent thread's own CPU time instead of the wall clock: on a
 shared machine it leaves out other processes and the time spent waiting for the GIL, so it shows what
 the plugin itself costs on the thread (the wall clock shows what the agent waits).
@@ -322,7 +326,7 @@ _BACKGROUND = {
     "tokens": "otel-errcompact-tokens",
 }
 """The plugin's background threads whose CPU a failed span costs, by the names they run under (and the
-token-counting process, see :func:`_counting_cpu_ns`)."""
+token-counting and compacting processes, see :func:`_process_cpu_ns`)."""
 
 
 def _background_cpu_ns() -> dict[str, int]:
@@ -338,20 +342,25 @@ def _background_cpu_ns() -> dict[str, int]:
             out[label] = time.clock_gettime_ns(time.pthread_getcpuclockid(thread.ident))
         except OSError:  # the thread ended meanwhile
             continue
-    counting = _counting_cpu_ns()
+    from otel_errcompact import _compacting_process, _counting_process
+
+    counting = _process_cpu_ns(_counting_process.running_pids())
     if counting is not None:
         out["counting process"] = counting
+    compacting = _compacting_process.shared().pid
+    compacted = _process_cpu_ns([compacting] if compacting is not None else [])
+    if compacted is not None:
+        out["compacting process"] = compacted
     return out
 
 
-def _counting_cpu_ns() -> int | None:
-    """CPU time used so far by the token-counting child process (Linux ``/proc``), or None: it counts the
-    metrics' tokens on a core of its own, without the GIL, and is reported beside the threads."""
-    from otel_errcompact import _counting_process
-
+def _process_cpu_ns(pids: list[int]) -> int | None:
+    """CPU time used so far by the child processes ``pids`` (Linux ``/proc``), or None: the token-counting
+    process counts the metrics' tokens and the compacting process makes the digests, each on a core of
+    its own, without the GIL; they are reported beside the threads."""
     ticks = 0
     found = False
-    for pid in _counting_process.running_pids():
+    for pid in pids:
         try:
             fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
         except (OSError, IndexError):
@@ -484,6 +493,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--shapes", action=argparse.BooleanOptionalAction, default=None,
                         help="rows of spans shaped as real instrumentations record them (default: when the "
                              "frameworks are installed)")
+    parser.add_argument("--compact-in-place", action="store_true",
+                        help="make the digests in the agent's process, not the compacting process (to compare)")
     args = parser.parse_args(argv)
     _CLOCK[0] = time.thread_time_ns if args.clock == "thread" else time.perf_counter_ns
     for name in [n for n in os.environ if n.startswith(("OTEL_EXPORTER_OTLP", "OTEL_ERRCOMPACT_"))]:
@@ -501,6 +512,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         meters = MeterProvider(metric_readers=[reader])
         ec: ErrCompact = init("bench", tracer_provider=plugin, meter_provider=meters,
                               sqlite_path=scratch / "trajectories.sqlite3")
+        if args.compact_in_place:
+            ec.pipeline.compacting = None
         idle = TracerProvider()
         idle.add_span_processor(BatchSpanProcessor(_Discard(), max_queue_size=1 << 16))
         idle.add_span_processor(_Idle())

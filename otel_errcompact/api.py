@@ -40,6 +40,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
+from otel_errcompact import _compacting_process
 from otel_errcompact._bounded import Deadline, call_within, reserve
 from otel_errcompact._forked import new_locks_in_child, rebuild_in_child
 from otel_errcompact._sigterm import install_sigterm_flush, uninstall_sigterm_flush
@@ -931,7 +932,11 @@ def _build(
         if sinks
         else None
     )
-    pipeline = ErrorPipeline(history, writer, compactor=compactor)
+    use_process = config.compaction_process
+    if use_process == "auto":
+        use_process = _compacting_process.usable_cores() >= _compacting_process.MIN_CORES
+    compacting = _compacting_process.shared() if use_process and compactor is None else None
+    pipeline = ErrorPipeline(history, writer, compactor=compactor, compacting=compacting)
 
     metrics: ErrorMetrics | None = None
     if config.enabled:

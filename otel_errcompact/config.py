@@ -97,6 +97,12 @@ class Settings(BaseSettings):
     max_values: int = Field(default=16, ge=1)
     """Distinct data values told apart per class for ``(×N, M different values)``."""
 
+    compaction_process: Literal["auto"] | bool = "auto"
+    """Make failed spans' digests in a child process (with the default compactor), so the digest thread
+    holds the GIL only to hand the texts over (see :mod:`otel_errcompact._compacting_process`). ``auto``
+    (the default): when this process may run on at least 4 cores, where the child has a core of its own;
+    on 2 cores it competes with the agent's threads for them and measured no gain."""
+
     max_queue_size: int = Field(default=65_536, ge=1)
     """Trajectory records waiting for the writer thread; beyond this, new records are counted as dropped."""
     max_batch_size: int = Field(default=512, ge=1)

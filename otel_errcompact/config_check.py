@@ -158,7 +158,7 @@ def describe_errors(
             lines.append(f"{found[0]}={_shown(found[1])}: expected {want}")
         else:
             lines.append(f"{field}={_shown(err.get('input'))}: expected {want} ({err.get('msg')})")
-    return lines
+    return list(dict.fromkeys(lines))  # a union's members each fail on one bad value: said once
 
 
 def warn_unknown_variables(fields: Iterable[str], prefix: str,

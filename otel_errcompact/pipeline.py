@@ -27,11 +27,14 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from otel_errcompact._compacting_process import CompactingProcess
 from otel_errcompact._frozen import fast_constructor
+from otel_errcompact._helper_process import HelperProcessError
 from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Escalation, Observation
 from otel_errcompact.recovery.classify import with_retry_after_attribute
+from otel_errcompact.redact import patterns as redact_patterns
 from otel_errcompact.sinks import TrajectoryWriter
 from otel_errcompact.sinks.writer import Amendment
 from otel_errcompact.statuscode import with_status
@@ -126,6 +129,7 @@ class ErrorPipeline:
         compactor: Compactor | None = None,
         on_failure: Sequence[FailureListener] = (),
         on_escalation: Sequence[EscalationListener] = (),
+        compacting: CompactingProcess | None = None,
     ) -> None:
         self.history = history
         self.writer = writer
@@ -136,6 +140,9 @@ class ErrorPipeline:
         self._on_failure = list(on_failure)
         self._on_escalation = list(on_escalation)
         self._on_success: list[SuccessListener] = []
+        self.compacting = compacting if compactor is None else None
+        """Where :meth:`digest_all` makes the default compactor's digests (None: in place)."""
+        self._said_in_place = False
 
     def add_failure_listener(self, listener: FailureListener) -> None:
         """Call ``listener(failure, outcome)`` after each failure is counted (metrics, annotations)."""
@@ -204,8 +211,30 @@ class ErrorPipeline:
         digest = self._compact(
             failure.raw_error, exit_code=failure.exit_code, command=failure.command, kind=failure.kind
         )
-        digest = with_status(digest, failure.attributes)
-        return with_retry_after_attribute(digest, failure.attributes)
+        return _with_attributes(digest, failure)
+
+    def digest_all(self, deferred: Sequence[DeferredFailure]) -> None:
+        """Make the digests of ``deferred`` not made yet (the digest thread's batch): in the compacting
+        process when the compactor is the default one (see :mod:`otel_errcompact._compacting_process`),
+        which takes the GIL only to send the texts and read the answers; in place otherwise, or when
+        that process cannot answer."""
+        todo = [item for item in deferred if not item.has_digest]
+        if not todo:
+            return
+        if self.compactor is None and self.compacting is not None:
+            try:
+                failures = [item.failure for item in todo]
+                digests = self.compacting.compact([failure.raw_error for failure in failures], redact_patterns())
+            except HelperProcessError as exc:
+                if not self._said_in_place:
+                    self._said_in_place = True
+                    _log.info("otel-errcompact: digests are made in this process: %s", exc)
+            else:
+                for item, failure, digest in zip(todo, failures, digests, strict=True):
+                    item.offer_digest(_with_attributes(digest, failure))
+                return
+        for item in todo:
+            item.digest()
 
     def _told(self, failure: Failure, outcome: Outcome) -> Outcome:
         """Step 4: the failure and escalation listeners."""
@@ -367,8 +396,26 @@ class DeferredFailure:
             digest = self._digest = self._pipeline.digest_of(self.failure)
         return digest
 
+    @property
+    def has_digest(self) -> bool:
+        """Whether its digest is made."""
+        return self._digest is not None
+
+    def offer_digest(self, digest: Digest) -> None:
+        """Its digest, made elsewhere (see :meth:`ErrorPipeline.digest_all`): kept unless one was made
+        meanwhile (the same digest: made from the same text by the same compactor)."""
+        if self._digest is None:
+            self._digest = digest
+
     def observed(self, observation: Observation | None) -> None:
         self._pipeline._finish(self, observation)
+
+
+def _with_attributes(digest: Digest, failure: Failure) -> Digest:
+    """``digest`` with what ``failure``'s attributes add: the HTTP status joined to the type, the wait a
+    ``Retry-After`` attribute asks for."""
+    digest = with_status(digest, failure.attributes)
+    return with_retry_after_attribute(digest, failure.attributes)
 
 
 def failure_of_values(values: Mapping[str, Any]) -> Failure:

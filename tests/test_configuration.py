@@ -183,6 +183,8 @@ INIT_ONLY = """
         ("OTEL_ERRCOMPACT_SCHEDULE_DELAY_S", "1e12", "expected a number > 0 and ≤ 3600"),
         ("OTEL_ERRCOMPACT_BUDGET", "lots", "expected an integer ≥ 1, or empty / none to turn it off"),
         ("OTEL_ERRCOMPACT_REDACT_PATTERNS", "ACME-[0-9]+", "expected a JSON list, such as '[\"ACME-[0-9]+\"]'"),
+        # a union of 'auto' and a boolean: each member refuses the value, said once
+        ("OTEL_ERRCOMPACT_COMPACTION_PROCESS", "sometimes", "expected one of 'auto' or true or false"),
     ],
 )
 def test_a_bad_variable_is_named_with_its_value(tmp_path: Path, variable: str, value: str, expected: str) -> None:
