@@ -31,6 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact._frozen import fast_constructor
 from otel_errcompact._helper_process import HelperProcess, HelperProcessError, read_sized
 from otel_errcompact.digest import DedupKey, Digest, Location
@@ -136,6 +137,7 @@ def usable_cores() -> int:
 
 _process: CompactingProcess | None = None
 _process_lock = threading.Lock()
+new_locks_in_child(sys.modules[__name__], "_process_lock")
 
 
 def shared() -> CompactingProcess:

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact._helper_process import MAX_STARTS, HelperProcess, HelperProcessError, read_exactly
 
 __all__ = ["MAX_STARTS", "CountingProcess", "CountingProcessError", "close", "shared"]
@@ -66,6 +67,7 @@ class CountingProcess(HelperProcess):
 
 _processes: dict[tuple[str, str], CountingProcess] = {}
 _processes_lock = threading.Lock()
+new_locks_in_child(sys.modules[__name__], "_processes_lock")
 
 
 def shared(extension: str, encoding: str) -> CountingProcess:

@@ -11,6 +11,7 @@ and settings of a test's own (one handle per test at a time).
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator, Sequence
@@ -273,3 +274,23 @@ def make_otel(tmp_path: Path) -> Iterator[Callable[..., OTel]]:
 def otel(make_otel: Callable[..., OTel]) -> OTel:
     """The default pipeline: real SDK providers, in-memory exporters, SQLite in ``tmp_path``."""
     return make_otel()
+
+
+def answer_from_fork(work: Callable[[], Any]) -> Any:
+    """``work()`` run in a process forked from this one, its JSON-able answer read back; asserts that the
+    forked process exited cleanly (POSIX only)."""
+    read, write = os.pipe()
+    child = os.fork()
+    if child == 0:  # pragma: no cover - runs in the forked child
+        code = 1
+        try:
+            os.write(write, json.dumps(work()).encode())
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(write)
+    with os.fdopen(read, "rb") as reply:
+        answer = json.loads(reply.read() or b"null")
+    _, status = os.waitpid(child, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    return answer

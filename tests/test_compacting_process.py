@@ -14,11 +14,13 @@ import json
 import logging
 import os
 import signal
+import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from opentelemetry.trace import Status, StatusCode
@@ -29,11 +31,12 @@ from otel_errcompact._helper_process import CLOSE_WAIT_S, MAX_STARTS
 from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.redact import add_pattern, clear_patterns, patterns
-from tests.conftest import OTel
+from tests.conftest import OTel, answer_from_fork
 from tests.realerrors import python_error
 from tests.test_deferred import _made_without_a_reader
 
-CORPUS = Path(__file__).resolve().parent.parent / "benchmarks" / "agent_corpus"
+ROOT = Path(__file__).resolve().parent.parent
+CORPUS = ROOT / "benchmarks" / "agent_corpus"
 
 
 def _corpus() -> list[str]:
@@ -165,6 +168,54 @@ def test_closing_does_not_wait_for_a_child_that_stopped_answering(process: Compa
         process.compact(texts)
 
 
+_KILLED_AGENT = """
+import sys, time
+from pathlib import Path
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import Status, StatusCode
+import otel_errcompact
+from otel_errcompact import _compacting_process
+from tests.realerrors import python_error
+
+provider = TracerProvider()
+provider.add_span_processor(BatchSpanProcessor(InMemorySpanExporter()))
+ec = otel_errcompact.init(tracer_provider=provider, sqlite_path=sys.argv[1] + "/t.db", compaction_process=True)
+raw = python_error(Path(sys.argv[1]), "d = {}\\nd['user_id']\\n")
+with provider.get_tracer("t").start_as_current_span(
+    "execute_tool lookup", attributes={"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
+) as span:
+    span.add_event("exception", {"exception.type": "KeyError", "exception.stacktrace": raw})
+    span.set_status(Status(StatusCode.ERROR, "KeyError"))
+deadline = time.monotonic() + 30
+while _compacting_process.shared().pid is None and time.monotonic() < deadline:
+    time.sleep(0.01)
+print(_compacting_process.shared().pid, flush=True)
+time.sleep(60)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_the_child_ends_when_the_agent_is_killed(tmp_path: Path) -> None:
+    """``kill -9`` of the agent runs no exit handler: the child ends because its input closes."""
+    agent = subprocess.Popen([sys.executable, "-c", _KILLED_AGENT, str(tmp_path)], cwd=ROOT,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdout is not None
+        line = agent.stdout.readline().strip()
+        assert line.isdigit(), (line, agent.stderr.read() if agent.poll() is not None and agent.stderr else "")
+        child = int(line)
+        os.kill(child, 0)  # running
+    finally:
+        agent.kill()
+        agent.wait(30)
+    deadline = time.monotonic() + 20
+    while Path(f"/proc/{child}").exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
 def _raws(tmp_path: Path, count: int) -> list[str]:
     names = ["user_id", "order", "email", "session", "region", "locale", "quota", "plan", "tenant", "owner"]
     return [python_error(tmp_path, f"d = {{}}\nd[{name!r}]\n") for name in names[:count]]
@@ -256,22 +307,13 @@ def test_a_forked_process_compacts_with_its_own_child(process: CompactingProcess
     expected = [digest_fields(compact_text(text)) for text in texts]
     assert [digest_fields(d) for d in process.compact(texts)] == expected
     parents = _pid(process)
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the forked child
-        code = 1
-        try:
-            fields = [list(digest_fields(d)) for d in process.compact(texts)]
-            os.write(write, json.dumps({"fields": fields, "pid": _pid(process)}).encode())
-            process.close()
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as reply:
-        answer = json.loads(reply.read() or b"{}")
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def in_the_fork() -> dict[str, Any]:
+        answer = {"fields": [digest_fields(d) for d in process.compact(texts)], "pid": _pid(process)}
+        process.close()
+        return answer
+
+    answer = answer_from_fork(in_the_fork)
     assert answer["pid"] != parents
     assert [tuple(tuple(v) if isinstance(v, list) else v for v in f) for f in answer["fields"]] == expected
     assert [digest_fields(d) for d in process.compact(texts)] == expected  # the parent's is untouched

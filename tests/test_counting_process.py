@@ -16,6 +16,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,6 +24,7 @@ import otel_errcompact
 from otel_errcompact import _counting_process, tokens
 from otel_errcompact._counting_process import MAX_STARTS, CountingProcess, CountingProcessError
 from otel_errcompact.tokens import background_counter, count_tokens
+from tests.conftest import answer_from_fork
 from tests.realerrors import python_error
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -184,21 +186,13 @@ def test_without_a_counting_process_the_counts_are_made_in_place_and_said_once(
 def test_a_forked_process_counts_with_its_own_counting_process(started: Started) -> None:
     process = started.process
     parents = _pid(process)
-    read, write = os.pipe()
-    child = os.fork()
-    if child == 0:  # pragma: no cover - runs in the forked child
-        code = 1
-        try:
-            os.write(write, json.dumps({"counts": started.counts(), "pid": _pid(process)}).encode())
-            process.close()
-            code = 0
-        finally:
-            os._exit(code)
-    os.close(write)
-    with os.fdopen(read, "rb") as reply:
-        answer = json.loads(reply.read() or b"{}")
-    _, status = os.waitpid(child, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+
+    def in_the_fork() -> dict[str, Any]:
+        answer = {"counts": started.counts(), "pid": _pid(process)}
+        process.close()
+        return answer
+
+    answer = answer_from_fork(in_the_fork)
     assert answer["counts"] == started.expected
     assert answer["pid"] != parents
     # The fork's close left the parent's counting process alone.
