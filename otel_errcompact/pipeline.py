@@ -30,6 +30,7 @@ from typing import Any, Literal
 from otel_errcompact._compacting_process import CompactingProcess
 from otel_errcompact._frozen import fast_constructor
 from otel_errcompact._helper_process import HelperProcessError
+from otel_errcompact._sanitize import MAX_INPUT_CHARS
 from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Escalation, Observation
@@ -222,19 +223,21 @@ class ErrorPipeline:
         if not todo:
             return
         if self.compactor is None and self.compacting is not None:
+            # A text the compactor would cut (a megabyte HTTP body) is cut here, in place, for less than
+            # it would cost to send whole: only the others go.
+            sent = [item for item in todo if len(item.failure.raw_error) <= _SENT_CHARS]
             try:
-                failures = [item.failure for item in todo]
+                failures = [item.failure for item in sent]
                 digests = self.compacting.compact([failure.raw_error for failure in failures], redact_patterns())
             except HelperProcessError as exc:
                 if not self._said_in_place:
                     self._said_in_place = True
                     _log.info("otel-errcompact: digests are made in this process: %s", exc)
             else:
-                for item, failure, digest in zip(todo, failures, digests, strict=True):
+                for item, failure, digest in zip(sent, failures, digests, strict=True):
                     item.offer_digest(_with_attributes(digest, failure))
-                return
         for item in todo:
-            item.digest()
+            item.digest()  # the digest offered, or made here
 
     def _told(self, failure: Failure, outcome: Outcome) -> Outcome:
         """Step 4: the failure and escalation listeners."""
@@ -409,6 +412,10 @@ class DeferredFailure:
 
     def observed(self, observation: Observation | None) -> None:
         self._pipeline._finish(self, observation)
+
+
+_SENT_CHARS = 2 * MAX_INPUT_CHARS
+"""The longest raw error sent to the compacting process: the compactor cuts longer ones first."""
 
 
 def _with_attributes(digest: Digest, failure: Failure) -> Digest:

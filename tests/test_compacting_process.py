@@ -239,16 +239,26 @@ def _exported_digests(otel: OTel) -> dict[str, str]:
 
 @pytest.mark.timeout(120)
 def test_init_makes_failed_spans_digests_in_the_child_and_they_are_the_in_place_ones(
-    tmp_path: Path, make_otel: Callable[..., OTel]
+    tmp_path: Path, make_otel: Callable[..., OTel], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    raws = _raws(tmp_path, 6)
+    huge = _hostile(tmp_path)[2]  # a 3 MB message: the compactor cuts it, so it is cut in place
+    raws = [*_raws(tmp_path, 6), huge]
     otel = make_otel(batch=True, export_delay_ms=60_000, compaction_process=True)
     compacting = otel.ec.pipeline.compacting
     assert compacting is _compacting_process.shared()
+    sent: list[int] = []
+    compact = compacting.compact
+
+    def noted(texts: list[str], rules: Any = ()) -> Any:
+        sent.extend(len(text) for text in texts)
+        return compact(texts, rules)
+
+    monkeypatch.setattr(compacting, "compact", noted)
     _fail(otel, raws)
     assert _made_without_a_reader(otel)  # by the digest thread, not by a flush on this one
     assert _exported_digests(otel) == {compact_text(raw).key: compact_text(raw).line for raw in raws}
     assert compacting.pid is not None and compacting.starts >= 1, "the digest thread's batches went to the child"
+    assert sorted(sent) == sorted(len(raw) for raw in raws if raw is not huge)
 
 
 @pytest.mark.timeout(120)
