@@ -39,6 +39,7 @@ import hashlib
 import logging
 import sys
 import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from typing import Protocol, runtime_checkable
@@ -59,7 +60,7 @@ from otel_errcompact.parsers import python as _python
 from otel_errcompact.parsers import unittest_report as _unittest_report
 from otel_errcompact.parsers._base import cut
 from otel_errcompact.recovery.classify import classify_text, with_raw_text
-from otel_errcompact.redact import patterns as redact_patterns
+from otel_errcompact.redact import on_patterns_change
 from otel_errcompact.structured import parse_first
 from otel_errcompact.summary import Summaries
 from otel_errcompact.unwrap import unwrap
@@ -152,8 +153,7 @@ class Compactor:
         # Agents repeat the very same failure; an exact repeat of a recent raw error skips the parsers.
         self._digests: OrderedDict[tuple[object, int | None, str | None, str | None], Digest] = OrderedDict()
         self._digest_cache_size = digest_cache_size
-        self._rules = redact_patterns()
-        """The redaction patterns the cached digests were made with (see :func:`otel_errcompact.redact.add_pattern`)."""
+        _COMPACTORS.add(self)  # its digests are forgotten when the redaction patterns change
 
     def compact(
         self,
@@ -175,8 +175,6 @@ class Compactor:
         """
         raw_chars = 0
         try:
-            if redact_patterns() is not self._rules:  # a pattern registered or forgotten since: digests differ
-                self._forget_digests()
             cache_key: tuple[object, int | None, str | None, str | None] | None = (
                 (raw, exit_code, command, kind)
                 if isinstance(raw, str) and len(raw) <= _CACHEABLE_CHARS and self._digest_cache_size
@@ -231,7 +229,6 @@ class Compactor:
 
     def _forget_digests(self) -> None:
         with self._cache_lock:
-            self._rules = redact_patterns()
             self._digests.clear()
 
     def _cached(self, key: tuple[object, int | None, str | None, str | None]) -> Digest | None:
@@ -400,6 +397,20 @@ def _placed(frame: Frame) -> tuple[Location, str, str]:
     _PLACED[id(frame)] = (frame, placed)
     return placed
 
+
+_COMPACTORS: weakref.WeakSet[Compactor] = weakref.WeakSet()
+
+
+def _forget_redacted() -> None:
+    """The redaction patterns changed: every digest, cleaned name and location made with the patterns
+    before is forgotten (see :func:`otel_errcompact.redact.on_patterns_change`)."""
+    _clean_cached.cache_clear()
+    _PLACED.clear()
+    for compactor in tuple(_COMPACTORS):
+        compactor._forget_digests()
+
+
+on_patterns_change(_forget_redacted)
 
 _NO_HINTS = Hints()  # immutable: one for every call without hints
 _PYTHON_LEADS = (

@@ -423,8 +423,11 @@ def add_pattern(pattern: str | re.Pattern[str]) -> re.Pattern[str]:
     global _user_rules
     compiled = _compiled(pattern)
     with _user_lock:
-        if compiled not in _user_rules:
+        added = compiled not in _user_rules
+        if added:
             _user_rules = (*_user_rules, compiled)
+    if added:
+        _changed()
     return compiled
 
 
@@ -453,7 +456,27 @@ def clear_patterns() -> None:
     """Forget every pattern registered with :func:`add_pattern` (tests, reconfiguration)."""
     global _user_rules
     with _user_lock:
-        _user_rules = ()
+        had, _user_rules = bool(_user_rules), ()
+    if had:
+        _changed()
+
+
+def on_patterns_change(callback: Callable[[], None]) -> None:
+    """Call ``callback()`` after every change of the patterns registered with :func:`add_pattern`.
+
+    Whatever keeps text that :func:`redact` masked (the compactor's digests, its cleaned names and
+    locations) registers here and empties itself then: text masked before a change is not what
+    :func:`redact` gives after it, and a pattern registered later must mask the next digest of a text
+    seen before it."""
+    _on_change.append(callback)
+
+
+_on_change: list[Callable[[], None]] = []
+
+
+def _changed() -> None:
+    for callback in tuple(_on_change):
+        callback()
 
 
 def _mask_user(match: re.Match[str]) -> str:

@@ -774,3 +774,19 @@ def test_a_pattern_registered_after_a_text_was_compacted_masks_it_the_next_time(
     finally:
         clear_patterns()
     assert "ACME-884411" in compactor.compact(text).line
+
+
+def test_a_pattern_registered_later_masks_a_file_path_seen_before(tmp_path: Path) -> None:
+    """Cleaned file and function names are remembered across compactors, by text and by frame: a pattern
+    registered later (a customer id in a deployment path) must mask them in every later digest."""
+    text = python_error(tmp_path / "ACME-884411", "def load():\n    raise KeyError('x')\nload()\n")
+    before = Compactor().compact(text).location
+    assert before is not None and "ACME-884411" in before.file
+    try:
+        add_pattern(r"ACME-[0-9]{6}")
+        masked = Compactor().compact(text).location
+        assert masked is not None and "ACME-884411" not in masked.file and REDACTED in masked.file
+    finally:
+        clear_patterns()
+    again = Compactor().compact(text).location
+    assert again is not None and again.file == before.file
