@@ -220,10 +220,10 @@ def read_sized(fd: int, deadline: float, error: type[HelperProcessError] = Helpe
     ``deadline``: what is there is read at once, so a short reply costs one wait and one read."""
     _wait(fd, deadline, error)
     data = os.read(fd, 1 << 16)
+    if not data:
+        raise error("the process ended")
     if len(data) < 4:
-        data += read_exactly(fd, 4 - len(data), deadline, error) if data else b""
-        if len(data) < 4:
-            raise error("the process ended")
+        data += read_exactly(fd, 4 - len(data), deadline, error)
     (size,) = struct.unpack_from("<I", data)
     body = data[4:]
     if len(body) < size:

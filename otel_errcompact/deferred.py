@@ -254,11 +254,9 @@ class DigestThread:
                 # while a batch was being made (in the compacting process, the GIL let go) are made in
                 # a batch of their own, a few times at most, rather than in place by the counting.
                 for _ in range(_BATCHES):
-                    queued = tuple(self._queue)
-                    todo = [item for item in queued if type(item) is DeferredFailure and not item.has_digest]
-                    if not todo:
+                    failures = [item for item in tuple(self._queue) if type(item) is DeferredFailure]
+                    if not self._pipeline.digest_all(failures):
                         break
-                    self._pipeline.digest_all(todo)
                 self._pipeline.settle()
             except Exception:
                 _log.exception("otel-errcompact: could not finish deferred failures")

@@ -214,30 +214,28 @@ class ErrorPipeline:
         )
         return _with_attributes(digest, failure)
 
-    def digest_all(self, deferred: Sequence[DeferredFailure]) -> None:
+    def digest_all(self, deferred: Sequence[DeferredFailure]) -> int:
         """Make the digests of ``deferred`` not made yet (the digest thread's batch): in the compacting
-        process when the compactor is the default one (see :mod:`otel_errcompact._compacting_process`),
-        which takes the GIL only to send the texts and read the answers; in place otherwise, or when
-        that process cannot answer."""
+        process when there is one (see :mod:`otel_errcompact._compacting_process`), which takes the GIL
+        only to send the texts and read the answers; in place otherwise, or when that process cannot
+        answer. Returns how many were not made yet."""
         todo = [item for item in deferred if not item.has_digest]
-        if not todo:
-            return
-        if self.compactor is None and self.compacting is not None:
-            # A text the compactor would cut (a megabyte HTTP body) is cut here, in place, for less than
-            # it would cost to send whole: only the others go.
-            sent = [item for item in todo if len(item.failure.raw_error) <= _SENT_CHARS]
+        # A text the compactor would cut (a megabyte HTTP body) is cut here, in place, for less than it
+        # would cost to send whole: only the others go.
+        sent = [item for item in todo if len(item.failure.raw_error) <= _SENT_CHARS] if self.compacting else []
+        if sent and self.compacting is not None:
             try:
-                failures = [item.failure for item in sent]
-                digests = self.compacting.compact([failure.raw_error for failure in failures], redact_patterns())
+                digests = self.compacting.compact([item.failure.raw_error for item in sent], redact_patterns())
             except HelperProcessError as exc:
                 if not self._said_in_place:
                     self._said_in_place = True
                     _log.info("otel-errcompact: digests are made in this process: %s", exc)
             else:
-                for item, failure, digest in zip(sent, failures, digests, strict=True):
-                    item.offer_digest(_with_attributes(digest, failure))
+                for item, digest in zip(sent, digests, strict=True):
+                    item.offer_digest(_with_attributes(digest, item.failure))
         for item in todo:
             item.digest()  # the digest offered, or made here
+        return len(todo)
 
     def _told(self, failure: Failure, outcome: Outcome) -> Outcome:
         """Step 4: the failure and escalation listeners."""
