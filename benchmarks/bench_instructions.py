@@ -22,6 +22,9 @@ Callgrind runs one thread at a time, so the counts say how much work the agent's
 long it waits for the GIL meanwhile; the wall-clock benchmarks say that. The cyclic garbage collector runs
 as usual, after a full collection before each kind's reduce: without it, a full collection that fell in
 one side's reduce (the plugin's side holds more objects) counted there alone.
+With ``--collector off`` no collection runs but those full ones: which thread's allocation sets off a young
+collection, and so which thread's count holds it, moves with the threads' timing under callgrind, and a side's
+count with it by about 1 k per span between runs; off, two versions of the code compare to within about 0.3 k.
 
 The kinds: a chat span inside an agent trace, a root ``invoke_agent`` span, a successful tool span, a
 failed tool span recording a real, distinct 43-45-line traceback (``tests/deeperrors.py``), and a failed
@@ -54,8 +57,10 @@ _WARM_UP = 200
 _PART = re.compile(r"\.(\d+)-01$")  # a numbered part of thread 1
 
 
-def _child(side: str, spans: int, scratch: Path, kinds: Sequence[str] = KINDS) -> None:
+def _child(side: str, spans: int, scratch: Path, kinds: Sequence[str] = KINDS, *, collector: bool = True) -> None:
     """The spans, run under callgrind: each kind in one ``functools.reduce`` call (the dump points)."""
+    if not collector:
+        gc.disable()  # before anything is imported: no collection runs but the explicit ones below
     from opentelemetry import trace
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -187,11 +192,15 @@ def parts_per_kind(out_dir: Path, pid: int, kinds: Sequence[str]) -> dict[str, i
     return {kind: counts[2 + 2 * index] for index, kind in enumerate(kinds)}
 
 
-def run_side(side: str, spans: int, scratch: Path, kinds: Sequence[str] = KINDS) -> dict[str, int]:
+def run_side(
+    side: str, spans: int, scratch: Path, kinds: Sequence[str] = KINDS, *, collector: bool = True
+) -> dict[str, int]:
     """Run one side under callgrind; its counts per kind."""
     (scratch / side).mkdir()
     child = [str(Path(__file__).resolve()), "--child", side, "--spans", str(spans), "--scratch", str(scratch / side)]
     child += [f"--kind={kind}" for kind in kinds]
+    if not collector:
+        child.append("--collector=off")
     return count_kinds(child, scratch / f"callgrind-{side}", kinds)
 
 
@@ -219,24 +228,34 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print the figures as JSON")
     parser.add_argument("--kind", action="append", choices=KINDS, dest="kinds",
                         help="count only this kind of span (repeat for several; default: every kind)")
+    parser.add_argument(
+        "--collector", choices=("on", "off"), default="on",
+        help="off: the cyclic garbage collector disabled in every side (a full collection still runs before "
+        "each kind). The counts then hold each side's own work without the collections, whose timing moves "
+        "a side's count by about 1 k between runs: for comparing two versions of the code (default on)",
+    )
     parser.add_argument("--child", choices=SIDES, help=argparse.SUPPRESS)
     parser.add_argument("--scratch", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     kinds = tuple(kind for kind in KINDS if kind in args.kinds) if args.kinds else KINDS
     if args.child:
-        _child(args.child, args.spans, args.scratch, kinds)
+        _child(args.child, args.spans, args.scratch, kinds, collector=args.collector == "on")
         return 0
     if shutil.which("valgrind") is None:
         print("bench_instructions: valgrind is not installed (apt-get install valgrind)", file=sys.stderr)
         return 2
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as folder:
         scratch = Path(folder)
-        results = {side: run_side(side, args.spans, scratch, kinds) for side in SIDES}
+        collector = args.collector == "on"
+        results = {side: run_side(side, args.spans, scratch, kinds, collector=collector) for side in SIDES}
     per_span = {side: {kind: count / args.spans for kind, count in kinds.items()} for side, kinds in results.items()}
     if args.json:
-        print(json.dumps({"machine": describe(), "spans": args.spans, "per_span": per_span}, indent=2))
+        print(json.dumps(
+            {"machine": describe(), "spans": args.spans, "collector": args.collector, "per_span": per_span}, indent=2
+        ))
         return 0
-    print(f"machine: {describe()}; {args.spans} spans per kind and side, under callgrind")
+    off = "" if args.collector == "on" else ", the garbage collector off"
+    print(f"machine: {describe()}; {args.spans} spans per kind and side, under callgrind{off}")
     print("instructions per span on the agent's thread (idle: a second span processor that does nothing)")
     header = ("bare", "idle", "plugin", "added")
     print(f"{'span kind':30s} " + " ".join(f"{h:>10s}" for h in header) + f" {'added %':>8s} {'idle %':>7s}")

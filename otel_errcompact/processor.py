@@ -349,9 +349,13 @@ class ErrorCompactionProcessor(SpanProcessor):
         self._resource_cache: tuple[Any, dict[str, Any]] | None = None
         # Recovery listeners for model (chat) spans: ``listener(span, live agent span or None)``.
         self._model_listeners: list[_ModelSpanListener] = []
-        # (attributes, waiting) of the one listener when it gave them: a model span carrying none of
-        # these attributes while ``waiting`` is empty passes without calling anything. None: ask.
-        self._model_gate: tuple[frozenset[str], Sized] | None = None
+        # The operations _on_ending hands to them: none until a listener is added.
+        self._model_operations: frozenset[str] = frozenset()
+        # The signals and waiting collection of the one listener when it gave them: a model span
+        # carrying none of these attributes while ``waiting`` is empty passes without calling anything.
+        # None: ask the listeners.
+        self._model_signals: frozenset[str] | None = None
+        self._model_waiting: Sized = ()
         # Set by defer_digests when failed spans' digests are made after the span ended.
         self._gate: ExportGate | None = None
         self._digests: DigestThread | None = None
@@ -376,12 +380,14 @@ class ErrorCompactionProcessor(SpanProcessor):
                 parent = span._parent
             except AttributeError:
                 attrs, parent = _attributes_of(span), span.parent
-            # semconv.is_agent_span, inlined, then "a local root": every span pays for these tests.
-            if not (
+            # "A local root" (no parent, or a remote one: SpanContext.is_remote without its property
+            # call), else semconv.is_agent_span, inlined: every span pays for these tests, and a root
+            # span, registered whatever it records, passes with the first.
+            if (parent is not None and not parent[2]) and not (
                 attrs.get(_OPERATION) in _AGENT_OPERATIONS
                 or (_OI_KIND in attrs and attrs[_OI_KIND] == "AGENT")
                 or (_TL_KIND in attrs and attrs[_TL_KIND] in _AGENT_KINDS)
-            ) and (parent is not None and not parent[2]):  # SpanContext.is_remote, without its property call
+            ):
                 return
             starts = self._starts
             starts.append(span)
@@ -409,9 +415,9 @@ class ErrorCompactionProcessor(SpanProcessor):
                 or (_TL_KIND in attrs and attrs[_TL_KIND] == "tool")
             ):
                 self._tool_ended(span, attrs)
-            if operation in _MODEL_OPERATIONS and self._model_listeners:
-                gate = self._model_gate
-                if gate is None or not gate[0].isdisjoint(attrs) or gate[1]:
+            if operation in self._model_operations:
+                signals = self._model_signals
+                if signals is None or self._model_waiting or not signals.isdisjoint(attrs):
                     self._model_span_ended(span, attrs)
             if span in self._anchor_spans:
                 self._forget_anchor(span)
@@ -511,9 +517,10 @@ class ErrorCompactionProcessor(SpanProcessor):
         listeners = self._model_listeners
         listeners.append((listener, matters))
         if len(listeners) == 1 and matters is not None and signals is not None and waiting is not None:
-            self._model_gate = (frozenset(signals), waiting)
+            self._model_signals, self._model_waiting = frozenset(signals), waiting
         else:  # several listeners: each one's filter decides
-            self._model_gate = None
+            self._model_signals, self._model_waiting = None, ()
+        self._model_operations = _MODEL_OPERATIONS
 
     def _model_span_ended(self, span: ReadableSpan, attrs: Mapping[str, Any]) -> None:
         anchor: Span | None = None

@@ -229,7 +229,7 @@ def test_an_exception_held_from_a_log_record_is_used_and_the_fast_path_comes_bac
 
 def test_model_spans_that_cannot_matter_pass_the_gate_without_a_call(otel: OTel) -> None:
     processor = otel.ec.processor
-    assert processor is not None and processor._model_gate is not None
+    assert processor is not None and processor._model_signals is not None
     listener, matters = processor._model_listeners[0]
     asked: list[str] = []
 
