@@ -27,6 +27,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from otel_errcompact import _signalmask
 from otel_errcompact._forked import rebuild_in_child
 
 __all__ = ["BoundedCall", "Deadline", "call_within", "reserve"]
@@ -110,7 +111,7 @@ def reserve(helpers: int) -> None:
 def _start(job: Callable[[], None], name: str) -> bool:
     """Run ``job`` on a new daemon thread, else on a reserved helper; False (logged) when neither can."""
     try:
-        threading.Thread(target=job, name=name, daemon=True).start()
+        _signalmask.start(threading.Thread(target=job, name=name, daemon=True))
         return True
     except RuntimeError as exc:  # interpreter shutdown on Python 3.12+, or the system's thread limit
         if _STANDBY.run(job):
@@ -135,7 +136,7 @@ class _Standby:
                 self._started += 1
                 thread = threading.Thread(target=self._serve, args=(jobs,), daemon=True,
                                           name=f"otel_errcompact.standby-{self._started}")
-                thread.start()
+                _signalmask.start(thread)
                 self._idle.append((thread, jobs))
 
     def run(self, job: Callable[[], None]) -> bool:

@@ -45,6 +45,9 @@ def main(argv: list[str]) -> int:
     # A Ctrl-C at the terminal goes to the whole process group: the agent decides what it means, and
     # this process ends when the agent's end closes its input.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # Started from a thread of the agent's that blocks SIGTERM and SIGINT (see _signalmask): this process
+    # inherits that mask, and must end on a SIGTERM as any process does.
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
     source, sink = sys.stdin.buffer, sys.stdout.buffer
     try:
         tokenizer = _tokenizer(argv[1], argv[2])

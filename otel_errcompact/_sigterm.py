@@ -31,6 +31,8 @@ import threading
 from collections.abc import Callable
 from types import FrameType
 
+from otel_errcompact import _signalmask
+
 __all__ = ["install_sigterm_flush", "uninstall_sigterm_flush"]
 
 _log = logging.getLogger("otel_errcompact")
@@ -60,8 +62,8 @@ def install_sigterm_flush(
             # the shutdown (atexit, or a multiprocessing worker's finalizer), maybe in the very call this
             # signal interrupted. It finishes, bounded, and the process ends.
             with contextlib.suppress(RuntimeError):
-                threading.Thread(target=_finish, args=(shutdown, timeout_s, signum),
-                                 name="otel_errcompact.sigterm", daemon=True).start()
+                _signalmask.start(threading.Thread(target=_finish, args=(shutdown, timeout_s, signum),
+                                                   name="otel_errcompact.sigterm", daemon=True))
 
         signal.signal(signal.SIGTERM, on_sigterm)
     except (ValueError, OSError):  # pragma: no cover - e.g. an embedded interpreter without signals
@@ -73,7 +75,7 @@ def install_sigterm_flush(
 def _finish(shutdown: Callable[[], None], timeout_s: float, signum: int) -> None:
     worker = threading.Thread(target=_quietly, args=(shutdown,), name="otel_errcompact.shutdown",
                               daemon=True)
-    worker.start()
+    _signalmask.start(worker)
     worker.join(timeout_s)
     os.kill(os.getpid(), signum)
 

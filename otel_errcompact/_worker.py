@@ -15,6 +15,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
+from otel_errcompact import _signalmask
 from otel_errcompact._forked import rebuild_in_child
 
 __all__ = ["BackgroundQueue"]
@@ -42,6 +43,7 @@ class BackgroundQueue(Generic[T]):
         max_cost: int = 0,
         wake_every: int = 1,
         max_delay_s: float | None = None,
+        library_work: bool = False,
     ) -> None:
         if handler is None and batch_handler is None:
             raise TypeError("BackgroundQueue needs a handler or a batch_handler")
@@ -66,8 +68,10 @@ class BackgroundQueue(Generic[T]):
         self._closed = False
         self.dropped = 0
         self._name = name
-        self._thread = threading.Thread(target=self._run, name=name, daemon=True)
-        self._thread.start()
+        # Only the library's own code runs on the thread: it then never takes SIGTERM or SIGINT (see
+        # _signalmask). A thread running the user's code (a review hook) keeps its creator's mask.
+        self._library_work = library_work
+        self._thread = self._start_thread()
         rebuild_in_child(self._after_fork_in_child)
 
     def _after_fork_in_child(self) -> None:
@@ -81,9 +85,16 @@ class BackgroundQueue(Generic[T]):
         self._busy = False
         self._cond = threading.Condition()
         if not self._closed:
-            thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+            # set once started: a shutdown meanwhile never joins an unstarted thread
+            self._thread = self._start_thread()
+
+    def _start_thread(self) -> threading.Thread:
+        thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+        if self._library_work:
+            _signalmask.start(thread)
+        else:
             thread.start()
-            self._thread = thread  # set once started: a shutdown meanwhile never joins an unstarted thread
+        return thread
 
     def submit(self, item: T, *, wake: bool = False) -> bool:
         """Queue ``item``; False (and counted in ``dropped``) when full or closed. Never blocks.

@@ -34,6 +34,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
 
+from otel_errcompact import _signalmask
 from otel_errcompact._forked import rebuild_in_child
 from otel_errcompact.fused import unfused
 from otel_errcompact.pipeline import DeferredFailure, ErrorPipeline
@@ -212,7 +213,7 @@ class DigestThread:
         self._awake = False  # True from a wake-up until the thread takes the queue: wake() is one read
         self._stop = threading.Event()  # ends a gather at once
         thread = threading.Thread(target=self._run, name="otel-errcompact-digests", daemon=True)
-        thread.start()
+        _signalmask.start(thread)
         # Set once started: a SIGTERM shutdown that runs while a forked child rebuilds this (its handler
         # runs between two statements here) joins the previous thread, never one not started yet.
         self._thread = thread

@@ -240,6 +240,7 @@ class ErrorMetrics:
                 max_cost=MAX_QUEUED_TOKEN_CHARS,
                 wake_every=256,
                 max_delay_s=1.0,
+                library_work=True,
             )
             if token_counts
             else None

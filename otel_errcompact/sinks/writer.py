@@ -75,6 +75,7 @@ from typing import Any
 
 from opentelemetry import context as otel_context
 
+from otel_errcompact import _signalmask
 from otel_errcompact._forked import rebuild_in_child
 from otel_errcompact.sinks._base import TrajectorySink
 from otel_errcompact.sinks.spool import Leftover, Spool, read_segment
@@ -292,7 +293,7 @@ class TrajectoryWriter:
 
     def _start_worker(self) -> threading.Thread:
         worker = threading.Thread(target=self._run, name="otel_errcompact.TrajectoryWriter", daemon=True)
-        worker.start()
+        _signalmask.start(worker)
         return worker
 
     def _after_fork_in_child(self) -> None:
