@@ -12,12 +12,14 @@ main thread by preference.
 What. :func:`start` starts a thread whose signal mask blocks :data:`BLOCKED`: the mask is set on the
 starting thread for the instant of ``Thread.start()`` (a new thread inherits its creator's mask) and
 restored at once, so the new thread never runs with them unblocked. A signal that arrives in that instant
-waits, pending, and is handled as soon as the mask is restored.
+goes to another thread that takes it, or waits, pending, until the mask is restored.
 
-Only threads that run the library's own work use it (the digest thread, the trajectory writer, the
-SIGTERM flush). A process started from such a thread inherits the mask; the library's own helper
-processes clear their mask first thing (``_compact_child``, ``_count_child``). Threads that run the
-user's code (the human-review hook, model calls of the recovery loop) keep the mask of their creator.
+Only threads that run the library's own work use it: the digest thread, the trajectory writer, the
+token-count queue (``BackgroundQueue(library_work=True)``), bounded flushes and their standby helpers
+(``_bounded``), and the SIGTERM flush. A process started from such a thread inherits the mask; the
+library's own helper processes clear their mask first thing (``_compact_child``, ``_count_child``).
+Threads that run the user's code (the human-review hook, model calls of the recovery loop) keep the mask
+of their creator.
 """
 
 from __future__ import annotations
