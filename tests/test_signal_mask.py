@@ -59,9 +59,12 @@ MASKS = textwrap.dedent(
         time.sleep(0.01)
     ec.flush()
     masks = {t.name: blocked(f"/proc/self/task/{t.native_id}/status") for t in threading.enumerate()}
-    tasks = [f"/proc/self/task/{t.native_id}" for t in threading.enumerate()]
-    children = [int(pid) for task in tasks for pid in open(f"{task}/children").read().split()]
-    masks.update({f"child {pid}": blocked(f"/proc/{pid}/status") for pid in children})
+    try:  # /proc/<pid>/task/<tid>/children needs a kernel built with CONFIG_PROC_CHILDREN
+        tasks = [f"/proc/self/task/{t.native_id}" for t in threading.enumerate()]
+        children = [int(pid) for task in tasks for pid in open(f"{task}/children").read().split()]
+        masks.update({f"child {pid}": blocked(f"/proc/{pid}/status") for pid in children})
+    except FileNotFoundError:
+        masks["no children file"] = 0
     print(json.dumps(masks))
     ec.shutdown()
     """
@@ -100,6 +103,8 @@ def test_helper_processes_started_from_a_library_thread_clear_the_mask(tmp_path:
     """The compacting process is started from the digest thread, whose mask it inherits across exec: it
     must clear it, or a SIGTERM sent to it would wait, pending, for ever."""
     masks = _masks(tmp_path, "child")
+    if "no children file" in masks:
+        pytest.skip("this kernel does not list a thread's child processes in /proc")
     children = {name: mask for name, mask in masks.items() if name.startswith("child ")}
     assert children, masks  # the compacting process, at least
     for name, mask in children.items():
