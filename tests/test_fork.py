@@ -71,7 +71,7 @@ AGENT = textwrap.dedent(
 EXPECTED = {"parent-before": 1, "parent-after": 1, **{f"worker-{n}": 2 for n in range(4)}}
 
 
-def _run(
+def run_pool_agent(
     tmp_path: Path, start_method: str, ending: str = "exit", *, at_rest: bool = False
 ) -> tuple[subprocess.CompletedProcess[str], Path]:
     script = tmp_path / "agent.py"
@@ -83,7 +83,7 @@ def _run(
     return proc, db
 
 
-def _stored(db: Path) -> dict[str, list[tuple[str, str | None]]]:
+def stored_rows(db: Path) -> dict[str, list[tuple[str, str | None]]]:
     rows: dict[str, list[tuple[str, str | None]]] = {}
     with sqlite3.connect(db) as conn:
         for conversation, record_id, digest in conn.execute(
@@ -95,10 +95,10 @@ def _stored(db: Path) -> dict[str, list[tuple[str, str | None]]]:
 
 @pytest.mark.parametrize("start_method", ["fork", "forkserver", "spawn"])
 def test_pool_workers_store_every_failure_and_leave_no_spool(tmp_path: Path, start_method: str) -> None:
-    proc, db = _run(tmp_path, start_method)
+    proc, db = run_pool_agent(tmp_path, start_method)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "otel-errcompact:" not in proc.stderr, proc.stderr
-    stored = _stored(db)
+    stored = stored_rows(db)
     assert {c: len(r) for c, r in stored.items()} == EXPECTED, stored
     for conversation, records in stored.items():
         for record_id, digest in records:
@@ -114,19 +114,19 @@ def test_pool_workers_store_every_failure_and_leave_no_spool(tmp_path: Path, sta
 def test_fork_workers_store_every_failure_with_redaction_at_rest(tmp_path: Path) -> None:
     """With ``redact_at_rest`` the store's sink is wrapped: the wrapper must hand the fork on to it, or a
     worker writes through the parent's connection and stores nothing."""
-    proc, db = _run(tmp_path, "fork", at_rest=True)
+    proc, db = run_pool_agent(tmp_path, "fork", at_rest=True)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr and "otel-errcompact:" not in proc.stderr, proc.stderr
-    assert {c: len(r) for c, r in _stored(db).items()} == EXPECTED
+    assert {c: len(r) for c, r in stored_rows(db).items()} == EXPECTED
 
 
 def test_a_killed_workers_records_are_recovered_at_the_next_start(tmp_path: Path) -> None:
     """``kill -9`` of a forked worker right after its tool calls returned: their records are in spool
     segments of its own (not in the parent's), which no process removes, and the next process that
     opens the store replays them."""
-    proc, db = _run(tmp_path, "fork", ending="kill")
+    proc, db = run_pool_agent(tmp_path, "fork", ending="kill")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    before = {c: len(r) for c, r in _stored(db).items()}
+    before = {c: len(r) for c, r in stored_rows(db).items()}
     assert before["parent-before"] == before["parent-after"] == 1, before
     assert before.get("worker-3", 0) < 2, before  # else the kill came too late to test anything
     reopen = subprocess.run(
@@ -136,7 +136,7 @@ def test_a_killed_workers_records_are_recovered_at_the_next_start(tmp_path: Path
         capture_output=True, text=True, timeout=60, check=False,
     )
     assert reopen.returncode == 0, reopen.stderr
-    assert {c: len(r) for c, r in _stored(db).items()} == EXPECTED
+    assert {c: len(r) for c, r in stored_rows(db).items()} == EXPECTED
     spool = db.with_name(db.name + "-spool")
     assert not spool.exists() or not list(spool.iterdir())
 
@@ -201,7 +201,7 @@ def _run_forking(tmp_path: Path, source: str, *args: str) -> subprocess.Complete
 def _assert_the_child_failed_and_stored(proc: subprocess.CompletedProcess[str], db: Path, then: str) -> None:
     assert f"child Error: [KeyError] at agent.py:9 in lookup: 'user_id' {then}" in proc.stdout, proc.stdout
     assert "child-exit 0" in proc.stdout, proc.stdout
-    [(_, digest)] = _stored(db)["child"]
+    [(_, digest)] = stored_rows(db)["child"]
     assert digest == "[KeyError] at agent.py:9 in lookup: 'user_id'"
 
 
@@ -610,4 +610,4 @@ def test_a_child_forked_before_queued_failures_are_counted_counts_them_once(tmp_
         "child False {'error': 1}",
         "parent 3 tool failure(s), 1 distinct: True False {'ok': 1, 'error': 6}",
     ], proc.stdout + proc.stderr
-    assert {conversation: len(rows) for conversation, rows in _stored(db).items()} == {"stuck": 3, "recovering": 4}
+    assert {conversation: len(rows) for conversation, rows in stored_rows(db).items()} == {"stuck": 3, "recovering": 4}

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import env_without_otel
+from tests.test_fork import EXPECTED, run_pool_agent, stored_rows
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads thread masks from /proc")
 
@@ -111,37 +112,13 @@ def test_helper_processes_started_from_a_library_thread_clear_the_mask(tmp_path:
         assert not _blocks(mask, signal.SIGTERM) and not _blocks(mask, signal.SIGINT), (name, hex(mask))
 
 
-POOL_TERMINATE = textwrap.dedent(
-    """
-    import multiprocessing, os, sys
-    import otel_errcompact
-
-    ec = otel_errcompact.init(service_name="pool-test", sqlite_path=sys.argv[1])
-
-    @ec.tool
-    def read_config(path: str) -> str:
-        with open(path) as f:
-            return f.read()
-
-    def task(n: int) -> int:
-        with ec.conversation(f"worker-{n}"):
-            read_config(f"/nonexistent/config-{n}.toml")
-        return os.getpid()
-
-    if __name__ == "__main__":
-        with multiprocessing.get_context("fork").Pool(2) as pool:
-            pids = pool.map(task, range(4))
-        # leaving the block terminates the workers with SIGTERM while they wait for a task
-        print("ok", len(set(pids)))
-    """
-)
-
-
 def test_a_fork_pool_terminated_while_its_workers_wait_ends(tmp_path: Path) -> None:
-    """Five pools in a row, each terminated on leaving its ``with`` block: the SIGTERM every worker gets
-    while it waits in the queue's lock ends it (a hang fails the run by its timeout)."""
+    """Five pools in a row (``tests/test_fork.py``'s agent), each terminated on leaving its ``with`` block:
+    the SIGTERM every worker gets while it waits in the queue's lock ends it (a hang fails the run by its
+    timeout), and every failure is stored."""
     for run in range(5):
-        db = tmp_path / f"t{run}.sqlite3"
-        done = subprocess.run([sys.executable, "-c", POOL_TERMINATE, str(db)], cwd=tmp_path,
-                              env=env_without_otel(), capture_output=True, text=True, timeout=60, check=False)
-        assert done.returncode == 0 and done.stdout.startswith("ok"), (run, done.stdout, done.stderr)
+        folder = tmp_path / f"run-{run}"
+        folder.mkdir()
+        proc, db = run_pool_agent(folder, "fork")
+        assert proc.returncode == 0, (run, proc.stdout, proc.stderr)
+        assert {c: len(r) for c, r in stored_rows(db).items()} == EXPECTED, run
