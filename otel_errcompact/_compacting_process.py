@@ -103,8 +103,7 @@ class CompactingProcess(HelperProcess):
         the redaction patterns ``rules`` registered (compiled patterns, as
         :func:`otel_errcompact.redact.patterns` gives them); :class:`CompactingProcessError` if the child
         cannot answer (it is then stopped, and the next call starts another) or :func:`close` has run."""
-        if self._process is None and (refusal := self._refusal()):
-            raise CompactingProcessError(refusal)  # before the request is built for nothing
+        self.raise_if_refused()
         payload = [text.encode("utf-8", "surrogatepass") for text in texts]
         blob = marshal.dumps([(rule.pattern, rule.flags) for rule in rules]) if rules else b""
         request = b"".join((

@@ -55,8 +55,7 @@ class CountingProcess(HelperProcess):
     def count(self, payload: Sequence[bytes]) -> list[int]:
         """The token count of each UTF-8 text, in order; :class:`CountingProcessError` if the child cannot
         answer (it is then stopped, and the next call starts another) or :func:`close` has run."""
-        if self._process is None and (refusal := self._refusal()):
-            raise CountingProcessError(refusal)  # before the request is built for nothing
+        self.raise_if_refused()
         request = struct.pack(f"<I{len(payload)}I", len(payload), *map(len, payload)) + b"".join(payload)
         size = 4 * len(payload)
         reply = self.exchange(

@@ -75,8 +75,7 @@ class HelperProcess:
     def exchange(self, request: bytes, read_reply: Callable[[int, float], _T], timeout_s: float) -> _T:
         """Send ``request`` and return ``read_reply(stdout_fd, deadline)``; :attr:`error` if the child
         cannot answer (it is then stopped, and the next call starts another) or :meth:`close` has run."""
-        if self._process is None and (refusal := self._refusal()):
-            raise self.error(refusal)  # for good, so lock-free
+        self.raise_if_refused()
         with self._lock:
             process = self._running()
             try:
@@ -86,6 +85,12 @@ class HelperProcess:
             except (OSError, HelperProcessError) as exc:
                 self._stop()
                 raise self.error(f"the {self.what} process stopped answering ({exc})") from exc
+
+    def raise_if_refused(self) -> None:
+        """Raise :attr:`error` when no child runs and none may be started any more: a subclass calls it
+        before it builds a request for nothing. For good once true, so lock-free."""
+        if self._process is None and (refusal := self._refusal()):
+            raise self.error(refusal)
 
     def _running(self) -> subprocess.Popen[bytes]:
         # After a fork the child is the parent's: poll() cannot wait for it and reports it ended, so this
