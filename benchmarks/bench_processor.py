@@ -9,7 +9,10 @@ that discards. The plugin side is ``otel_errcompact.init()`` with its defaults o
 SQLite trajectory store on (in a scratch folder), metrics on with a real metric reader (so token counting
 runs), default thresholds. Every span is timed on its own, from start to end, and rounds alternate
 bare/plugin (the first side alternates too) so a shared machine's noise hits both alike. The table gives
-the median and p99 per span kind, and the plugin's added median as a percentage of bare:
+the median and p99 per span kind, the plugin's added median as a percentage of bare, and the same read
+round by round (the median of each round's difference of the two sides' block medians, with its
+quartiles over the rounds: a machine whose speed drifts during the run moves a round's two sides alike,
+where the pooled medians lean to the side that ran more spans in the fast minutes):
 
 - a chat span inside an agent trace, and the root ``invoke_agent`` span;
 - a successful tool span;
@@ -379,6 +382,32 @@ def _stats(ns: list[int]) -> dict[str, float]:
     }
 
 
+def _paired(per_round: dict[str, list[float]], side: str) -> dict[str, float]:
+    """What ``side`` adds to bare, read round by round: each round's difference of the two sides' block
+    medians (the sides of a round run one right after the other), then the median and quartiles of those
+    differences over the rounds, in µs and as a share of the bare block median.
+
+    Why, besides the pooled medians: this machine's speed can move by half within a run. The pooled
+    medians then lean to whichever side happened to run more of its spans in the fast minutes; a round's
+    two blocks ran within a second of each other, so their difference keeps little of the drift, and the
+    quartiles say how far the rounds disagree."""
+    diffs = sorted(p - b for b, p in zip(per_round["bare"], per_round[side], strict=True))
+    shares = sorted((p - b) / b for b, p in zip(per_round["bare"], per_round[side], strict=True))
+    if not diffs:
+        return {}
+    q1, _, q3 = statistics.quantiles(diffs, n=4) if len(diffs) > 1 else (diffs[0], 0.0, diffs[0])
+    return {"median_us": statistics.median(diffs), "q1_us": q1, "q3_us": q3,
+            "median_share": statistics.median(shares), "rounds": len(diffs)}
+
+
+def _paired_text(paired: dict[str, float]) -> str:
+    """A :func:`_paired` result as the table prints it."""
+    if not paired:
+        return "-"
+    return (f"{paired['median_us']:+.2f}µs {100 * paired['median_share']:+.1f}% "
+            f"({paired['q1_us']:+.2f} to {paired['q3_us']:+.2f})")
+
+
 def _hook_times(ec: ErrCompact, timer: Timer, tracer: Tracer, first: int, blocks: int, block: int) -> dict[str, float]:
     """The span processor's own time per tool span under ``timer``: its ``on_start``, ``_on_ending`` and
     ``on_end``, each timed in place by the span clock, summed per span (see ``--hooks``)."""
@@ -547,6 +576,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         background: dict[str, dict[str, float]] = {}  # failed kinds: µs of background CPU per span
         for label, timer in kinds:
             samples: dict[str, list[int]] = {"bare": [], "plugin": [], "idle": []}
+            per_round: dict[str, list[float]] = {"bare": [], "plugin": [], "idle": []}  # each block's median
             used: dict[str, int] = {}
             spans = 0
             for rnd in range(args.small_rounds if label in small else args.rounds):
@@ -555,7 +585,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                     sides = _THREE_SIDES[rnd % len(_THREE_SIDES)]
                 for side in sides:
                     before = _background_cpu_ns() if side == "plugin" else {}
-                    samples[side] += timer(tracers[side], order, blocks[label])
+                    block_ns = timer(tracers[side], order, blocks[label])
+                    samples[side] += block_ns
+                    per_round[side].append(statistics.median(block_ns) / 1000)
                     if side == "plugin":
                         ec.flush(120)
                         for name, ns in _background_cpu_ns().items():
@@ -564,9 +596,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                         spans += blocks[label]
                 order += blocks[label]  # both sides get the same errors in a round
             bare_s, plugin_s = _stats(samples["bare"]), _stats(samples["plugin"])
-            results[label] = {"bare": bare_s, "plugin": plugin_s}
+            results[label] = {"bare": bare_s, "plugin": plugin_s, "paired": _paired(per_round, "plugin")}
             if samples["idle"]:
                 results[label]["idle"] = _stats(samples["idle"])
+                results[label]["idle_paired"] = _paired(per_round, "idle")
             if "failed:" in label and spans:
                 background[label] = {name: ns / spans / 1000 for name, ns in used.items()}
 
@@ -648,18 +681,18 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"× {args.block} spans per side per kind, bare and plugin interleaved; {args.clock} clock")
         width = max(42, *(len(label) for label in results))
         print(f"{'span kind':<{width}} {'bare med':>9} {'plugin med':>11} {'added':>8} {'added %':>8} {'ratio':>6} "
-              f"{'bare p99':>9} {'plugin p99':>11}")
+              f"{'bare p99':>9} {'plugin p99':>11}   {'by round: added (quartiles)':>34}")
         for label, row in results.items():
             b, p = row["bare"], row["plugin"]
             added = p["median_us"] - b["median_us"]
             print(f"{label:<{width}} {b['median_us']:>7.2f}µs {p['median_us']:>9.2f}µs "
                   f"{added:>+6.2f}µs {100 * added / b['median_us']:>+7.1f}% {p['median_us'] / b['median_us']:>6.2f} "
-                  f"{b['p99_us']:>7.1f}µs {p['p99_us']:>9.1f}µs")
+                  f"{b['p99_us']:>7.1f}µs {p['p99_us']:>9.1f}µs   {_paired_text(row['paired'])}")
         for label, row in results.items():
             if "idle" in row:
                 bare_us, idle_us = row["bare"]["median_us"], row["idle"]["median_us"]
                 print(f"{label}: a second span processor that does nothing adds {idle_us - bare_us:+.2f} µs "
-                      f"({100 * (idle_us - bare_us) / bare_us:+.1f} %)")
+                      f"({100 * (idle_us - bare_us) / bare_us:+.1f} %; by round {_paired_text(row['idle_paired'])})")
         for framework, recorded in found.items():
             print(f"recorded spans, {FRAMEWORKS[framework]}: "
                   + ", ".join(f"{s.kind} {s.name!r} {s.attribute_count()} attributes "

@@ -645,6 +645,26 @@ def test_the_benchmarks_hook_timer_sees_each_failed_tool_span_once_and_restores_
     assert len(failed) == 14 and all((s.attributes or {}).get("errcompact.key") for s in failed)
 
 
+def test_the_benchmarks_round_by_round_figure_pairs_each_round_and_ignores_a_drift_both_sides_share() -> None:
+    """``bench_processor.py``'s "by round" figure is the median of each round's plugin-minus-bare
+    difference: a machine that slows down in the middle of a run moves both sides of a round alike, so the
+    figure keeps what the plugin adds, where the pooled medians (the table's "added") lean to whichever side
+    ran more of its spans in the fast rounds."""
+    from benchmarks.bench_processor import _paired
+
+    # Rounds 4-6 ran at a third of the speed; the plugin always adds 10 µs to its round's bare median.
+    bare = [100.0, 102.0, 101.0, 300.0, 303.0, 299.0, 100.0]
+    per_round = {"bare": bare, "plugin": [b + 10.0 for b in bare]}
+
+    paired = _paired(per_round, "plugin")
+
+    assert paired["rounds"] == 7
+    assert paired["median_us"] == pytest.approx(10.0)
+    assert paired["q1_us"] == pytest.approx(10.0) and paired["q3_us"] == pytest.approx(10.0)
+    assert paired["median_share"] == pytest.approx(10.0 / 102.0)
+    assert _paired({"bare": [], "plugin": []}, "plugin") == {}
+
+
 @pytest.mark.parametrize("raised", [False, True], ids=["premade", "raised"])
 def test_the_throughput_benchmarks_threads_each_end_a_failed_tool_span_the_plugin_digests(
     make_otel: Callable[..., OTel], app: ModuleType, tmp_path: Path, raised: bool
