@@ -233,6 +233,27 @@ def _lineage(anchors: Mapping[int, Span], parent_id: int) -> list[Span] | None:
     return own
 
 
+def _anchors_before(anchors: dict[int, Span], span: ReadableSpan) -> dict[int, Span]:
+    """A copy of a trace's anchors (see ``_anchors``) without those started after ``span`` ended: the
+    anchors a success queued earlier ran under, when it is resolved (see
+    ``ErrorCompactionProcessor._resolve_success``)."""
+    copied = dict(anchors)  # one C-level copy: registrations on other threads may change the original
+    try:
+        ended = span._end_time  # type: ignore[attr-defined]  # the SDK's field, read without a call
+    except AttributeError:
+        ended = span.end_time
+    if ended is None:
+        return copied
+    for span_id, anchor in list(copied.items()):
+        try:
+            started = anchor._start_time
+        except AttributeError:
+            started = anchor.start_time
+        if started is not None and started > ended:
+            del copied[span_id]
+    return copied
+
+
 def _utc_from_ns(ns: int) -> datetime:
     """OTel's nanoseconds since the epoch as an aware UTC datetime, exact to the microsecond.
 
@@ -320,8 +341,10 @@ class ErrorCompactionProcessor(SpanProcessor):
         # neither a registration nor a removal.
         self._starts: deque[Span] = deque()
         self._until_sweep = ANCHOR_SWEEP_EVERY  # registrations left before the next sweep
-        # Bound once: one success is handed over per successful tool call (see _defer_success).
+        # Bound once: one success is handed over per successful tool call (see _defer_success), and an
+        # anchor ending while successes wait is forgotten in its turn after them (see _forget_anchor).
         self._resolve = self._resolve_success
+        self._forget_in_turn = self._forget_queued
         self._successes = pipeline.history.success_queue()
         self._successes_backlogged = pipeline.history.backlogged
         self._notify_success = pipeline.notify_success
@@ -688,11 +711,10 @@ class ErrorCompactionProcessor(SpanProcessor):
         ):
             self._process(span, span, attrs, is_tool=True, context=context)
             return
-        if self._starts:
+        if self._starts:  # _defer_success, inlined
             self._take_starts()
-        anchors = self._anchors.get(context[0])  # _defer_success, inlined; [0]: SpanContext.trace_id, no call
         successes = self._successes
-        successes.append((self._resolve, (span, dict(anchors) if anchors else None)))
+        successes.append((self._resolve, span))
         if len(successes) >= SUCCESS_QUEUE_BOUND:
             self._successes_backlogged()
 
@@ -877,23 +899,23 @@ class ErrorCompactionProcessor(SpanProcessor):
         return False if not_a_failure or wrapper else exception
 
     def _defer_success(self, span: ReadableSpan, context: Any) -> None:
-        """A successful tool span: what the agent's thread must capture now, the rest later.
+        """A successful tool span: queued as it is, resolved later (:meth:`_resolve_success`), in order
+        with the other successes and before the next failure is counted, by the history (see
+        ``ErrorHistory.defer_success``).
 
-        Captured: the span (its ids, parent, attributes and name stay readable) and a copy of the
-        trace's live anchors by span id, which may end before the success is resolved. Resolved later
-        (:meth:`_resolve_success`), in order with the other successes and before the next failure is
-        counted, by the history (see ``ErrorHistory.defer_success``)."""
+        Nothing else is captured: the span's ids, parent, attributes and name stay readable, and the
+        trace's anchors it resolves against are still registered then, as an anchor that ends while
+        successes wait is forgotten in its turn after them (see :meth:`_forget_anchor`). The agent
+        spans started since are registered first, so that none the success ran under is missed; one
+        allocation per success, which its thread pays in young collections as long as it waits."""
         if self._pending:
             with self._lock:
                 self._pending.pop(context.span_id, None)
         if self._starts:
             self._take_starts()
-        anchors = self._anchors.get(context.trace_id)
-        self.pipeline.history.defer_success(self._resolve, (span, dict(anchors) if anchors else None))
+        self.pipeline.history.defer_success(self._resolve, span)
 
-    def _resolve_success(
-        self, captured: tuple[ReadableSpan, dict[int, Span] | None], notify: bool = True
-    ) -> str | None:
+    def _resolve_success(self, span: ReadableSpan, notify: bool = True) -> str | None:
         """The scope whose consecutive counter a successful tool span resets, and its count in the
         call metric (unless ``notify`` is False: in a forked process the history resolves the
         successes the parent had queued, which the parent counts); None for a span that only wraps a
@@ -901,7 +923,6 @@ class ErrorCompactionProcessor(SpanProcessor):
         every successful tool call (off the agent's thread when the metrics thread takes it, else in
         a batch on it), so the common case is kept to single dict operations and reads of the SDK's
         fields."""
-        span, anchors = captured
         try:
             attrs: Mapping[str, Any] = span._attributes._dict  # type: ignore[union-attr]
             parent = span._parent
@@ -920,13 +941,17 @@ class ErrorCompactionProcessor(SpanProcessor):
                 _bound(tool_parents)
         if (span_id in self._failed_parents or self._returned_errors) and self._wraps_a_failure(span_id, attrs):
             return None
-        # _conversation_in, then the first of the span's own anchors recording one (live or not: the
-        # copy was taken while they were live), inlined and unrolled. Its own: the parent and its anchor
-        # ancestors when the parent is an anchor (see _lineage), else the newest first.
+        # _conversation_in, then the first of the span's own anchors recording one (live or not: those
+        # that ended after it are still registered, see _forget_anchor), inlined and unrolled. Its own:
+        # the parent and its anchor ancestors when the parent is an anchor (see _lineage), else the
+        # newest first.
         if _CONVERSATION_1 in attrs or _CONVERSATION_2 in attrs or _CONVERSATION_3 in attrs:
             conversation = semconv.conversation_id(attrs)
         else:
             conversation = None
+        anchors = self._anchors.get(context.trace_id) if conversation is None else None
+        if anchors:
+            anchors = _anchors_before(anchors, span)
         if conversation is None and anchors:
             # one anchor (an agent run alone in its trace): it is the span's own, no walk
             own = _lineage(anchors, parent_id) if parent_id and len(anchors) > 1 else None
@@ -1207,7 +1232,26 @@ class ErrorCompactionProcessor(SpanProcessor):
         return conversation, agent, target if agent_seen else (anchors[0] if anchors else None)
 
     def _forget_anchor(self, span: Span) -> None:
-        """Drop an ending anchor span, without the lock; the trace goes with its last anchor.
+        """Drop an ending anchor span, without the lock; the trace goes with its last anchor. While
+        successes wait in the history's queue, it is dropped in its turn after them (one append): they
+        are resolved against the anchors they ran under (see :meth:`_defer_success`). Until then the
+        anchor stays registered, ended, and the look-ups for failures pass it by as they pass by any
+        ended anchor (see :meth:`_anchors_of`)."""
+        successes = self._successes
+        if successes:
+            successes.append((self._forget_in_turn, span))
+            if len(successes) >= SUCCESS_QUEUE_BOUND:
+                self._successes_backlogged()
+            return
+        self._forget_now(span)
+
+    def _forget_queued(self, span: Span, notify: bool = True) -> None:
+        """A queued :meth:`_forget_anchor`, in its turn (the history's queue takes it as a success
+        that counts in no scope)."""
+        self._forget_now(span)
+
+    def _forget_now(self, span: Span) -> None:
+        """:meth:`_forget_anchor`, now.
 
         The trace is popped first and its anchors checked after: a span registered into it meanwhile
         puts it back (see :meth:`_register_anchor`), so no live anchor is lost."""

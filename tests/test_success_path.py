@@ -148,6 +148,60 @@ def test_anchors_registered_from_threads_are_all_found_and_all_forgotten(otel: O
     assert not processor._anchors and not processor._anchor_touched and not processor._anchor_spans
 
 
+def test_a_queued_success_resolves_against_the_agents_it_ran_under_not_those_started_after_it() -> None:
+    # The success's parent is no agent span (a step in between), so its conversation is read from the
+    # trace's agents, newest first. It is resolved only when the next failure is counted: by then its
+    # agent has ended and another agent of the trace, in another conversation, has started.
+    provider = TracerProvider()
+    history = ErrorHistory(Thresholds(consecutive=3))
+    processor = ErrorCompactionProcessor(ErrorPipeline(history))
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("tests")
+    try:
+        with tracer.start_as_current_span("workflow"):  # a root span: an anchor with no conversation
+            with agent(tracer, "conv-a"):
+                failing_tool_span(tracer)
+                failing_tool_span(tracer)
+                with tracer.start_as_current_span("step"):
+                    ok_tool_span(tracer)  # queued: nothing reads the counters until the next failure
+            assert history.success_queue(), "the success was resolved before the test could look"
+            with agent(tracer, "conv-b"):
+                failing_tool_span(tracer)  # counted now, the success first
+            with agent(tracer, "conv-a"):
+                failing_tool_span(tracer)
+                # one in a row since the success: it reset conv-a, not conv-b
+                assert history.escalation("conv-a") is None
+                failing_tool_span(tracer)
+                failing_tool_span(tracer)
+                assert history.escalation("conv-a") is not None
+        assert not processor._anchors and not processor._anchor_spans
+    finally:
+        provider.shutdown()
+
+
+def test_an_agent_span_ending_while_successes_wait_is_forgotten_after_them() -> None:
+    provider = TracerProvider()
+    history = ErrorHistory(Thresholds(consecutive=2))
+    processor = ErrorCompactionProcessor(ErrorPipeline(history))
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("tests")
+    try:
+        with agent(tracer, "conv-ended") as agent_span:
+            failing_tool_span(tracer)
+            ok_tool_span(tracer)
+        # Still registered, ended, behind the success that needs it.
+        assert agent_span in processor._anchor_spans
+        trace_id = agent_span.get_span_context().trace_id
+        assert processor.anchor_conversation(trace_id) is None  # look-ups pass an ended anchor by
+        history.apply_successes()
+        assert not processor._anchors and not processor._anchor_spans
+        with agent(tracer, "conv-ended"):
+            failing_tool_span(tracer)
+            assert history.escalation("conv-ended") is None  # the success reset the counter
+    finally:
+        provider.shutdown()
+
+
 # --- the hooks: _on_ending does the work, on_end only without it ----------------------------------------
 
 
