@@ -233,13 +233,21 @@ def _lineage(anchors: Mapping[int, Span], parent_id: int) -> list[Span] | None:
     return own
 
 
+def _ended(span: ReadableSpan) -> bool:
+    """Whether ``span`` has ended, read from the SDK's field when it has one (the property is a call)."""
+    try:
+        return span._end_time is not None
+    except AttributeError:
+        return span.end_time is not None
+
+
 def _anchors_before(anchors: dict[int, Span], span: ReadableSpan) -> dict[int, Span]:
     """A copy of a trace's anchors (see ``_anchors``) without those started after ``span`` ended: the
     anchors a success queued earlier ran under, when it is resolved (see
     ``ErrorCompactionProcessor._resolve_success``)."""
     copied = dict(anchors)  # one C-level copy: registrations on other threads may change the original
     try:
-        ended = span._end_time  # type: ignore[attr-defined]  # the SDK's field, read without a call
+        ended = span._end_time  # the SDK's field, read without a call
     except AttributeError:
         ended = span.end_time
     if ended is None:
@@ -1077,14 +1085,25 @@ class ErrorCompactionProcessor(SpanProcessor):
             self._drop_oldest_anchor(anchors)
 
     def _drop_oldest_anchor(self, anchors: dict[int, Span]) -> None:
-        try:
-            oldest = next(iter(anchors))
-        except (StopIteration, RuntimeError):
-            return
-        span = anchors.pop(oldest, None)
+        """Drop one anchor of a trace past ``_MAX_ANCHORS_PER_TRACE``: the oldest that has ended (one
+        whose forgetting waits behind queued successes, see :meth:`_forget_anchor`), else the oldest.
+        An agent run of many sub-agents in turn keeps its root that way, however many of them ended
+        while successes waited."""
+        victim = None
+        for span_id, anchor in list(anchors.items()):  # one C-level copy: other threads may change it
+            if _ended(anchor):
+                victim = span_id
+                break
+        if victim is None:
+            try:
+                victim = next(iter(anchors))
+            except (StopIteration, RuntimeError):
+                return
+        span = anchors.pop(victim, None)
         if span is not None:
             self._anchor_spans.pop(span, None)
-            self._note_evicted(1)
+            if not _ended(span):
+                self._note_evicted(1)
 
     def _live_anchor(self, trace_id: int, parent_id: int = 0) -> Span | None:
         """The innermost live agent span among the anchors of a span whose parent is ``parent_id`` (see
@@ -1161,7 +1180,8 @@ class ErrorCompactionProcessor(SpanProcessor):
             popped = anchors_by_trace.pop(trace_id, None)
             for span in list(popped.values()) if popped else ():
                 self._anchor_spans.pop(span, None)
-                evicted += 1
+                if not _ended(span):  # an ended one was only waiting to be forgotten (see _forget_anchor)
+                    evicted += 1
         if evicted:
             self._note_evicted(evicted)
 

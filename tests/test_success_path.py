@@ -202,6 +202,30 @@ def test_an_agent_span_ending_while_successes_wait_is_forgotten_after_them() -> 
         provider.shutdown()
 
 
+def test_sub_agents_ending_while_successes_wait_never_push_the_root_out_of_its_trace() -> None:
+    # A workflow runs more sub-agents in turn than a trace keeps anchors for, each with a successful call
+    # and none failing: nothing reads the counters, so every ended sub-agent waits to be forgotten.
+    from otel_errcompact.processor import _MAX_ANCHORS_PER_TRACE
+
+    provider = TracerProvider()
+    history = ErrorHistory(Thresholds(consecutive=3))
+    processor = ErrorCompactionProcessor(ErrorPipeline(history))
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("tests")
+    try:
+        with agent(tracer, "conv-workflow", name="planner") as root:
+            for i in range(_MAX_ANCHORS_PER_TRACE + 6):
+                with agent(tracer, name=f"worker-{i}"):
+                    ok_tool_span(tracer)
+            assert history.success_queue(), "the successes were resolved before the test could look"
+            trace_id = root.get_span_context().trace_id
+            assert processor.anchor_conversation(trace_id) == "conv-workflow"
+            assert processor.evicted_anchors == 0  # ended sub-agents are not "never ended" anchors
+            assert root in processor._anchor_spans
+    finally:
+        provider.shutdown()
+
+
 # --- the hooks: _on_ending does the work, on_end only without it ----------------------------------------
 
 
