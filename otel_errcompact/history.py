@@ -277,6 +277,11 @@ class ErrorHistory:
         self._successes: deque[Any] = deque()
         # True from asking on_backlog to take the queue until the queue is emptied: asked once per backlog.
         self._backlog_asked = False
+        self.applying = False
+        """True while a thread applies the queue: the item it took is out of the queue but not applied
+        yet, so a caller that orders work after queued items by appending to the queue when it is not
+        empty (the span processor forgetting an anchor, see ``ErrorCompactionProcessor._forget_anchor``)
+        appends then too. Read without the lock."""
         # Deferred failures counted under the lock, waiting for their own steps after it is released.
         self._observed: deque[tuple[DeferredObservation, Observation | None]] = deque()
         self._seq = 0
@@ -297,6 +302,7 @@ class ErrorHistory:
         processor and the digest thread hold it. Failures counted but not finished are the parent's
         to finish."""
         self._lock = threading.Lock()
+        self.applying = False  # a thread of the parent's may have been applying: it is not here
         successes = self._successes
         inherited = [item if isinstance(item, str) else _Inherited(item) for item in successes]
         successes.clear()
@@ -442,7 +448,15 @@ class ErrorHistory:
 
     def _apply_successes(self, limit: int = -1) -> None:
         """Apply the queued successes, oldest first, ``limit`` of them at most (call with the lock
-        held)."""
+        held), with :attr:`applying` set meanwhile."""
+        self.applying = True
+        try:
+            self._apply_queued(limit)
+        finally:
+            self.applying = False
+
+    def _apply_queued(self, limit: int) -> None:
+        """:meth:`_apply_successes`' loop."""
         successes = self._successes
         while successes and limit != 0:
             limit -= 1

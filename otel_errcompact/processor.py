@@ -353,6 +353,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         # anchor ending while successes wait is forgotten in its turn after them (see _forget_anchor).
         self._resolve = self._resolve_success
         self._forget_in_turn = self._forget_queued
+        self._history = pipeline.history
         self._successes = pipeline.history.success_queue()
         self._successes_backlogged = pipeline.history.backlogged
         self._notify_success = pipeline.notify_success
@@ -1258,7 +1259,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         anchor stays registered, ended, and the look-ups for failures pass it by as they pass by any
         ended anchor (see :meth:`_anchors_of`)."""
         successes = self._successes
-        if successes:
+        if successes or self._history.applying:  # applying: the success it took may need this anchor
             successes.append((self._forget_in_turn, span))
             if len(successes) >= SUCCESS_QUEUE_BOUND:
                 self._successes_backlogged()

@@ -202,6 +202,44 @@ def test_an_agent_span_ending_while_successes_wait_is_forgotten_after_them() -> 
         provider.shutdown()
 
 
+def test_an_agent_span_ending_while_another_thread_resolves_its_success_is_forgotten_after_it() -> None:
+    # The queue is empty from the moment the applying thread takes the success until it has read the
+    # anchors: the agent span ending in that window must still wait for it.
+    import threading
+
+    provider = TracerProvider()
+    history = ErrorHistory(Thresholds(consecutive=2))
+    processor = ErrorCompactionProcessor(ErrorPipeline(history))
+    provider.add_span_processor(processor)
+    tracer = provider.get_tracer("tests")
+    resolve, inside, release = processor._resolve, threading.Event(), threading.Event()
+
+    def held(span: ReadableSpan) -> str | None:
+        inside.set()
+        release.wait(10)
+        return resolve(span)
+
+    processor._resolve = held  # the success below is queued with it
+    try:
+        with agent(tracer, "conv-race"):
+            failing_tool_span(tracer)
+            ok_tool_span(tracer)
+            applier = threading.Thread(target=history.apply_successes)
+            applier.start()
+            assert inside.wait(10)
+            assert not history.success_queue()  # taken, not resolved yet
+        release.set()  # the agent span has ended meanwhile
+        applier.join(10)
+        history.apply_successes()
+        assert not processor._anchors and not processor._anchor_spans
+        with agent(tracer, "conv-race"):
+            failing_tool_span(tracer)
+            assert history.escalation("conv-race") is None  # the success reset the conversation's counter
+    finally:
+        release.set()
+        provider.shutdown()
+
+
 def test_sub_agents_ending_while_successes_wait_never_push_the_root_out_of_its_trace() -> None:
     # A workflow runs more sub-agents in turn than a trace keeps anchors for, each with a successful call
     # and none failing: nothing reads the counters, so every ended sub-agent waits to be forgotten.
