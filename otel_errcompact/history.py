@@ -277,11 +277,9 @@ class ErrorHistory:
         self._successes: deque[Any] = deque()
         # True from asking on_backlog to take the queue until the queue is emptied: asked once per backlog.
         self._backlog_asked = False
-        self.applying = False
-        """True while a thread applies the queue: the item it took is out of the queue but not applied
-        yet, so a caller that orders work after queued items by appending to the queue when it is not
-        empty (the span processor forgetting an anchor, see ``ErrorCompactionProcessor._forget_anchor``)
-        appends then too. Read without the lock."""
+        # True while a thread applies the queue: the item it took is out of the queue but not applied
+        # yet, so after_queued queues then too. Read without the lock.
+        self._applying = False
         # Deferred failures counted under the lock, waiting for their own steps after it is released.
         self._observed: deque[tuple[DeferredObservation, Observation | None]] = deque()
         self._seq = 0
@@ -302,7 +300,7 @@ class ErrorHistory:
         processor and the digest thread hold it. Failures counted but not finished are the parent's
         to finish."""
         self._lock = threading.Lock()
-        self.applying = False  # a thread of the parent's may have been applying: it is not here
+        self._applying = False  # a thread of the parent's may have been applying: it is not here
         successes = self._successes
         inherited = [item if isinstance(item, str) else _Inherited(item) for item in successes]
         successes.clear()
@@ -406,6 +404,23 @@ class ErrorHistory:
         if len(self._successes) >= SUCCESS_QUEUE_BOUND:
             self.backlogged()
 
+    def after_queued(self, run: Callable[..., None], item: Any) -> None:
+        """Call ``run(item)`` once everything queued so far is applied: at once when nothing is queued
+        or being applied, else in its turn in the queue, as a success that counts in no scope (in a
+        process forked meanwhile, as ``run(item, notify=False)``, see :meth:`defer_success`). Lets
+        the span processor forget an agent span that ends while successes that ran under it wait.
+
+        Without the lock, as :meth:`defer_success`: "being applied" covers the moment another thread
+        has taken the last item out of the queue but not applied it yet, which may still need what
+        ``run`` would undo."""
+        successes = self._successes
+        if successes or self._applying:
+            successes.append((run, item))
+            if len(successes) >= SUCCESS_QUEUE_BOUND:
+                self.backlogged()
+            return
+        run(item)
+
     def defer_failure(self, deferred: DeferredObservation) -> None:
         """Count a failure later, in order with the successes and failures around it: before the next
         operation that reads or writes counters, or when :meth:`apply_successes` runs (the digest
@@ -448,12 +463,12 @@ class ErrorHistory:
 
     def _apply_successes(self, limit: int = -1) -> None:
         """Apply the queued successes, oldest first, ``limit`` of them at most (call with the lock
-        held), with :attr:`applying` set meanwhile."""
-        self.applying = True
+        held), with ``_applying`` set meanwhile (see :meth:`after_queued`)."""
+        self._applying = True
         try:
             self._apply_queued(limit)
         finally:
-            self.applying = False
+            self._applying = False
 
     def _apply_queued(self, limit: int) -> None:
         """:meth:`_apply_successes`' loop."""

@@ -233,12 +233,17 @@ def _lineage(anchors: Mapping[int, Span], parent_id: int) -> list[Span] | None:
     return own
 
 
-def _ended(span: ReadableSpan) -> bool:
-    """Whether ``span`` has ended, read from the SDK's field when it has one (the property is a call)."""
+def _end_of(span: ReadableSpan) -> int | None:
+    """``span.end_time``, read from the SDK's field when it has one (the property is a call)."""
     try:
-        return span._end_time is not None
+        end: int | None = span._end_time
     except AttributeError:
-        return span.end_time is not None
+        end = span.end_time
+    return end
+
+
+def _ended(span: ReadableSpan) -> bool:
+    return _end_of(span) is not None
 
 
 def _anchors_before(anchors: dict[int, Span], span: ReadableSpan) -> dict[int, Span]:
@@ -246,10 +251,7 @@ def _anchors_before(anchors: dict[int, Span], span: ReadableSpan) -> dict[int, S
     anchors a success queued earlier ran under, when it is resolved (see
     ``ErrorCompactionProcessor._resolve_success``)."""
     copied = dict(anchors)  # one C-level copy: registrations on other threads may change the original
-    try:
-        ended = span._end_time  # the SDK's field, read without a call
-    except AttributeError:
-        ended = span.end_time
+    ended = _end_of(span)
     if ended is None:
         return copied
     for span_id, anchor in list(copied.items()):
@@ -349,11 +351,8 @@ class ErrorCompactionProcessor(SpanProcessor):
         # neither a registration nor a removal.
         self._starts: deque[Span] = deque()
         self._until_sweep = ANCHOR_SWEEP_EVERY  # registrations left before the next sweep
-        # Bound once: one success is handed over per successful tool call (see _defer_success), and an
-        # anchor ending while successes wait is forgotten in its turn after them (see _forget_anchor).
+        # Bound once: one success is handed over per successful tool call (see _defer_success).
         self._resolve = self._resolve_success
-        self._forget_in_turn = self._forget_queued
-        self._history = pipeline.history
         self._successes = pipeline.history.success_queue()
         self._successes_backlogged = pipeline.history.backlogged
         self._notify_success = pipeline.notify_success
@@ -1254,25 +1253,14 @@ class ErrorCompactionProcessor(SpanProcessor):
 
     def _forget_anchor(self, span: Span) -> None:
         """Drop an ending anchor span, without the lock; the trace goes with its last anchor. While
-        successes wait in the history's queue, it is dropped in its turn after them (one append): they
-        are resolved against the anchors they ran under (see :meth:`_defer_success`). Until then the
-        anchor stays registered, ended, and the look-ups for failures pass it by as they pass by any
-        ended anchor (see :meth:`_anchors_of`)."""
-        successes = self._successes
-        if successes or self._history.applying:  # applying: the success it took may need this anchor
-            successes.append((self._forget_in_turn, span))
-            if len(successes) >= SUCCESS_QUEUE_BOUND:
-                self._successes_backlogged()
-            return
-        self._forget_now(span)
+        successes wait in the history's queue, it is dropped in its turn after them (one append, see
+        ``ErrorHistory.after_queued``): they are resolved against the anchors they ran under (see
+        :meth:`_defer_success`). Until then the anchor stays registered, ended, and the look-ups for
+        failures pass it by as they pass by any ended anchor (see :meth:`_anchors_of`)."""
+        self.pipeline.history.after_queued(self._forget_now, span)
 
-    def _forget_queued(self, span: Span, notify: bool = True) -> None:
-        """A queued :meth:`_forget_anchor`, in its turn (the history's queue takes it as a success
-        that counts in no scope)."""
-        self._forget_now(span)
-
-    def _forget_now(self, span: Span) -> None:
-        """:meth:`_forget_anchor`, now.
+    def _forget_now(self, span: Span, notify: bool = True) -> None:
+        """:meth:`_forget_anchor`, now (``notify``: the history's queue item signature, unused).
 
         The trace is popped first and its anchors checked after: a span registered into it meanwhile
         puts it back (see :meth:`_register_anchor`), so no live anchor is lost."""

@@ -8,9 +8,11 @@ the anchors.
 
 from __future__ import annotations
 
+import threading
 import time
 import traceback
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from opentelemetry.context import Context
@@ -19,12 +21,12 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import Status, StatusCode, Tracer
 
 from otel_errcompact import history as history_module
 from otel_errcompact.history import ErrorHistory, Thresholds
 from otel_errcompact.pipeline import ErrorPipeline
-from otel_errcompact.processor import ErrorCompactionProcessor
+from otel_errcompact.processor import _MAX_ANCHORS_PER_TRACE, ErrorCompactionProcessor
 from otel_errcompact.recovery.observe import MODEL_SPAN_SIGNALS, RecoveryTelemetry
 from otel_errcompact.telemetry import ErrorMetrics
 from tests.conftest import OTel, metric_points, metric_sum, metrics_by_name, run_threads
@@ -148,16 +150,25 @@ def test_anchors_registered_from_threads_are_all_found_and_all_forgotten(otel: O
     assert not processor._anchors and not processor._anchor_touched and not processor._anchor_spans
 
 
+@contextmanager
+def _plain_processor(consecutive: int) -> Iterator[tuple[Tracer, ErrorHistory, ErrorCompactionProcessor]]:
+    """A provider with the processor alone on a history of its own: no digest thread and no metrics
+    thread, so queued successes wait until the test, or a failure being counted, applies them."""
+    provider = TracerProvider()
+    history = ErrorHistory(Thresholds(consecutive=consecutive))
+    processor = ErrorCompactionProcessor(ErrorPipeline(history))
+    provider.add_span_processor(processor)
+    try:
+        yield provider.get_tracer("tests"), history, processor
+    finally:
+        provider.shutdown()
+
+
 def test_a_queued_success_resolves_against_the_agents_it_ran_under_not_those_started_after_it() -> None:
     # The success's parent is no agent span (a step in between), so its conversation is read from the
     # trace's agents, newest first. It is resolved only when the next failure is counted: by then its
     # agent has ended and another agent of the trace, in another conversation, has started.
-    provider = TracerProvider()
-    history = ErrorHistory(Thresholds(consecutive=3))
-    processor = ErrorCompactionProcessor(ErrorPipeline(history))
-    provider.add_span_processor(processor)
-    tracer = provider.get_tracer("tests")
-    try:
+    with _plain_processor(consecutive=3) as (tracer, history, processor):
         with tracer.start_as_current_span("workflow"):  # a root span: an anchor with no conversation
             with agent(tracer, "conv-a"):
                 failing_tool_span(tracer)
@@ -175,17 +186,10 @@ def test_a_queued_success_resolves_against_the_agents_it_ran_under_not_those_sta
                 failing_tool_span(tracer)
                 assert history.escalation("conv-a") is not None
         assert not processor._anchors and not processor._anchor_spans
-    finally:
-        provider.shutdown()
 
 
 def test_an_agent_span_ending_while_successes_wait_is_forgotten_after_them() -> None:
-    provider = TracerProvider()
-    history = ErrorHistory(Thresholds(consecutive=2))
-    processor = ErrorCompactionProcessor(ErrorPipeline(history))
-    provider.add_span_processor(processor)
-    tracer = provider.get_tracer("tests")
-    try:
+    with _plain_processor(consecutive=2) as (tracer, history, processor):
         with agent(tracer, "conv-ended") as agent_span:
             failing_tool_span(tracer)
             ok_tool_span(tracer)
@@ -198,71 +202,55 @@ def test_an_agent_span_ending_while_successes_wait_is_forgotten_after_them() -> 
         with agent(tracer, "conv-ended"):
             failing_tool_span(tracer)
             assert history.escalation("conv-ended") is None  # the success reset the counter
-    finally:
-        provider.shutdown()
 
 
 def test_an_agent_span_ending_while_another_thread_resolves_its_success_is_forgotten_after_it() -> None:
     # The queue is empty from the moment the applying thread takes the success until it has read the
     # anchors: the agent span ending in that window must still wait for it.
-    import threading
+    inside, release = threading.Event(), threading.Event()
+    with _plain_processor(consecutive=2) as (tracer, history, processor):
+        resolve = processor._resolve
 
-    provider = TracerProvider()
-    history = ErrorHistory(Thresholds(consecutive=2))
-    processor = ErrorCompactionProcessor(ErrorPipeline(history))
-    provider.add_span_processor(processor)
-    tracer = provider.get_tracer("tests")
-    resolve, inside, release = processor._resolve, threading.Event(), threading.Event()
+        def held(span: ReadableSpan, notify: bool = True) -> str | None:
+            inside.set()
+            release.wait(10)
+            return resolve(span, notify)
 
-    def held(span: ReadableSpan) -> str | None:
-        inside.set()
-        release.wait(10)
-        return resolve(span)
-
-    processor._resolve = held  # the success below is queued with it
-    try:
-        with agent(tracer, "conv-race"):
-            failing_tool_span(tracer)
-            ok_tool_span(tracer)
-            applier = threading.Thread(target=history.apply_successes)
-            applier.start()
-            assert inside.wait(10)
-            assert not history.success_queue()  # taken, not resolved yet
-        release.set()  # the agent span has ended meanwhile
-        applier.join(10)
+        processor._resolve = held  # the success below is queued with it
+        try:
+            with agent(tracer, "conv-race"):
+                failing_tool_span(tracer)
+                ok_tool_span(tracer)
+                applier = threading.Thread(target=history.apply_successes)
+                applier.start()
+                assert inside.wait(10)
+                assert not history.success_queue()  # taken, not resolved yet
+            release.set()  # the agent span has ended meanwhile
+            applier.join(10)
+        finally:
+            release.set()
         history.apply_successes()
         assert not processor._anchors and not processor._anchor_spans
         with agent(tracer, "conv-race"):
             failing_tool_span(tracer)
             assert history.escalation("conv-race") is None  # the success reset the conversation's counter
-    finally:
-        release.set()
-        provider.shutdown()
 
 
 def test_sub_agents_ending_while_successes_wait_never_push_the_root_out_of_its_trace() -> None:
     # A workflow runs more sub-agents in turn than a trace keeps anchors for, each with a successful call
     # and none failing: nothing reads the counters, so every ended sub-agent waits to be forgotten.
-    from otel_errcompact.processor import _MAX_ANCHORS_PER_TRACE
-
-    provider = TracerProvider()
-    history = ErrorHistory(Thresholds(consecutive=3))
-    processor = ErrorCompactionProcessor(ErrorPipeline(history))
-    provider.add_span_processor(processor)
-    tracer = provider.get_tracer("tests")
-    try:
-        with agent(tracer, "conv-workflow", name="planner") as root:
-            for i in range(_MAX_ANCHORS_PER_TRACE + 6):
-                with agent(tracer, name=f"worker-{i}"):
-                    ok_tool_span(tracer)
-            assert history.success_queue(), "the successes were resolved before the test could look"
-            trace_id = root.get_span_context().trace_id
-            assert processor.anchor_conversation(trace_id) == "conv-workflow"
-            assert processor.evicted_anchors == 0  # ended sub-agents are not "never ended" anchors
-            assert root in processor._anchor_spans
-    finally:
-        provider.shutdown()
-
+    with (
+        _plain_processor(consecutive=3) as (tracer, history, processor),
+        agent(tracer, "conv-workflow", name="planner") as root,
+    ):
+        for i in range(_MAX_ANCHORS_PER_TRACE + 6):
+            with agent(tracer, name=f"worker-{i}"):
+                ok_tool_span(tracer)
+        assert history.success_queue(), "the successes were resolved before the test could look"
+        trace_id = root.get_span_context().trace_id
+        assert processor.anchor_conversation(trace_id) == "conv-workflow"
+        assert processor.evicted_anchors == 0  # ended sub-agents are not "never ended" anchors
+        assert root in processor._anchor_spans
 
 # --- the hooks: _on_ending does the work, on_end only without it ----------------------------------------
 
