@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, SynchronousMultiSpanProcessor, TracerProvider
@@ -56,6 +56,15 @@ agent thread's own clock), 100 ms gathers gave a median of 300 µs per span agai
 _BATCHES = 4
 """Batches of digests the digest thread makes per wake-up at most, before it counts what is queued (the
 failures queued after the last batch are then made in place)."""
+
+
+def _copy(shared: Iterable[Any]) -> list[Any]:
+    """A copy of a deque or dict view other threads append to, made in one C call that runs no Python code
+    while it iterates: ``list()``, not ``tuple()``. ``tuple()`` allocates its result after it has started
+    iterating; that allocation can set off a garbage collection, whose finalizers and callbacks are Python
+    code, during which another thread may append, and the copy then raises ``RuntimeError`` ("mutated
+    during iteration"). ``list()`` grows its result with plain memory allocations, which collect nothing."""
+    return list(shared)
 
 
 class ExportGate:
@@ -147,7 +156,7 @@ class ExportGate:
         """
         pending, pipeline = self.pending, self._pipeline
         if pending and pipeline is not None:
-            waiting = [deferred for deferred in tuple(pending.values()) if not deferred.finished]
+            waiting = [deferred for deferred in _copy(pending.values()) if not deferred.finished]
             if waiting:
                 pipeline.settle()  # counts them here, unless another thread is at it
                 deadline = time.monotonic() + _EXPORT_WAIT_S
@@ -255,7 +264,7 @@ class DigestThread:
                 # while a batch was being made (in the compacting process, the GIL let go) are made in
                 # a batch of their own, a few times at most, rather than in place by the counting.
                 for _ in range(_BATCHES):
-                    failures = [item for item in tuple(self._queue) if type(item) is DeferredFailure]
+                    failures = [item for item in _copy(self._queue) if type(item) is DeferredFailure]
                     if not self._pipeline.digest_all(failures):
                         break
                 self._pipeline.settle()

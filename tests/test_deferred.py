@@ -8,6 +8,8 @@ a flush, shutdown. Every failure is a real exception from real code, through the
 
 from __future__ import annotations
 
+import collections
+import gc
 import logging
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +23,7 @@ from opentelemetry.trace import StatusCode
 
 import otel_errcompact
 from otel_errcompact import ErrorBudgetExceeded, Thresholds
+from otel_errcompact import deferred as deferred_module
 from otel_errcompact.deferred import DigestThread
 from otel_errcompact.sinks import writer as writer_module
 from otel_errcompact.sinks.spool import read_segment
@@ -385,3 +388,40 @@ def test_a_second_init_on_the_same_provider_gets_the_export_wait(
         assert (tool.attributes or {})["errcompact.digest"].startswith("[KeyError]")
     finally:
         again.shutdown()
+
+
+@pytest.mark.parametrize("shared", ["deque", "dict values"])
+def test_copying_the_queue_survives_a_collection_that_appends_to_it(shared: str) -> None:
+    """The digest thread copies the history's queue, and the export thread the pending failures, while
+    agent threads append to them. A garbage collection during the copy runs Python code (finalizers,
+    ``gc.callbacks``), in which another thread may append: the copy must not raise then. ``tuple()``
+    raises at some collection thresholds here (the control); ``deferred._copy`` at none."""
+    items: Any = collections.deque(range(100)) if shared == "deque" else {i: i for i in range(100)}
+
+    def grow(phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            if shared == "deque":
+                items.append(len(items))
+            else:
+                items[len(items) + 1_000] = None
+
+    def raised(copy: Callable[[Any], object]) -> int:
+        count = 0
+        thresholds = gc.get_threshold()
+        gc.callbacks.append(grow)
+        try:
+            for threshold in range(1, 13):
+                gc.collect()
+                gc.set_threshold(threshold)
+                try:
+                    copy(items if shared == "deque" else items.values())
+                except RuntimeError:
+                    count += 1
+                finally:
+                    gc.set_threshold(*thresholds)
+        finally:
+            gc.callbacks.remove(grow)
+        return count
+
+    assert raised(tuple) > 0  # the control: a collection does fall inside the copy here
+    assert raised(deferred_module._copy) == 0
