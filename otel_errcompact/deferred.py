@@ -5,9 +5,10 @@ Why. Compacting a traceback costs tens of microseconds, and the span processor u
 after: the digest had to be on the span by then. When every exporting processor on the provider is the
 SDK's ``BatchSpanProcessor``, a span is only queued there, and exported later by that processor's own
 thread. Its exporter is then wrapped (:class:`DigestingExporter`): before it exports a batch, each
-failed tool span in it whose digest is not made yet is finished first. So ``span.end()`` only builds
-the failure and writes its raw trajectory record (durable before the call returns, as before), and the
-rest (digest, counting, the record's digest, metrics, the span's ``errcompact.*`` attributes) is done
+failed tool span in it whose digest is not made yet is finished first. So ``span.end()`` only captures
+what the failure's trajectory record is made of and spools the capture (durable before the call returns,
+see :mod:`otel_errcompact.capture`), and the rest (the record laid out, the digest, counting, the
+record's digest, metrics, the span's ``errcompact.*`` attributes) is done
 by :class:`DigestThread` a moment later, or by whoever needs it first: anything that reads the history
 (the ``[RECENT ERRORS]`` block, the halt check at the tool boundary, the next failure) counts the
 queued failures first, in order with the successes between them (see

@@ -31,6 +31,7 @@ from otel_errcompact._compacting_process import CompactingProcess
 from otel_errcompact._frozen import fast_constructor
 from otel_errcompact._helper_process import HelperProcessError
 from otel_errcompact._sanitize import MAX_INPUT_CHARS
+from otel_errcompact.capture import FailureCapture
 from otel_errcompact.compactor import Compactor, compact_text
 from otel_errcompact.digest import Digest
 from otel_errcompact.history import ErrorHistory, Escalation, Observation
@@ -40,13 +41,12 @@ from otel_errcompact.sinks import TrajectoryWriter
 from otel_errcompact.sinks.writer import Amendment
 from otel_errcompact.statuscode import with_status
 from otel_errcompact.trajectory import (
-    SCHEMA_NAME,
-    SCHEMA_VERSION,
     DigestInfo,
     TrajectoryRecord,
     amended_line,
     jsonable,
     new_record_id,
+    record_values,
 )
 
 __all__ = [
@@ -177,8 +177,8 @@ class ErrorPipeline:
         """Run the ordered steps for ``failure`` and return its digest and observation.
 
         ``values``: ``failure``'s raw trajectory record as :func:`record_values` lays it out, when the
-        caller made it already (the span processor reads a failed span into it, then makes ``failure``
-        from it): the record is then that one, with the digest added, not laid out a second time.
+        caller made it already (the span processor lays a failed span's capture out into it, then makes
+        ``failure`` from it): the record is then that one, with the digest added, not laid out a second time.
         """
         digest: Digest | None = None
         observation: Observation | None = None
@@ -248,33 +248,40 @@ class ErrorPipeline:
         return outcome
 
     def defer(
-        self, values: dict[str, Any], done: Callable[[DeferredFailure, Outcome | None], None], subject: Any = None
+        self, capture: FailureCapture, done: Callable[[DeferredFailure, Outcome | None], None], subject: Any = None
     ) -> DeferredFailure:
         """:meth:`handle`, with only what must happen before the failed call returns done now.
 
-        ``values``: the failure's trajectory record as :func:`record_values` lays it out, without a
-        digest, as the span processor builds it for a failed span (shared from here on, read only).
+        ``capture``: what the failure's trajectory record is made of (see :mod:`otel_errcompact.capture`),
+        as the span processor reads it off a failed span.
 
-        Now, on the caller's thread: the record of the raw error is submitted, so it is in the spool
-        (durable) before the call returns. Later, in its turn among the history's other failures and
-        successes (:meth:`ErrorHistory.defer_failure`): the :class:`Failure` and its digest, the
-        counting, the record again with its digest, count and escalation (same ``record_id``: it
-        supersedes the raw one; handed to the writer through the raw record's
-        :class:`~otel_errcompact.sinks.writer.Amendment`, not submitted again), the listeners, and
-        then ``done(deferred, outcome)`` (``None`` when counting it failed; ``subject``, what the
-        caller needs then, such as the span to annotate, is ``deferred.subject``). Anything that
-        reads the history counts the queued failures first, so what the agent is shown and the
-        escalation decisions are the same as with :meth:`handle`.
+        Now, on the caller's thread: the capture is spooled and queued for the writer, so it is durable
+        before the call returns (a capture orjson cannot write, which no span of the SDK holds, is laid
+        out and spooled as its record). Later, in its turn among the history's other failures and
+        successes (:meth:`ErrorHistory.defer_failure`): the record laid out, the :class:`Failure` and its
+        digest, the counting, the record again with its digest, count and escalation (same
+        ``record_id``: it supersedes the raw one; handed to the writer through the queued capture's
+        :class:`~otel_errcompact.sinks.writer.Amendment`, not submitted again), the listeners, and then
+        ``done(deferred, outcome)`` (``None`` when counting it failed; ``subject``, what the caller
+        needs then, such as the span to annotate, is ``deferred.subject``). Anything that reads the
+        history counts the queued failures first, so what the agent is shown and the escalation
+        decisions are the same as with :meth:`handle`.
         """
         line: bytes | None = None
         amendment: Amendment | None = None
-        if self.writer is not None:
+        writer = self.writer
+        if writer is not None:
             amendment = Amendment()
             try:
-                line = self.writer.submit_values(values, amendment=amendment)
+                if not writer.spooled:
+                    writer.submit_capture(capture, None, amendment=amendment)
+                elif (spooled := capture.line()) is not None:
+                    writer.submit_capture(capture, spooled, amendment=amendment)
+                else:
+                    line = writer.submit_values(capture.values(), amendment=amendment)
             except Exception:
                 _log.exception("otel-errcompact: could not queue a trajectory record")
-        deferred = DeferredFailure(self, values, done, subject, line, amendment)
+        deferred = DeferredFailure(self, capture, done, subject, line, amendment)
         self.history.defer_failure(deferred)
         return deferred
 
@@ -353,33 +360,40 @@ class DeferredFailure:
     """A failure handed to :meth:`ErrorPipeline.defer`, waiting in the history's queue."""
 
     __slots__ = (
-        "_digest", "_failure", "_pipeline", "amendment", "done", "finished", "line", "scope", "subject", "values"
+        "_digest", "_failure", "_pipeline", "amendment", "capture", "done", "finished", "line", "scope", "subject"
     )
 
     def __init__(
         self,
         pipeline: ErrorPipeline,
-        values: dict[str, Any],
+        capture: FailureCapture,
         done: Callable[[DeferredFailure, Outcome | None], None],
         subject: Any = None,
         line: bytes | None = None,
         amendment: Amendment | None = None,
     ) -> None:
         self._pipeline = pipeline
-        self.values = values
-        """Its raw trajectory record's values (read only)."""
+        self.capture = capture
+        """What its raw trajectory record is made of."""
         self.line = line
-        """The raw record's storage line, until the record with its digest is made from it."""
+        """The raw record's storage line when it was spooled as one, until the record with its digest is
+        made from it; None when the capture was spooled."""
         self.amendment = amendment
         """How the record with its digest reaches the writer in the raw one's place (see
         :class:`~otel_errcompact.sinks.writer.Amendment`), until it is offered."""
-        self.scope: str = values["scope"]
+        self.scope: str = capture.scope
         self.done = done
         self.subject = subject
         self._failure: Failure | None = None
         self._digest: Digest | None = None
         self.finished = False
         """True once ``done`` has returned: the span's annotation and the record are final."""
+
+    @property
+    def values(self) -> dict[str, Any]:
+        """Its raw trajectory record's values (read only), laid out on the first call (off the agent's
+        thread, as a rule)."""
+        return self.capture.values()
 
     @property
     def failure(self) -> Failure:
@@ -492,68 +506,6 @@ def _values(
     if digest is not None:
         _with_outcome(values, digest, observation)
     return values
-
-
-def record_values(
-    record_id: str,
-    source: str,
-    recorded_at: datetime,
-    scope: str,
-    trace_id: str | None,
-    span_id: str | None,
-    parent_span_id: str | None,
-    conversation_id: str | None,
-    agent_name: str | None,
-    tool_name: str | None,
-    tool_call_id: str | None,
-    tool_arguments: str | None,
-    span_name: str | None,
-    status_description: str | None,
-    error_type: str | None,
-    exception_type: str | None,
-    exception_message: str | None,
-    exception_stacktrace: str | None,
-    raw_error: str,
-    started_at: datetime | None,
-    ended_at: datetime | None,
-    attributes: dict[str, Any],
-    resource: dict[str, Any],
-    /,
-) -> dict[str, Any]:
-    """A trajectory record's field values, in the model's field order, without a digest yet (see
-    :func:`_with_outcome`), for values already in the record's form: hex ids, aware UTC datetimes,
-    texts as ``str``, JSON-able plain dicts. Positional, with no keyword expansion and no re-ordering:
-    the span processor calls it on the agent's thread for every failed span."""
-    return {
-        "schema_name": SCHEMA_NAME,
-        "schema_version": SCHEMA_VERSION,
-        "record_id": record_id,
-        "source": source,
-        "recorded_at": recorded_at,
-        "scope": scope,
-        "trace_id": trace_id,
-        "span_id": span_id,
-        "parent_span_id": parent_span_id,
-        "conversation_id": conversation_id,
-        "agent_name": agent_name,
-        "tool_name": tool_name,
-        "tool_call_id": tool_call_id,
-        "tool_arguments": tool_arguments,
-        "span_name": span_name,
-        "status_description": status_description,
-        "error_type": error_type,
-        "exception_type": exception_type,
-        "exception_message": exception_message,
-        "exception_stacktrace": exception_stacktrace,
-        "raw_error": raw_error,
-        "started_at": started_at,
-        "ended_at": ended_at,
-        "attributes": attributes,
-        "resource": resource,
-        "digest": None,
-        "count": None,
-        "escalation": None,
-    }
 
 
 def _with_outcome(values: dict[str, Any], digest: Digest, observation: Observation | None) -> None:

@@ -27,7 +27,6 @@ import threading
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable, Mapping, Sized
-from datetime import UTC, datetime
 from typing import Any, Literal
 
 from opentelemetry.context import Context
@@ -39,6 +38,8 @@ from opentelemetry.trace import StatusCode, TraceFlags
 from otel_errcompact import semconv
 from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact._sampled import note_span
+from otel_errcompact.capture import FailureCapture, jsonable_attributes
+from otel_errcompact.capture import first_text as _first_text
 from otel_errcompact.claims import current_claim
 from otel_errcompact.deferred import DigestThread, ExportGate
 from otel_errcompact.exceptions import ErrorBudgetExceeded
@@ -52,10 +53,9 @@ from otel_errcompact.pipeline import (
     JsonableAttributes,
     Outcome,
     failure_of_values,
-    record_values,
 )
 from otel_errcompact.telemetry import tool_label
-from otel_errcompact.trajectory import jsonable, new_record_id
+from otel_errcompact.trajectory import new_record_id
 
 __all__ = [
     "ErrorCompactionProcessor",
@@ -107,8 +107,6 @@ _CONVERSATION_ATTRIBUTES = semconv.CONVERSATION_ATTRIBUTES
 _CONVERSATION_ID = semconv.GEN_AI_CONVERSATION_ID
 _CONVERSATION_1, _CONVERSATION_2, _CONVERSATION_3 = _CONVERSATION_ATTRIBUTES
 _AGENT_NAME = semconv.GEN_AI_AGENT_NAME
-_TOOL_CALL_ID = semconv.GEN_AI_TOOL_CALL_ID
-_TOOL_CALL_ARGUMENTS = semconv.GEN_AI_TOOL_CALL_ARGUMENTS
 _ARGUMENT_ATTRIBUTES = frozenset(semconv.TOOL_ARGUMENTS_ATTRIBUTES)
 _IDENTITY_ATTRIBUTES = frozenset(
     _CONVERSATION_ATTRIBUTES
@@ -116,12 +114,11 @@ _IDENTITY_ATTRIBUTES = frozenset(
     + semconv.TOOL_CALL_ID_ATTRIBUTES
     + semconv.TOOL_ARGUMENTS_ATTRIBUTES
 )
-"""Every attribute :meth:`ErrorCompactionProcessor._record_values` reads a conversation, agent, call id or
+"""Every attribute :meth:`ErrorCompactionProcessor._capture` reads a conversation, agent, call id or
 arguments from: a tool span that records none of them (most do not) is answered with one set test."""
 _STATUS_ERROR = StatusCode.ERROR  # an enum member read through its class costs 50 ns on Python 3.11
 _SAMPLED = TraceFlags.SAMPLED
-_from_timestamp = datetime.fromtimestamp
-_now = datetime.now
+_time_ns = time.time_ns
 _isfinite = math.isfinite
 _AGENT_OPERATIONS = semconv.AGENT_OPERATIONS
 _AGENT_KINDS = semconv.AGENT_KINDS
@@ -142,40 +139,6 @@ def _attributes_of(span: ReadableSpan) -> Mapping[str, Any]:
             return {}
     plain = getattr(attributes, "_dict", None)
     return plain if isinstance(plain, dict) else attributes
-
-
-def _jsonable(attrs: Mapping[str, Any], into: type[dict[str, Any]] = JsonableAttributes) -> dict[str, Any]:
-    """A JSON-able copy of span attributes for a record: texts cut at ``_MAX_ATTRIBUTE_CHARS``, and
-    what JSON cannot carry (tuples, NaN, bytes...) converted as :func:`~otel_errcompact.trajectory.jsonable`
-    converts it.
-
-    A copy, because the span's own dict is annotated after the record is built. Values are replaced in
-    place in the copy (no key is added or removed while iterating), so the common case, a few short
-    strings and numbers, costs one ``dict()`` and a pass of type checks. The copy is an ``into``, by
-    default a :class:`~otel_errcompact.pipeline.JsonableAttributes`, which the pipeline then takes as
-    it is instead of converting it again; with a key that is not a string (not from the SDK, which only
-    keeps string keys) it is a plain dict, converted whole by ``jsonable``."""
-    out = into(attrs)
-    plain_keys = True
-    for key, value in out.items():
-        cls = type(value)
-        if cls is str:
-            if len(value) > _MAX_ATTRIBUTE_CHARS:
-                out[key] = value[:_MAX_ATTRIBUTE_CHARS]
-        elif cls is not bool and cls is not int and value is not None and not (cls is float and _isfinite(value)):
-            out[key] = value[:_MAX_ATTRIBUTE_CHARS] if isinstance(value, str) else jsonable(value)
-        if type(key) is not str:
-            plain_keys = False
-    return out if plain_keys else jsonable(out)
-
-
-def _first_text(attrs: Mapping[str, Any], name: str, read: Callable[[Mapping[str, Any]], str | None]) -> str | None:
-    """``read(attrs)`` (a :mod:`semconv` reader whose first choice is ``name``), answered without the
-    call when ``name`` holds a non-empty string, as it does on most spans."""
-    value = attrs.get(name)
-    if type(value) is str and value:
-        return value
-    return read(attrs)
 
 
 def _conversation_in(attrs: Mapping[str, Any]) -> str | None:
@@ -262,44 +225,6 @@ def _anchors_before(anchors: dict[int, Span], span: ReadableSpan) -> dict[int, S
         if started is not None and started > ended:
             del copied[span_id]
     return copied
-
-
-def _utc_from_ns(ns: int) -> datetime:
-    """OTel's nanoseconds since the epoch as an aware UTC datetime, exact to the microsecond.
-
-    Exact although it goes through a float: the whole microseconds (below 2**53 until the year 2255)
-    are an exact float, dividing by 10**6 is correctly rounded (an error far below half a
-    microsecond), and ``fromtimestamp`` rounds to the nearest microsecond. Half the cost of adding a
-    ``timedelta`` to the epoch (``trajectory.utc_from_ns``), and a failed span converts two."""
-    return _from_timestamp(ns // 1000 / 1e6, UTC)
-
-
-def _now_utc() -> datetime:
-    return datetime.now(UTC)
-
-
-def raw_error_of(
-    attrs: Mapping[str, Any],
-    exception: tuple[str | None, str | None, str | None] | None,
-    status_description: str | None,
-) -> str:
-    """The fullest raw error a span carries: the stack trace, else type and message, else the status
-    description or a tool's error result, else the error type."""
-    if exception is not None:
-        etype, message, stack = exception
-        if stack:
-            return stack
-        if etype or message:
-            return f"{etype or 'Error'}: {message or ''}".rstrip(": ")
-    result = semconv.tool_result(attrs)  # JSON text when recorded as an object
-    if status_description and result and result not in status_description:
-        return f"{status_description}\n{result}"
-    if status_description:
-        return status_description
-    if result:
-        return result
-    error_type = attrs.get(semconv.ERROR_TYPE)
-    return str(error_type) if error_type else "tool call failed (no error details were recorded)"
 
 
 class ErrorCompactionProcessor(SpanProcessor):
@@ -641,15 +566,16 @@ class ErrorCompactionProcessor(SpanProcessor):
             context = span.context
         gate = self._gate
         if gate is not None and is_tool and writable is not None and context is not None and gate.open():
-            # Finished later (see otel_errcompact.deferred): only the raw record is made now, and the span
+            # Finished later (see otel_errcompact.deferred): only the record's capture is made now (see
+            # otel_errcompact.capture; the record is laid out from it off this thread), and the span
             # an escalation goes on is found now, among the anchors that are live now (when the failure is
             # counted, its agent span may have ended: an escalation still goes on it, see
             # _add_escalation_event).
-            found = self._record_values(span, context, attrs, target=True)
+            found = self._capture(span, context, attrs, target=True)
             if found is None:
                 return
-            values, target = found
-            deferred = self.pipeline.defer(values, self._digested, (writable, target))
+            capture, target = found
+            deferred = self.pipeline.defer(capture, self._digested, (writable, target))
             span_id = context[1]
             gate.pending[span_id] = deferred
             if deferred.finished:  # already, by another thread
@@ -659,11 +585,11 @@ class ErrorCompactionProcessor(SpanProcessor):
                 self.pipeline.settle()
             return
         if is_tool:
-            # The record read off the span is the one stored: the pipeline does not lay it out again.
-            found = self._record_values(span, context, attrs) if context is not None else None
+            # The record laid out from the capture is the one stored: the pipeline does not lay it out again.
+            found = self._capture(span, context, attrs) if context is not None else None
             if found is None:
                 return
-            values = found[0]
+            values = found[0].values()
             outcome = self.pipeline.handle(failure_of_values(values), values=values)
         else:
             failure = self.failure_of(span)
@@ -776,33 +702,35 @@ class ErrorCompactionProcessor(SpanProcessor):
         return self._failure(span, context, attrs)
 
     def _failure(self, span: ReadableSpan, context: Any, attrs: Mapping[str, Any]) -> Failure | None:
-        """The :class:`Failure` of a tool span known to have failed (see :meth:`_record_values`)."""
-        found = self._record_values(span, context, attrs)
+        """The :class:`Failure` of a tool span known to have failed (see :meth:`_capture`)."""
+        found = self._capture(span, context, attrs)
         if found is None:
             return None
-        values = found[0]
+        values = dict(found[0].values())
         # JsonableAttributes: the pipeline takes them as they are, without converting them again
         values["attributes"] = JsonableAttributes(values["attributes"])
         return failure_of_values(values)
 
-    def _record_values(
+    def _capture(
         self, span: ReadableSpan, context: Any, attrs: Mapping[str, Any], *, target: bool = False
-    ) -> tuple[dict[str, Any], Span | None] | None:
-        """The raw trajectory record of a tool span known to have failed, as its field values (see
-        ``pipeline.record_values``), built on the agent's thread: every value is read once, in the form
-        the record takes (hex ids, UTC datetimes, a bounded, JSON-able copy of the attributes), so the
-        pipeline can use it without validating it again; None when the span is not a tool failure.
+    ) -> tuple[FailureCapture, Span | None] | None:
+        """What the trajectory record of a tool span known to have failed is made of (see
+        :mod:`otel_errcompact.capture`), read on the agent's thread: the span's fields, a shallow copy of
+        its attributes, the record's id and scope, and the conversation and agent it ran for; None when
+        the span is not a tool failure. The record is laid out from it later, off this thread.
 
-        With the values, the span an escalation it causes goes on (see :meth:`_anchor_facts`): found in
-        the same pass over the anchors as the conversation and agent when the span records neither, else
-        looked up only when ``target`` asks for it (None otherwise, and when the trace has no anchor)."""
+        With it, the span an escalation it causes goes on (see :meth:`_anchor_facts`): found in the same
+        pass over the anchors as the conversation and agent when the span records neither, else looked
+        up only when ``target`` asks for it (None otherwise, and when the trace has no anchor)."""
         span_id = context[1]  # SpanContext is a tuple: [0] trace_id, [1] span_id, [3] trace_flags, no property call
         try:  # the SDK's fields: each public property is a Python call
             parent = span._parent
             start, end, name, resource = span._start_time, span._end_time, span._name, span._resource
+            status = span._status
         except AttributeError:
             parent = span.parent
             start, end, name, resource = span.start_time, span.end_time, span.name, span.resource
+            status = span.status
         exception = self._exception_of(span, span_id, parent, attrs)
         if exception is False:
             return None
@@ -812,65 +740,45 @@ class ErrorCompactionProcessor(SpanProcessor):
         if not context[3] & _SAMPLED:  # a recorded span of a trace not sampled (RECORD_ONLY)
             note_span(trace_hex, span_hex, context[3])
         if _IDENTITY_ATTRIBUTES.isdisjoint(attrs):  # none recorded on the span, as usual: no look-ups
-            conversation = agent = call_id = arguments = None
-            attributes = _record_attributes(attrs)
+            conversation = agent = None
+            copied = dict(attrs)
         else:
             conversation = _first_text(attrs, _CONVERSATION_ID, semconv.conversation_id)
             agent = _first_text(attrs, _AGENT_NAME, semconv.agent_name)
-            call_id = _first_text(attrs, _TOOL_CALL_ID, semconv.tool_call_id)
-            if self._capture_arguments:
-                arguments = _first_text(attrs, _TOOL_CALL_ARGUMENTS, semconv.tool_arguments)
-                attributes = _record_attributes(attrs)
-            else:
-                arguments = None
-                attributes = _record_attributes(attrs, without_arguments=True)
+            if self._capture_arguments or _ARGUMENT_ATTRIBUTES.isdisjoint(attrs):
+                copied = dict(attrs)
+            else:  # the arguments are recorded only when the user opts in: the spool never holds them
+                copied = {k: v for k, v in attrs.items() if k not in _ARGUMENT_ATTRIBUTES}
         anchor: Span | None = None
+        parent_id = parent[1] if parent is not None else 0
         if conversation is None or agent is None:
-            parent_id = parent[1] if parent is not None else 0
             anchor_conversation, anchor_agent, anchor = self._anchor_facts(trace_id, parent_id)
             conversation = conversation or anchor_conversation
             agent = agent or anchor_agent
         elif target:
-            anchor = self._live_anchor(trace_id, parent[1] if parent is not None else 0)
-        try:
-            status = span._status
-        except AttributeError:
-            status = span.status
-        description = status.description
-        tool = attrs.get(_TOOL_NAME)
-        if type(tool) is not str or not tool:
-            tool = semconv.tool_name(attrs, name)
-        error_type = attrs.get(_ERROR_TYPE)
+            anchor = self._live_anchor(trace_id, parent_id)
         # semconv.scope_for, with the trace id already in hex
-        in_trace = parent is not None and trace_hex
-        scope = conversation or (f"trace:{trace_hex}" if in_trace else semconv.DEFAULT_SCOPE)
-        values = record_values(
+        scope = conversation or (f"trace:{trace_hex}" if parent is not None and trace_hex else semconv.DEFAULT_SCOPE)
+        now = _time_ns()
+        capture = FailureCapture(
             new_record_id(),
-            "span",
-            _now(UTC),
+            now,
             scope,
             trace_hex,
             span_hex,
-            f"{parent_id:016x}" if parent is not None and (parent_id := parent[1]) else None,
+            f"{parent_id:016x}" if parent_id else None,
             conversation,
             agent,
-            tool,
-            call_id,
-            arguments,
             name if type(name) is str else str(name),
-            description,
-            str(error_type) if error_type is not None or _ERROR_TYPE in attrs else None,
-            exception[0] if exception else None,
-            exception[1] if exception else None,
-            exception[2] if exception else None,
-            raw_error_of(attrs, exception, description),
-            # _utc_from_ns, inlined: two calls fewer per failure
-            _from_timestamp(start // 1000 / 1e6, UTC) if start is not None else None,
-            _from_timestamp(end // 1000 / 1e6, UTC) if end is not None else _now_utc(),
-            attributes,
+            status.description,
+            exception,
+            start,
+            end if end is not None else now,
+            copied,
+            self._capture_arguments,
             self._resource_of(resource),
         )
-        return values, anchor
+        return capture, anchor
 
     def _exception_of(
         self, span: ReadableSpan, span_id: int, parent: Any, attrs: Mapping[str, Any]
@@ -999,7 +907,7 @@ class ErrorCompactionProcessor(SpanProcessor):
         cached = self._resource_cache
         if cached is not None and cached[0] is resource:
             return cached[1]
-        converted = _jsonable(resource.attributes, dict)
+        converted = jsonable_attributes(resource.attributes)
         self._resource_cache = (resource, converted)
         return converted
 
@@ -1411,15 +1319,6 @@ def span_annotations(outcome: Outcome) -> dict[str, str | int]:
         "errcompact.key": outcome.digest.key,
         "errcompact.count": outcome.observation.count,
     }
-
-
-def _record_attributes(attrs: Mapping[str, Any], *, without_arguments: bool = False) -> dict[str, Any]:
-    """A span's attributes as a record keeps them: :func:`_jsonable`, as a plain dict (the form a record
-    holds), and without the tool call's arguments when asked (they are recorded only when the user opts
-    in to capturing them)."""
-    if without_arguments and not _ARGUMENT_ATTRIBUTES.isdisjoint(attrs):
-        attrs = {k: v for k, v in attrs.items() if k not in _ARGUMENT_ATTRIBUTES}
-    return _jsonable(attrs, dict)
 
 
 def _annotate(span: Span, values: Mapping[str, str | int]) -> None:

@@ -488,13 +488,77 @@ new_locks_in_child(sys.modules[__name__], "_serializing")
 hold_across_fork(sys.modules[__name__], "_serializing")
 
 
+def record_values(
+    record_id: str,
+    source: str,
+    recorded_at: datetime,
+    scope: str,
+    trace_id: str | None,
+    span_id: str | None,
+    parent_span_id: str | None,
+    conversation_id: str | None,
+    agent_name: str | None,
+    tool_name: str | None,
+    tool_call_id: str | None,
+    tool_arguments: str | None,
+    span_name: str | None,
+    status_description: str | None,
+    error_type: str | None,
+    exception_type: str | None,
+    exception_message: str | None,
+    exception_stacktrace: str | None,
+    raw_error: str,
+    started_at: datetime | None,
+    ended_at: datetime | None,
+    attributes: dict[str, Any],
+    resource: dict[str, Any],
+    /,
+) -> dict[str, Any]:
+    """A trajectory record's field values, in the model's field order, without a digest yet (see
+    :func:`_with_outcome`), for values already in the record's form: hex ids, aware UTC datetimes,
+    texts as ``str``, JSON-able plain dicts. Positional, with no keyword expansion and no re-ordering:
+    it lays out every failed span's record (see :mod:`otel_errcompact.capture`) and every failure the
+    tool boundary counts, on the agent's thread for the latter."""
+    return {
+        "schema_name": SCHEMA_NAME,
+        "schema_version": SCHEMA_VERSION,
+        "record_id": record_id,
+        "source": source,
+        "recorded_at": recorded_at,
+        "scope": scope,
+        "trace_id": trace_id,
+        "span_id": span_id,
+        "parent_span_id": parent_span_id,
+        "conversation_id": conversation_id,
+        "agent_name": agent_name,
+        "tool_name": tool_name,
+        "tool_call_id": tool_call_id,
+        "tool_arguments": tool_arguments,
+        "span_name": span_name,
+        "status_description": status_description,
+        "error_type": error_type,
+        "exception_type": exception_type,
+        "exception_message": exception_message,
+        "exception_stacktrace": exception_stacktrace,
+        "raw_error": raw_error,
+        "started_at": started_at,
+        "ended_at": ended_at,
+        "attributes": attributes,
+        "resource": resource,
+        "digest": None,
+        "count": None,
+        "escalation": None,
+    }
+
+
 def storage_line(values: Mapping[str, Any]) -> bytes | None:
     """The storage line (:meth:`TrajectoryRecord.to_storage_json` as UTF-8 bytes, newline ended) of
     the record whose field values are ``values`` (in field order; ``digest`` a :class:`DigestInfo`, the
     dict of its fields, or None); ``None`` when the values need :meth:`TrajectoryRecord.repaired` first
     (a value JSON cannot carry that :func:`jsonable` did not convert).
 
-    Made on the agent's thread for every failure. The values are serialised as plain dicts, not the
+    Made for every record: on the writer's thread for a failed span's (from its capture), on the agent's
+    thread for a failure the tool boundary counts. The values are serialised as plain dicts, not the
     models (a model's serialiser visits every field's schema, and its ``str`` would then be encoded
     again), by :func:`_dumps`. The text is the same as ``model_dump_json``'s.
     """
@@ -533,13 +597,13 @@ def _dumps(value: dict[str, Any]) -> bytes | None:
     Why orjson: it writes the same bytes for the values a record holds (texts, ints, finite floats,
     aware datetimes, plain dicts and lists: :func:`jsonable` has made everything else one of these)
     in a third of the time, because it scans a long text for what must be escaped many bytes at a
-    time. A failed span's record, whose raw traceback is most of it, is serialised on the agent's
-    thread before the tool call returns: with pydantic-core this was a third of the instructions the
-    library's span-end hooks ran for a failed span with a 45-line traceback (``benchmarks/RESULTS.md``,
-    "Serialising the record"). What orjson refuses (an int past 64 bits, a key that is not a text)
-    goes to pydantic-core. The one value they would write differently, a non-finite float (orjson:
-    ``null``; pydantic-core: ``"NaN"``), is never one of a record's values: :func:`jsonable` makes it
-    a text. A lone surrogate, which neither writes, goes to :func:`lossless_json`.
+    time. A failure's record, whose raw traceback is most of it, is serialised for every failure (on the
+    agent's thread before the tool call returns, when it was): with pydantic-core this was a third of
+    the instructions the library's span-end hooks ran for a failed span with a 45-line traceback
+    (``benchmarks/RESULTS.md``, "Serialising the record"). What orjson refuses (an int past 64 bits, a
+    key that is not a text) goes to pydantic-core. The one value they would write differently, a
+    non-finite float (orjson: ``null``; pydantic-core: ``"NaN"``), is never one of a record's values:
+    :func:`jsonable` makes it a text. A lone surrogate, which neither writes, goes to :func:`lossless_json`.
 
     Only pydantic-core's path takes :data:`_serializing`: orjson keeps no lock of its own and runs under
     the GIL (a ``fork()`` can fall only between two of its steps, in a ``default`` callback, where its

@@ -31,6 +31,8 @@ from opentelemetry.trace import Tracer
 
 import otel_errcompact
 from otel_errcompact import ErrCompact
+from otel_errcompact.deferred import DigestThread
+from otel_errcompact.sinks.spool import read_segment
 from otel_errcompact.sinks.sqlite import TrajectoryStore
 from otel_errcompact.trajectory import TrajectoryRecord
 
@@ -294,3 +296,17 @@ def answer_from_fork(work: Callable[[], Any]) -> Any:
     _, status = os.waitpid(child, 0)
     assert os.waitstatus_to_exitcode(status) == 0
     return answer
+
+
+@pytest.fixture
+def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """The digest thread never wakes: deferred failures wait for a reader, an export or a flush."""
+    monkeypatch.setattr(DigestThread, "wake", lambda self: None)
+    yield
+
+
+def spooled_lines(otel: OTel) -> list[bytes]:
+    """Every line in the writer's spool, oldest first (records not yet stored, or not yet deleted)."""
+    writer = otel.ec.writer
+    assert writer is not None and writer.spool_dir is not None
+    return [line for path in sorted(writer.spool_dir.iterdir()) for chunk in read_segment(path) for line in chunk]

@@ -12,7 +12,7 @@ import collections
 import gc
 import logging
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -24,33 +24,17 @@ from opentelemetry.trace import StatusCode
 import otel_errcompact
 from otel_errcompact import ErrorBudgetExceeded, Thresholds
 from otel_errcompact import deferred as deferred_module
-from otel_errcompact.deferred import DigestThread
+from otel_errcompact.capture import FailureCapture, is_capture_line, record_of_spool_line
 from otel_errcompact.sinks import writer as writer_module
-from otel_errcompact.sinks.spool import read_segment
 from otel_errcompact.sinks.sqlite import TrajectoryStore
-from otel_errcompact.trajectory import TrajectoryRecord
-from tests.conftest import OTel, run_threads
+from tests.conftest import OTel, run_threads, spooled_lines
 from tests.test_processor import agent, exported, failing_tool_span, ok_tool_span, parse_config
-
-
-@pytest.fixture
-def held(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """The digest thread never wakes: deferred failures wait for a reader, an export or a flush."""
-    monkeypatch.setattr(DigestThread, "wake", lambda self: None)
-    yield
 
 
 def _pending(otel: OTel) -> int:
     processor = otel.ec.processor
     assert processor is not None and processor._gate is not None
     return len(processor._gate.pending)
-
-
-def _spooled_lines(otel: OTel) -> list[bytes]:
-    """Every line in the writer's spool, oldest first (records not yet stored, or not yet deleted)."""
-    writer = otel.ec.writer
-    assert writer is not None and writer.spool_dir is not None
-    return [line for path in sorted(writer.spool_dir.iterdir()) for chunk in read_segment(path) for line in chunk]
 
 
 def test_only_batch_processors_let_the_digest_wait(make_otel: Callable[..., OTel]) -> None:
@@ -81,8 +65,9 @@ def test_the_raw_record_is_spooled_before_end_returns_and_superseded_by_its_dige
     with agent(otel.tracer, "c-spool"):
         span, _ = failing_tool_span(otel.tracer)
     assert _pending(otel) == 1  # nothing has made the digest yet
-    lines = _spooled_lines(otel)
-    spooled = [TrajectoryRecord.from_storage_json(line) for line in lines]
+    lines = spooled_lines(otel)
+    assert all(is_capture_line(line) for line in lines)  # spooled as its capture: laid out off the agent's thread
+    spooled = [record_of_spool_line(line)[0] for line in lines]
     assert [r.digest for r in spooled] == [None]
     assert "user_id" in spooled[0].raw_error
     (record,) = otel.records()  # flush: the digest is made, the record superseded (same id, one row)
@@ -92,39 +77,47 @@ def test_the_raw_record_is_spooled_before_end_returns_and_superseded_by_its_dige
     assert (exported(otel, span).attributes or {})["errcompact.key"] == record.digest.key
 
 
-def test_one_submission_per_failure_and_the_raw_error_encoded_once(
+def test_one_submission_per_failure_and_the_stored_line_made_once(
     make_otel: Callable[..., OTel], held: None, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A failure is submitted to the writer once, raw, and spooled once: its digest reaches the queued
-    record through its amendment, and the stored record's line is the raw line with the digest, count
-    and escalation filled in, the raw error not encoded a second time."""
+    """A failure is submitted to the writer once, as its capture, and spooled once: its digest reaches the
+    queued capture through its amendment, and the stored record's line is made once, by the writer, from
+    the record with its digest. The spooled capture lays out to the same record, without the digest."""
     encoded: list[object] = []
+    captured: list[str] = []
     submitted: list[object] = []
     real = writer_module.storage_line
+    real_capture = writer_module.TrajectoryWriter.submit_capture
     real_submit = writer_module.TrajectoryWriter.submit_values
 
     def counted(values: dict[str, object]) -> bytes | None:
         encoded.append(values["digest"])
         return real(values)
 
+    def submit_capture(self: writer_module.TrajectoryWriter, capture: FailureCapture, *a: Any, **kw: Any) -> None:
+        captured.append(capture.record_id)
+        real_capture(self, capture, *a, **kw)
+
     def submit_values(self: writer_module.TrajectoryWriter, values: dict[str, Any], **kw: Any) -> bytes | None:
         submitted.append(values["record_id"])
         return real_submit(self, values, **kw)
 
     monkeypatch.setattr(writer_module, "storage_line", counted)
+    monkeypatch.setattr(writer_module.TrajectoryWriter, "submit_capture", submit_capture)
     monkeypatch.setattr(writer_module.TrajectoryWriter, "submit_values", submit_values)
     otel = make_otel(batch=True, schedule_delay_s=60)  # the writer takes the record at the flush, not before
     with agent(otel.tracer, "c-once"):
         failing_tool_span(otel.tracer)
+    assert encoded == []  # nothing was laid out or encoded as a record on the agent's thread
     processor = otel.ec.processor
     assert processor is not None
-    processor.settle()  # the digest is made and handed to the queued raw record
-    (line,) = _spooled_lines(otel)
-    raw = TrajectoryRecord.from_storage_json(line)
+    processor.settle()  # the digest is made and handed to the queued capture
+    (line,) = spooled_lines(otel)
+    raw, _ = record_of_spool_line(line)
     assert raw.digest is None
     (record,) = otel.records()
-    assert submitted == [raw.record_id]
-    assert encoded == [None]  # the raw record's line only
+    assert captured == [raw.record_id] and submitted == []
+    assert len(encoded) == 1 and encoded[0] is not None  # the stored line, made once, with the digest
     assert record.record_id == raw.record_id and record.digest is not None and record.count == 1
     assert record.model_dump(exclude={"digest", "count", "escalation"}) == raw.model_dump(
         exclude={"digest", "count", "escalation"})

@@ -950,7 +950,7 @@ def test_nanosecond_times_convert_exactly_to_the_microsecond() -> None:
     import random
     from datetime import datetime, timedelta
 
-    from otel_errcompact.processor import _utc_from_ns
+    from otel_errcompact.capture import _utc as _utc_from_ns
 
     epoch = datetime(1970, 1, 1, tzinfo=UTC)
     rng = random.Random(9)

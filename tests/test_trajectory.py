@@ -388,8 +388,9 @@ def test_a_failed_span_record_with_a_lone_surrogate_is_spooled_whole(tmp_path: P
 def test_span_attributes_are_made_json_able_once_as_the_record_would_make_them() -> None:
     """The processor's copy of a span's attributes is already what ``jsonable`` makes of them, so the
     pipeline takes it as it is; a copy with a key that is not a string is left for it to convert."""
+    from otel_errcompact.capture import MAX_ATTRIBUTE_CHARS as _MAX_ATTRIBUTE_CHARS
+    from otel_errcompact.capture import jsonable_attributes
     from otel_errcompact.pipeline import JsonableAttributes
-    from otel_errcompact.processor import _MAX_ATTRIBUTE_CHARS, _jsonable
     from otel_errcompact.trajectory import jsonable
 
     class Name(str):
@@ -400,13 +401,13 @@ def test_span_attributes_are_made_json_able_once_as_the_record_would_make_them()
         "ratio": 0.5, "nan": math.nan, "inf": -math.inf, "tags": ("a", "b"), "floats": (1.0, math.nan),
         "blob": b"\xff\x00", "path": Path("/tmp/x"), "sub": Name("long" * 20_000), "nested": {"k": (1, 2)},
     }
-    copy = _jsonable(attrs)
+    copy = jsonable_attributes(attrs, JsonableAttributes)
     assert type(copy) is JsonableAttributes
     expected = jsonable({k: (v[:_MAX_ATTRIBUTE_CHARS] if isinstance(v, str) else v) for k, v in attrs.items()})
     assert copy == expected
     assert json.loads(json.dumps(copy)) == expected  # no NaN, bytes or tuples left
     assert "text" in attrs and len(attrs["text"]) == _MAX_ATTRIBUTE_CHARS + 5  # the span's own dict is untouched
-    odd = _jsonable({1: "one"})  # type: ignore[dict-item]
+    odd = jsonable_attributes({1: "one"}, JsonableAttributes)  # type: ignore[dict-item]
     assert type(odd) is dict and jsonable(odd) == {"1": "one"}
     # The record takes the copy as a plain dict (what pydantic-core serialises on its fast path).
     from otel_errcompact.pipeline import Failure, _values

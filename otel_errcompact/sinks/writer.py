@@ -30,6 +30,12 @@ the worker took the raw record first (a full batch, a flush) is the later versio
 of its own, and written again. The spool holds the raw line only: a process killed before its worker
 wrote the record leaves it to the next start without its digest (its raw error is whole).
 
+Captures. A failed span's raw record is submitted as its :class:`~otel_errcompact.capture.FailureCapture`
+(:meth:`TrajectoryWriter.submit_capture`), spooled as the capture's own line: the agent's thread does not
+lay the record out. The worker takes the version with the digest from the amendment as above, or lays the
+raw record out from the capture when none came, and makes the storage line then, once; the replay of the
+spool lays captures out the same way (:func:`~otel_errcompact.capture.record_of_spool_line`).
+
 Overflow. The queue holds at most ``max_queue_size`` records and ``max_queue_chars`` characters of
 error text. When it is full, ``submit`` waits up to ``max_block_s`` for the worker to make room
 (backpressure: an agent failing faster than the store can write is slowed down rather than losing
@@ -77,6 +83,7 @@ from opentelemetry import context as otel_context
 
 from otel_errcompact import _signalmask
 from otel_errcompact._forked import rebuild_in_child
+from otel_errcompact.capture import FailureCapture, record_of_spool_line
 from otel_errcompact.sinks._base import TrajectorySink
 from otel_errcompact.sinks.spool import Leftover, Spool, read_segment
 from otel_errcompact.trajectory import (
@@ -110,7 +117,7 @@ _RETRY_S = 1.0
 """How often records a sink failed on are handed to it again when no new batch comes to take them."""
 
 
-_Item = TrajectoryRecord | dict[str, Any]
+_Item = TrajectoryRecord | dict[str, Any] | FailureCapture
 """A queued record: the model, or its field values when the pipeline submitted those."""
 
 _TAKEN: Any = object()
@@ -149,7 +156,7 @@ def _record_id_of(item: object) -> str | None:
     if type(item) is dict:
         record_id = item.get("record_id")
         return record_id if type(record_id) is str else None
-    return item.record_id if isinstance(item, TrajectoryRecord) else None
+    return item.record_id if isinstance(item, TrajectoryRecord | FailureCapture) else None
 
 
 def _merged(unstored: dict[str, tuple[_Item, str | None]], items: Sequence[tuple[_Item, str | None]]
@@ -164,10 +171,18 @@ def _merged(unstored: dict[str, tuple[_Item, str | None]], items: Sequence[tuple
     return list(merged.values())
 
 
-def _amend(item: _Item, line: bytes | None, amendment: Amendment) -> tuple[_Item, bytes | None]:
+def _amend(item: _Item, line: bytes | None, amendment: Amendment | None) -> tuple[_Item, bytes | None]:
     """``item`` and its storage line, or its later version handed over by ``amendment`` and that
-    version's line (made from ``line``: the raw error is not encoded again)."""
-    later = amendment.take()
+    version's line (made from ``line``: the raw error is not encoded again). A capture's record is
+    that later version, else laid out from the capture; its storage line is made here, once (the
+    capture's own line is not one)."""
+    later = amendment.take() if amendment is not None else None
+    if type(item) is FailureCapture:
+        values = later if later is not None else item.values()
+        try:
+            return values, storage_line(values)
+        except Exception:  # values no line can be made of: the model's path repairs them (TrajectoryWriter._records)
+            return values, None
     if later is None:
         return item, line
     if line is None:
@@ -193,6 +208,8 @@ def _size(item: _Item, line: bytes | None) -> int:
     # storage line made for the spool is held until the sinks have it: it counts too.
     if type(item) is dict:
         raw, stack = item["raw_error"], item["exception_stacktrace"]
+    elif type(item) is FailureCapture:
+        return item.chars + (len(line) if line is not None else 0)
     else:
         raw, stack = item.raw_error, item.exception_stacktrace  # type: ignore[union-attr]
     size = len(raw) + (len(stack) if stack and stack is not raw else 0)
@@ -371,6 +388,21 @@ class TrajectoryWriter:
             self._count_drop()
             return None
 
+    def submit_capture(self, capture: FailureCapture, line: bytes | None, *, amendment: Amendment) -> None:
+        """:meth:`submit_values` for a failed span's record given as its capture (see
+        :mod:`otel_errcompact.capture`): ``line`` (``capture.line()``; None without a spool) is spooled,
+        and the worker lays the record out, unless ``amendment`` hands it the version with the digest
+        first. Takes ownership of ``capture``; never raises."""
+        try:
+            self._enqueue(capture, line if self._spool is not None else None, amendment=amendment)
+        except Exception:
+            self._count_drop()
+
+    @property
+    def spooled(self) -> bool:
+        """Whether records are spooled before :meth:`submit` returns (a spool is configured and opened)."""
+        return self._spool is not None
+
     def _count_drop(self) -> None:
         try:
             with self._cond:
@@ -421,9 +453,13 @@ class TrajectoryWriter:
             if seq == _NO_SEGMENT:
                 self._spool_failures += 1  # still queued: stored unless the process dies
         self._queue.append((record, seq, line))
-        if amendment is not None and type(record) is dict:  # registered only once the record is queued
-            self._amendments[record["record_id"]] = amendment
-            amendment.queued = True
+        if amendment is not None:  # registered only once the record is queued
+            if type(record) is FailureCapture:
+                self._amendments[record.record_id] = amendment
+                amendment.queued = True
+            elif type(record) is dict:
+                self._amendments[record["record_id"]] = amendment
+                amendment.queued = True
         self._queued_chars += size
         if len(self._queue) == self._max_batch or (self._stopping and not self._in_flight):
             self._cond.notify_all()
@@ -676,11 +712,11 @@ class TrajectoryWriter:
                     latest: dict[str, tuple[TrajectoryRecord, str | None]] = {}
                     for line in lines:
                         try:
-                            rec = TrajectoryRecord.from_storage_json(line)
+                            rec, text = record_of_spool_line(line)
                         except Exception:
                             bad += 1
                             continue
-                        latest[rec.record_id] = (rec, line.decode("utf-8").rstrip("\n"))
+                        latest[rec.record_id] = (rec, text)
                     batch = list(latest.values())
                     ok = self._write(batch) and ok
                     count += len(batch)
@@ -756,10 +792,9 @@ class TrajectoryWriter:
         for item, _, line in batch:
             record_id = _record_id_of(item)
             if record_id is not None:
-                if amendments:
-                    amendment = amendments.pop(record_id, None)
-                    if amendment is not None:
-                        item, line = _amend(item, line, amendment)
+                amendment = amendments.pop(record_id, None) if amendments else None
+                if amendment is not None or type(item) is FailureCapture:
+                    item, line = _amend(item, line, amendment)
                 latest[record_id] = (item, line)
             else:
                 self._report("bad-record", "trajectory writer: dropped a non-record %r", type(item).__name__)
@@ -892,7 +927,7 @@ class TrajectoryWriter:
         kept: list[tuple[_Item, str | None]] = []
         for item, text in items:
             try:
-                records.append(record_of(item))
+                records.append(record_of(item.values() if isinstance(item, FailureCapture) else item))
             except Exception:
                 self._report("bad-record", "trajectory writer: dropped a non-record %r", type(item).__name__)
                 continue
