@@ -2,13 +2,15 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_sustained.py [SECONDS] [STORE_GB]
+    python benchmarks/bench_sustained.py [SECONDS] [STORE_GB] [--spans]
 
 Part 1, sustained failures: 4 threads call a tool that really fails (a ``KeyError`` in a chain of real
 frames, a different key and depth per call, so tracebacks and dedup keys differ) through the full
 ``init()`` pipeline with its defaults (SQLite store, spool, tool boundary, compaction, history) for
 SECONDS (default 60), spread over 10,000 conversations. It reports failures produced (tool calls that
-returned a digest), records stored, dropped and lost, and the deepest the writer's queue got.
+returned a digest), records stored, dropped and lost, and the deepest the writer's queue got. With
+``--spans`` the tool is not wrapped by the library: it raises inside a tool span of an agent span, as a
+framework's instrumentation records it, and the span processor records the failure.
 
 Part 2, a big store: it builds a SQLite store past STORE_GB (default 1.1) in a temporary folder (rows
 written straight through ``SQLiteSink``), then writes batches of fresh records through the
@@ -61,7 +63,9 @@ class Inventory:
         return self.items[sku]
 
 
-def sustained(seconds: float) -> None:
+def sustained(seconds: float, spans: bool = False) -> None:
+    from opentelemetry import trace
+
     import otel_errcompact
     from otel_errcompact import Thresholds, ToolErrorText
 
@@ -91,7 +95,28 @@ def sustained(seconds: float) -> None:
                     produced[t] += 1
                 i += 1
 
-        threads = [threading.Thread(target=agent, args=(t,)) for t in range(THREADS)]
+        # --spans: the tool is not wrapped by the library; it raises inside a tool span of an agent span, as
+        # a framework's instrumentation records it (the SDK records the exception and ends the span as it
+        # propagates), and the span processor spools the failure's capture (see otel_errcompact.capture).
+        tracer = trace.get_tracer("bench-sustained")
+        tool_attributes = {"gen_ai.operation.name": "execute_tool", "gen_ai.tool.name": "lookup"}
+
+        def span_agent(t: int) -> None:
+            i = 0
+            while not stop.is_set():
+                conversation = {"gen_ai.operation.name": "invoke_agent",
+                                "gen_ai.conversation.id": f"conv-{(i * THREADS + t) % CONVERSATIONS}"}
+                with tracer.start_as_current_span("invoke_agent inventory", attributes=conversation):
+                    try:
+                        with tracer.start_as_current_span("execute_tool lookup", attributes=tool_attributes):
+                            inventory.find(f"sku-{t}-{i}", i % 12)
+                    except KeyError:
+                        produced[t] += 1
+                i += 1
+
+        if spans and (ec.processor is None or ec.processor._gate is None):
+            raise SystemExit("expected failed spans' records to be captured and their digests made after the span ends")
+        threads = [threading.Thread(target=span_agent if spans else agent, args=(t,)) for t in range(THREADS)]
         t0 = time.perf_counter()
         for th in threads:
             th.start()
@@ -110,7 +135,8 @@ def sustained(seconds: float) -> None:
         total = sum(produced)
         size = db.stat().st_size
         print(f"part 1: {THREADS} threads × {elapsed:.0f} s through init() (SQLite + spool), "
-              f"{CONVERSATIONS:,} conversations")
+              f"{CONVERSATIONS:,} conversations, "
+              + ("failed tool spans (the span processor)" if spans else "tool calls through @ec.tool"))
         print(f"  failures produced   {total:>10,}  ({total / elapsed:,.0f}/s)")
         print(f"  records stored      {stored:>10,}")
         print(f"  dropped / failed    {writer.dropped:>10,} / {writer.failed:,}")
@@ -236,12 +262,15 @@ def main(argv: Sequence[str] | None = None) -> None:
                         help="seconds of sustained failures in part 1 (default 60; 0 skips part 1)")
     parser.add_argument("store_gb", nargs="?", type=float, default=1.1,
                         help="size the big store of part 2 is grown past, in GB (default 1.1; 0 skips part 2)")
+    parser.add_argument("--spans", action="store_true",
+                        help="part 1's failures as failed tool spans recorded by the span processor, as a framework's "
+                             "instrumentation makes them, instead of tool calls through @ec.tool")
     args = parser.parse_args(argv)
     seconds, target_gb = args.seconds, args.store_gb
     print(f"bench_sustained on {describe()}, load average {os.getloadavg()[0]:.1f} "
           "(the machine is shared: other processes compete for both cores)")
     if seconds > 0:
-        sustained(seconds)
+        sustained(seconds, spans=args.spans)
     if target_gb > 0:
         big_store(target_gb)
 
