@@ -3,8 +3,8 @@
 Why. A failed tool call's record must reach the operating system before the call returns (the spool:
 ``kill -9`` then loses nothing the agent saw fail), but laying the record out (hex ids made into
 fields, UTC datetimes, a bounded JSON-able copy of the attributes, the storage JSON with the raw text
-stored once) was half of the instructions the span processor ran on the agent's thread for a failed
-span, and an agent that waited for its model runs every step of it cold, several times slower
+stored once) was about a third of the instructions the span processor ran on the agent's thread for a
+failed span, and an agent that waited for its model runs every step of it cold, several times slower
 (``benchmarks/RESULTS.md``, "A failed span's record, captured"). A :class:`FailureCapture` keeps what
 the record is made of in the form the span holds it (texts, ints, a shallow copy of the attributes)
 and is spooled as one ``orjson.dumps`` of those (:meth:`FailureCapture.line`). The record's values
@@ -27,8 +27,8 @@ from otel_errcompact import semconv
 from otel_errcompact.trajectory import _MIN_REF_CHARS, TrajectoryRecord, jsonable, record_values
 
 __all__ = [
-    "MAX_ATTRIBUTE_CHARS", "FailureCapture", "first_text", "jsonable_attributes", "raw_error_of",
-    "record_of_spool_line",
+    "CAPTURE_MARK", "MAX_ATTRIBUTE_CHARS", "FailureCapture", "first_text", "is_capture_line", "jsonable_attributes",
+    "raw_error_of", "record_of_spool_line",
 ]
 
 MAX_ATTRIBUTE_CHARS: Final = 65_536
@@ -43,7 +43,6 @@ _TOOL_NAME = semconv.GEN_AI_TOOL_NAME
 _ERROR_TYPE = semconv.ERROR_TYPE
 _TOOL_CALL_ID = semconv.GEN_AI_TOOL_CALL_ID
 _TOOL_CALL_ARGUMENTS = semconv.GEN_AI_TOOL_CALL_ARGUMENTS
-_ARGUMENT_ATTRIBUTES = frozenset(semconv.TOOL_ARGUMENTS_ATTRIBUTES)
 _CALL_ATTRIBUTES = frozenset(semconv.TOOL_CALL_ID_ATTRIBUTES + semconv.TOOL_ARGUMENTS_ATTRIBUTES)
 _from_timestamp = datetime.fromtimestamp
 _isfinite = math.isfinite
