@@ -21,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
 import re
 import threading
 import time
@@ -82,7 +81,6 @@ _MAX_RETURNED_ERRORS = 256
 _OUTPUT_ATTRIBUTES = ("gen_ai.tool.call.result", "output.value", "traceloop.entity.output")
 # The part of a returned error text that survives JSON escaping unchanged, for matching it in outputs.
 _SAFE_PREFIX = re.compile(r"[A-Za-z0-9 _.,:\[\]()<>/-]+")
-_MAX_ATTRIBUTE_CHARS = 65_536
 MAX_ANCHOR_TRACES = 4096
 """Traces whose live agent/root spans are remembered for escalation events. A span that is started and
 never ended (an abandoned agent run) would otherwise stay here forever."""
@@ -119,7 +117,6 @@ arguments from: a tool span that records none of them (most do not) is answered 
 _STATUS_ERROR = StatusCode.ERROR  # an enum member read through its class costs 50 ns on Python 3.11
 _SAMPLED = TraceFlags.SAMPLED
 _time_ns = time.time_ns
-_isfinite = math.isfinite
 _AGENT_OPERATIONS = semconv.AGENT_OPERATIONS
 _AGENT_KINDS = semconv.AGENT_KINDS
 _MODEL_OPERATIONS = frozenset({"chat", "text_completion", "generate_content"})
