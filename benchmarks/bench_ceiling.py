@@ -15,13 +15,14 @@ spans and real, distinct 43-45-line tracebacks of ``bench_processor.py``:
 - ``no metrics``: no meter provider, so nothing is counted;
 - ``no metrics, no store``: and ``sqlite_path=None``: no spool, no writer thread;
 - ``no metrics, hand-off only``: the store on, but each failure is dropped where the agent's thread
-  hands it to the history: its raw record is read off the span, spooled and stored, and no digest is
-  ever made, nothing is counted and no escalation decided;
-- ``no metrics, spooled only, hand-off only``: what a design that made the digests and stored the rows
-  in another process, fed from the spool, would leave in the agent's: the raw record read off the span
-  and copied into the spool, the writer thread taking each batch and releasing the spool's segments,
-  and no row written (``TrajectoryWriter._write`` stores nothing), no digest made;
-- ``no metrics, no store, hand-off only``: the record read off the span, and nothing else.
+  hands it to the history: its capture is read off the span and spooled, its raw record laid out by the
+  writer and stored, and no digest is ever made, nothing is counted and no escalation decided;
+- ``no metrics, spooled only, hand-off only``: the capture read off the span and copied into the spool,
+  the writer thread taking each batch, laying its records out and releasing the spool's segments, and no
+  row written (``TrajectoryWriter._write`` stores nothing), no digest made. (A design that laid the
+  records out, made the digests and stored the rows in another process, fed from the spool, would leave
+  less in the agent's process than this: not the laying out);
+- ``no metrics, no store, hand-off only``: the capture read off the span, and nothing else.
 
 The "hand-off only" cuts are made by this script (it replaces ``ErrorHistory.defer_failure``, the
 export gate's wait and the digest thread's wake-up with no-ops in its own process, and for "spooled
