@@ -17,9 +17,11 @@ cluster:
 Times are read on Redis's clock: each worker passes its own (wall-clock) time, and the script adds the
 offset between that clock and Redis's ``TIME``; the store takes it off the times it returns. The offset
 rides on the calls the worker makes anyway: every script reads ``TIME`` and returns it, and the store
-measures the offset from it (against its clock before and after the call) at its first call and again
-every ``clock_check_s`` seconds; the very first script, with no offset known yet, measures it itself
-from the worker's clock as the call was sent. So no round trip of its own runs on the agent's thread.
+measures the offset from it (against its clock before and after the call) at its first call, again
+every ``clock_check_s`` seconds, and on any call with a shorter round trip than the one the offset held
+was measured on (a client's first call also connects); the very first script, with no offset known
+yet, measures it itself from the worker's clock as the call was sent. So no round trip of its own runs
+on the agent's thread.
 Workers whose clocks disagree (a host without NTP, a VM resumed from a snapshot) so keep
 one cooldown and one probe lease: a worker minutes behind would otherwise open breakers that half-open at
 once for every other worker, and take probe leases the others see as run out. (A script that reads
@@ -332,6 +334,7 @@ class RedisStateStore:
         self.clock_check_s = clock_check_s
         self._offset: float | None = None  # Redis's clock minus this worker's; None until a script returned
         self._offset_due = float("-inf")  # time.monotonic() at which the offset is measured again
+        self._round_trip = float("inf")  # of the call the offset held was measured on
         self.prefix = prefix
         self.probe_timeout_s = probe_timeout_s
         self.ttl_s = ttl_s
@@ -353,12 +356,22 @@ class RedisStateStore:
 
     def _offset_used(self, sent: float, known: float | None, server: Any) -> float:
         """The offset a script used (the one known, else the one it measured), after measuring it again
-        from the ``TIME`` it returned when due: against this worker's clock before and after the call."""
+        from the ``TIME`` it returned: against this worker's clock before and after the call.
+
+        A measurement is off by up to half its round trip, so one taken when due is kept only until a
+        call with a shorter round trip comes: the first call of a client also connects, and Redis reads
+        ``TIME`` at the end of that, so its offset runs ahead by half the connect (a millisecond, tens
+        with TLS), and a breaker opened with it would half-open that much late for every other worker."""
         received = self.clock()
         server_time = float(server.decode() if isinstance(server, bytes) else server)
-        if known is None or time.monotonic() >= self._offset_due:
+        round_trip = received - sent
+        checked = time.monotonic()
+        due = known is None or checked >= self._offset_due
+        if due or 0.0 <= round_trip < self._round_trip:
             self._offset = server_time - (sent + received) / 2
-            self._offset_due = time.monotonic() + self.clock_check_s
+            self._round_trip = round_trip if round_trip >= 0.0 else float("inf")
+            if due:
+                self._offset_due = checked + self.clock_check_s
         return known if known is not None else server_time - sent
 
     def _breakers(self, tool: str) -> str:
@@ -544,6 +557,11 @@ class FailoverStateStore:
                     except Exception:
                         _log.debug("otel-errcompact: degraded listener failed", exc_info=True)
             return getattr(self.fallback, name)(*args, **kwargs)
+        except BaseException:  # interrupted (KeyboardInterrupt, a thread's exit): a retry it claimed ends here
+            with self._lock:
+                if self._down_until == float("inf"):
+                    self._down_until = self._clock() + self.retry_s
+            raise
         if self.degraded:
             with self._lock:
                 was, self.degraded = self.degraded, False
@@ -553,13 +571,13 @@ class FailoverStateStore:
 
     def _retry_due(self) -> bool:
         """Whether this call is the one that tries Redis again during an outage: the first after
-        ``retry_s``, which claims the retry, so the callers that come meanwhile (other threads of a busy
-        worker) keep their local answers instead of each waiting out the timeout on a Redis still down."""
+        ``retry_s``, which claims the retry until it has its answer, so the callers that come meanwhile
+        (other threads of a busy worker) keep their local answers instead of each waiting out the
+        timeout on a Redis still down, however long that timeout is against ``retry_s``."""
         with self._lock:
-            now = self._clock()
-            if now < self._down_until:
+            if self._clock() < self._down_until:
                 return False
-            self._down_until = now + self.retry_s
+            self._down_until = float("inf")  # until the try fails (then retry_s again) or Redis answers
             return True
 
     def breaker_admit(self, tool: str, fingerprint: str, now: float) -> Admission:

@@ -152,6 +152,27 @@ def test_workers_whose_clocks_disagree_keep_one_cooldown_and_one_probe(redis_ser
     assert not on_time.admit(workers.TOOL, fp).allowed  # the probe is out: one probe fleet-wide
 
 
+def test_a_slow_first_call_does_not_hold_the_fleets_probe_back(redis_server: RedisServer) -> None:
+    """A worker's first call to Redis is slow (here Redis is paused for 80 ms as it arrives; in production,
+    the call that also connects): Redis reads ``TIME`` at its end, so the offset measured on it runs 40 ms
+    ahead. The worker's next, quick call measures it again, so the breaker it opens with a 0 s cooldown is
+    half-open at once for the rest of the fleet, not 40 ms later."""
+    import threading
+
+    digest = compact_text(workers.real_failure())
+    fp = fingerprint(workers.ARGS)
+    opener = workers.breakers(redis_server.url, cooldown_s=0.0)
+    other = workers.breakers(redis_server.url, cooldown_s=0.0)
+    other.admit(workers.TOOL, fp)  # connected, its offset measured on a quick call
+    redis_server.pause()
+    threading.Timer(0.08, redis_server.resume).start()
+    assert opener.admit(workers.TOOL, fp).allowed  # the slow first call
+    for _ in range(3):
+        opener.failure(workers.TOOL, digest.key, fp, digest.line)
+    probe = other.admit(workers.TOOL, fp)
+    assert probe.allowed and probe.probe
+
+
 def test_redis_clock_rides_on_the_workers_own_calls(redis_server: RedisServer) -> None:
     """A worker whose clock is ten minutes behind writes times on Redis's clock from its very first call,
     and every command it sends is one of its breaker and pacer scripts: no round trip to ``TIME`` of its
@@ -208,12 +229,13 @@ def test_redis_restarting_mid_run_raises_nothing_and_state_resumes(redis_server:
 
 def test_one_call_tries_a_hung_redis_again_while_other_threads_answer_locally(redis_server: RedisServer) -> None:
     """Redis accepts connections and answers nothing (its process paused). Once the retry is due, eight
-    threads of the worker call at once: one of them tries Redis again (one new connection, counted by Redis
-    once it runs again), the others answer from local state instead of each waiting out the timeout."""
+    threads of the worker call at once, and eight more after ``retry_s`` has passed again while the retry
+    still waits on its 2 s timeout: one call tries Redis again (one new connection, counted by Redis once
+    it runs again), all the others answer from local state instead of each waiting out the timeout."""
     import threading
 
     admin = redis_server.client()
-    store = redis_state_store(redis_server.url, timeout_s=0.5)
+    store = redis_state_store(redis_server.url, timeout_s=2.0)
     store.retry_s = 0.3
     assert store.breaker_admit("t", "fp", time.time()).allowed  # connected
     before = admin.info("stats")["total_connections_received"]
@@ -221,20 +243,50 @@ def test_one_call_tries_a_hung_redis_again_while_other_threads_answer_locally(re
     try:
         assert store.breaker_admit("t", "fp", time.time()).allowed and store.degraded  # times out: local state
         time.sleep(store.retry_s + 0.1)  # the retry is due
-        start = threading.Barrier(8)
+        threads = []
+        for wave in range(2):
+            start = threading.Barrier(8)
 
-        def call() -> None:
-            start.wait()
-            store.breaker_admit("t", "fp", time.time())
+            def call(start: threading.Barrier = start) -> None:
+                start.wait()
+                store.breaker_admit("t", "fp", time.time())
 
-        threads = [threading.Thread(target=call) for _ in range(8)]
-        for t in threads:
-            t.start()
+            threads += [threading.Thread(target=call) for _ in range(8)]
+            for t in threads[-8:]:
+                t.start()
+            if wave == 0:
+                time.sleep(store.retry_s + 0.3)  # past retry_s again, the retry still in flight
         for t in threads:
             t.join(30)
     finally:
         redis_server.resume()
     assert admin.info("stats")["total_connections_received"] - before == 1
+
+
+def test_a_retry_interrupted_mid_call_leaves_the_next_one_due(redis_server: RedisServer) -> None:
+    """The call that tries a hung Redis again is interrupted (Ctrl-C lands while it waits): the interrupt
+    reaches the host, and its claim on the retry ends with it, so a later call tries Redis again and the
+    store is shared again once Redis answers, rather than answering locally for good."""
+    import signal
+
+    store = redis_state_store(redis_server.url, timeout_s=1.0)
+    store.retry_s = 0.1
+    assert store.breaker_admit("t", "fp", time.time()).allowed  # connected
+    redis_server.pause()
+    previous = signal.signal(signal.SIGALRM, signal.default_int_handler)
+    try:
+        assert store.breaker_admit("t", "fp", time.time()).allowed and store.degraded  # times out: local state
+        time.sleep(store.retry_s + 0.1)
+        signal.setitimer(signal.ITIMER_REAL, 0.2)
+        with pytest.raises(KeyboardInterrupt):
+            store.breaker_admit("t", "fp", time.time())  # the retry, interrupted
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+        redis_server.resume()
+    time.sleep(store.retry_s + 0.1)
+    assert store.breaker_admit("t", "fp", time.time()).allowed
+    assert not store.degraded
 
 
 def test_a_dead_redis_degrades_within_the_timeout(tmp_path: Any) -> None:

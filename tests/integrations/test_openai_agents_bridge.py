@@ -122,14 +122,31 @@ def test_parallel_calls_the_halt_stopped_are_not_counted(
     traced: Callable[..., OTel], fns: list[Callable[..., Any]]
 ) -> None:
     """One turn of six parallel calls (the model's default): the third failure breaches and halts, and the
-    calls of the turn that reach ``failure_error_function`` after it are stopped by the standing breach.
-    The SDK ends their spans with the halt's message as the error: those are not tool failures, so
-    nothing is counted beyond the three, in no other scope, and there is one escalation."""
+    three calls of the turn that reach ``failure_error_function`` after it are stopped by the standing
+    breach. The SDK ends their spans with the halt's message as the error: those are not tool failures,
+    so nothing is counted beyond the three, in no other scope, and there is one escalation.
+
+    The tool is async, as many are: the SDK runs the six on its event loop in turn, so all six fail
+    before it acts on the halt. (A sync tool runs in a thread of its own; on a loaded machine the calls
+    whose threads finish after the halt are cancelled by the SDK instead, and never reach the bridge.)"""
     otel = traced(consecutive=3)
     bridge = AgentsBridge(otel.ec)
+    count_orders = fns[0]
+
+    async def count_orders_async(customer: str) -> int:
+        """Count the orders a customer has placed."""
+        await asyncio.sleep(0)
+        return count_orders(customer)
+
     model = ScriptedModel(("count_orders",), parallel=6)
+    agent = Agent(
+        name=AGENT,
+        instructions=bridge.instructions(INSTRUCTIONS),
+        model=model,
+        tools=[bridge.function_tool(count_orders_async, name_override="count_orders")],
+    )
     with pytest.raises(RunHalted) as raised:
-        bridge.run_sync(bridged_agent(bridge, fns, model), "How many orders?", run_config=RunConfig(group_id="chat-42"))
+        bridge.run_sync(agent, "How many orders?", run_config=RunConfig(group_id="chat-42"))
     assert raised.value.escalation.scope == "chat-42" and model.calls == 1
 
     assert [(r.scope, r.count) for r in otel.records()] == [("chat-42", 1), ("chat-42", 2), ("chat-42", 3)]
@@ -137,7 +154,7 @@ def test_parallel_calls_the_halt_stopped_are_not_counted(
     assert otel.metric_sum("errcompact.escalations") == 1
     sdk_spans = [s for s in otel.spans("count_orders") if (s.attributes or {}).get("openinference.span.kind") == "TOOL"]
     halted = [s for s in sdk_spans if (s.attributes or {}).get("error.type") == f"{RunHalted.__module__}.RunHalted"]
-    assert halted and all(s.status.status_code is StatusCode.ERROR for s in halted)
+    assert len(halted) == 3 and all(s.status.status_code is StatusCode.ERROR for s in halted)
     assert "error threshold breached" in (halted[0].status.description or "")
 
 
