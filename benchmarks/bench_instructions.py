@@ -24,7 +24,9 @@ as usual, after a full collection before each kind's reduce: without it, a full 
 one side's reduce (the plugin's side holds more objects) counted there alone.
 With ``--collector off`` no collection runs but those full ones: which thread's allocation sets off a young
 collection, and so which thread's count holds it, moves with the threads' timing under callgrind, and a side's
-count with it by about 1 k per span between runs; off, two versions of the code compare to within about 0.3 k.
+count with it by about 1 k per span between runs; off, it moves less but still moves: three runs of one version
+read a chat span's added count at +5.07 k, +5.46 k and +5.68 k, a successful tool span's at +6.65 k to +7.12 k
+(2026-12-07), so a change worth less than about 0.6 k needs more runs of each version, alternated, to show.
 
 The kinds: a chat span inside an agent trace, a root ``invoke_agent`` span, a successful tool span, a
 failed tool span recording a real, distinct 43-45-line traceback (``tests/deeperrors.py``), and a failed
