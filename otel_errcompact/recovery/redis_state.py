@@ -537,8 +537,11 @@ class FailoverStateStore:
         """True while calls are answered from the local store."""
 
     def _call(self, name: str, *args: Any, **kwargs: Any) -> Any:
-        if self.degraded and not self._retry_due():
-            return getattr(self.fallback, name)(*args, **kwargs)
+        retrying = False  # this call claimed the retry (see _retry_due)
+        if self.degraded:
+            if not self._retry_due():
+                return getattr(self.fallback, name)(*args, **kwargs)
+            retrying = True
         try:
             result = getattr(self.primary, name)(*args, **kwargs)
         except Exception as exc:  # redis errors, timeouts, a dead connection: all mean "use local state"
@@ -559,9 +562,9 @@ class FailoverStateStore:
                     except Exception:
                         _log.debug("otel-errcompact: degraded listener failed", exc_info=True)
             return getattr(self.fallback, name)(*args, **kwargs)
-        except BaseException:  # interrupted (KeyboardInterrupt, a thread's exit): a retry it claimed ends here
-            with self._lock:
-                if self._down_until == float("inf"):
+        except BaseException:  # interrupted (KeyboardInterrupt, a thread's exit): the retry it claimed ends here
+            if retrying:
+                with self._lock:
                     self._down_until = self._clock() + self.retry_s
             raise
         if self.degraded:

@@ -131,20 +131,15 @@ def test_parallel_calls_the_halt_stopped_are_not_counted(
     whose threads finish after the halt are cancelled by the SDK instead, and never reach the bridge.)"""
     otel = traced(consecutive=3)
     bridge = AgentsBridge(otel.ec)
-    count_orders = fns[0]
+    count_orders_sync = fns[0]
 
-    async def count_orders_async(customer: str) -> int:
+    async def count_orders(customer: str) -> int:
         """Count the orders a customer has placed."""
         await asyncio.sleep(0)
-        return count_orders(customer)
+        return count_orders_sync(customer)
 
     model = ScriptedModel(("count_orders",), parallel=6)
-    agent = Agent(
-        name=AGENT,
-        instructions=bridge.instructions(INSTRUCTIONS),
-        model=model,
-        tools=[bridge.function_tool(count_orders_async, name_override="count_orders")],
-    )
+    agent = bridged_agent(bridge, [count_orders], model)
     with pytest.raises(RunHalted) as raised:
         bridge.run_sync(agent, "How many orders?", run_config=RunConfig(group_id="chat-42"))
     assert raised.value.escalation.scope == "chat-42" and model.calls == 1
