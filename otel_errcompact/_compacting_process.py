@@ -32,9 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from otel_errcompact._forked import new_locks_in_child
-from otel_errcompact._frozen import fast_constructor
 from otel_errcompact._helper_process import HelperProcess, HelperProcessError, read_sized
-from otel_errcompact.digest import DedupKey, Digest, Location
+from otel_errcompact.digest import Digest, new_digest, new_key, new_location
 
 __all__ = [
     "MIN_CORES", "CompactingProcess", "CompactingProcessError", "close", "digest_fields", "shared", "usable_cores",
@@ -68,24 +67,19 @@ def digest_of_fields(fields: Sequence[Any]) -> Digest:
     """The :class:`~otel_errcompact.digest.Digest` :func:`digest_fields` made ``fields`` of (the digest
     thread rebuilds each digest of a batch: the frozen classes' fast constructors, no keyword dict)."""
     kind, cause, location, form, retryable, status, key, raw_chars, line, error_class, retry_after_s = fields
-    return _new_digest(
+    return new_digest(
         type=kind,
         cause=cause,
-        location=None if location is None else _new_location(file=location[0], line=location[1], func=location[2]),
+        location=None if location is None else new_location(file=location[0], line=location[1], func=location[2]),
         format=form,
         retryable=retryable,
         status=status,
-        key_parts=_new_key(type=key[0], where=key[1], message=key[2], hash=key[3]),
+        key_parts=new_key(type=key[0], where=key[1], message=key[2], hash=key[3]),
         raw_chars=raw_chars,
         line=line,
         error_class=error_class,
         retry_after_s=retry_after_s,
     )
-
-
-_new_digest = fast_constructor(Digest)
-_new_location = fast_constructor(Location)
-_new_key = fast_constructor(DedupKey)
 
 
 class CompactingProcess(HelperProcess):

@@ -48,7 +48,7 @@ from otel_errcompact._checks import check_integer, check_seconds
 from otel_errcompact._forked import new_locks_in_child
 from otel_errcompact._sanitize import prompt_text, sanitize, strip_invisible
 from otel_errcompact.classify import is_retryable
-from otel_errcompact.digest import DedupKey, Digest, Location, short_file
+from otel_errcompact.digest import DedupKey, Digest, Location, new_digest, new_location, short_file
 from otel_errcompact.exceptions import ConfigurationError
 from otel_errcompact.normalize import normalize_message
 from otel_errcompact.parsers import PARSERS, Frame, Hints, Parsed, Parser, innermost_in_app
@@ -350,7 +350,7 @@ class Compactor:
         key_source = full_cause if parsed.key_text is None else _safe(parsed.key_text, MAX_CAUSE_CHARS)
         key = DedupKey.build(type_, where, normalize_message(key_source or cause))
         line = f"[{type_}] at {shown}: {cause}" if location is not None else f"[{type_}]: {cause}"
-        return Digest(
+        return new_digest(
             type=type_,
             cause=cause,
             location=location,
@@ -368,7 +368,7 @@ class Compactor:
 def _place(frame: Frame) -> tuple[Location, str, str]:
     """The digest's location for ``frame`` (a frame with a file), the ``where`` of its dedup key (file
     name and function) and the location as the digest's line shows it."""
-    location = Location(
+    location = new_location(
         file=_clean(frame.file, 400),
         line=frame.line,
         func=_clean(frame.func, _MAX_NAME_CHARS) if frame.func else None,

@@ -10,6 +10,8 @@ import re
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from otel_errcompact._frozen import fast_constructor
+
 __all__ = ["DedupKey", "Digest", "Location", "line_parts", "short_file"]
 
 
@@ -57,7 +59,10 @@ class DedupKey:
     @classmethod
     def build(cls, type_: str, where: str, message: str) -> DedupKey:
         material = f"{type_}\x1f{where}\x1f{message}".encode("utf-8", "replace")
-        return cls(type_, where, message, hashlib.blake2b(material, digest_size=8).hexdigest())
+        hash_ = hashlib.blake2b(material, digest_size=8).hexdigest()
+        if cls is DedupKey:  # every digest builds one: the constructor that skips the frozen __setattr__
+            return new_key(type=type_, where=where, message=message, hash=hash_)
+        return cls(type_, where, message, hash_)
 
     def explain(self) -> str:
         """A human-readable account of what went into the key and what was left out."""
@@ -111,6 +116,14 @@ class Digest:
 
     def __str__(self) -> str:
         return self.line
+
+
+new_location = fast_constructor(Location)
+new_key = fast_constructor(DedupKey)
+new_digest = fast_constructor(Digest)
+"""``Location(...)``, ``DedupKey(...)`` and ``Digest(...)`` with every field given by keyword, at about half
+the cost (see :mod:`otel_errcompact._frozen`): the compactor and the compacting process build one of each
+per distinct error."""
 
 
 # A digest's line (see Digest.line): "[type] at file:line in func: cause", the place optional.

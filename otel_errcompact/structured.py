@@ -23,7 +23,14 @@ import re
 
 from otel_errcompact.parsers import linter, pytest_report
 from otel_errcompact.parsers._base import Frame, Parsed
-from otel_errcompact.parsers.python import COLUMN_0, HEADER, parse_plain, plain_exception, plain_location
+from otel_errcompact.parsers.python import (
+    COLUMN_0,
+    HEADER,
+    parse_plain,
+    plain_exception,
+    plain_location,
+    plain_parse,
+)
 from otel_errcompact.unwrap import harness, json_escaped, lint_gate
 
 __all__ = ["parse_exception", "parse_first"]
@@ -95,7 +102,7 @@ def parse_first(text: str) -> Parsed | None:
     location = _body_location(text[:last_at])
     if location is None:
         return None
-    return Parsed(type=exception[0], cause=exception[1], format="python", frames=(location,), location=location)
+    return plain_parse(exception, location)
 
 
 _BODIES_SIZE = 64  # the bodies of a few code paths fail again and again; a stranger costs one read

@@ -73,7 +73,7 @@ from dataclasses import dataclass, field
 
 from otel_errcompact.digest import short_file
 from otel_errcompact.normalize import normalize_message
-from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path
+from otel_errcompact.parsers._base import Frame, Hints, Parsed, clip, is_library_path, new_parsed
 from otel_errcompact.parsers.shell import names_the_failure, telling_line
 from otel_errcompact.redact import redact
 
@@ -253,7 +253,15 @@ def parse_plain(text: str) -> Parsed | None:
     location = plain_location(text, at, last_at)
     if location is None:
         return None
-    return Parsed(type=exception[0], cause=exception[1], format="python", frames=(location,), location=location)
+    return plain_parse(exception, location)
+
+
+def plain_parse(exception: tuple[str, str], location: Frame) -> Parsed:
+    """The parse of a plain traceback: its last line's ``(type, message)`` and its innermost frame."""
+    return new_parsed(
+        type=exception[0], cause=exception[1], format="python", frames=(location,), location=location,
+        retryable=None, status=None, key_text=None, keyed_as=None,
+    )
 
 
 def plain_exception(line: str) -> tuple[str, str] | None:

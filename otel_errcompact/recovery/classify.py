@@ -199,6 +199,14 @@ def _unit_seconds(unit: str | None) -> float:
     return 1.0
 
 
+# The classes classify_text gives with no variable part: immutable, so one of each serves every failure
+# (most failures are permanent and not retryable: no object is built for them).
+_PROMPT_TOO_LONG_CLASS = Classification("prompt_too_long", None, "context length")
+_OUTPUT_TRUNCATED_CLASS = Classification("output_truncated", None, "output truncated")
+_QUOTA_CLASS = Classification("permanent", None, "quota exhausted")
+_NOT_RETRYABLE_CLASS = Classification("permanent", None, "not retryable")
+
+
 def classify_text(
     type_: str, cause: str, status: int | None, fmt: str, retryable: bool, raw: str = ""
 ) -> Classification:
@@ -213,11 +221,11 @@ def classify_text(
     if bare_type in _ABORT_TYPES:
         return Classification("aborted", None, f"type {bare_type}")
     if status == 413 or (_mentions(lowered, _PROMPT_WORDS) and _PROMPT_TOO_LONG.search(text)):
-        return Classification("prompt_too_long", None, "context length")
+        return _PROMPT_TOO_LONG_CLASS
     if _mentions(lowered, _TRUNCATED_WORDS) and _TRUNCATED.search(text):
-        return Classification("output_truncated", None, "output truncated")
+        return _OUTPUT_TRUNCATED_CLASS
     if _mentions(lowered, _QUOTA_WORDS) and _QUOTA.search(text):
-        return Classification("permanent", None, "quota exhausted")
+        return _QUOTA_CLASS
     if fmt == "http" and status is not None:
         if status == 429:
             return Classification("rate_limited", _retry_after(cause, raw), "status 429")
@@ -228,7 +236,7 @@ def classify_text(
         return Classification("rate_limited", _retry_after(cause, raw), "rate limit")
     if retryable:
         return Classification("transient", _retry_after(cause, raw), "transient")
-    return Classification("permanent", None, "not retryable")
+    return _NOT_RETRYABLE_CLASS
 
 
 def _retry_after(cause: str, raw: str) -> float | None:
