@@ -24,7 +24,7 @@ def fast_constructor(cls: type[_T]) -> Callable[..., _T]:
     takes every field as a required keyword: no default is filled in, so a field left out is a
     ``TypeError`` rather than a silent default. Generated once, as ``dataclasses`` generates
     ``__init__``."""
-    if "__post_init__" in vars(cls) or not dataclasses.is_dataclass(cls):
+    if "__post_init__" in vars(cls) or not dataclasses.is_dataclass(cls) or "__slots__" not in vars(cls):
         raise TypeError(f"{cls.__name__}: a slotted dataclass without __post_init__ is required")
     names = [field.name for field in dataclasses.fields(cls)]
     namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls}
