@@ -199,8 +199,8 @@ def _unit_seconds(unit: str | None) -> float:
     return 1.0
 
 
-# The classes classify_text gives with no variable part: immutable, so one of each serves every failure
-# (most failures are permanent and not retryable: no object is built for them).
+# The classes with no variable part: immutable, so one of each serves every failure (most failures are
+# permanent and not retryable: classify_text builds no object for them).
 _PROMPT_TOO_LONG_CLASS = Classification("prompt_too_long", None, "context length")
 _OUTPUT_TRUNCATED_CLASS = Classification("output_truncated", None, "output truncated")
 _QUOTA_CLASS = Classification("permanent", None, "quota exhausted")
@@ -330,9 +330,9 @@ def classify_exception(exc: BaseException) -> Classification:
         if retry_after is None:
             retry_after = retry_after_from_text(text)
         if status == 413 or _PROMPT_TOO_LONG.search(text):
-            return Classification("prompt_too_long", None, "context length")
+            return _PROMPT_TOO_LONG_CLASS
         if _QUOTA.search(text):
-            return Classification("permanent", None, "quota exhausted")
+            return _QUOTA_CLASS
         if status == 429 or "RateLimitError" in names:
             return Classification("rate_limited", retry_after, "status 429")
         if status is not None:
@@ -383,7 +383,7 @@ def classify_span(attributes: Mapping[str, Any], message: str = "") -> Classific
         if bare in _ABORT_TYPES:
             return Classification("aborted", None, f"type {bare}")
         if status == 413 or _PROMPT_TOO_LONG.search(f"{text}\n{message[:_RAW_CHARS]}"):
-            return Classification("prompt_too_long", None, "context length")
+            return _PROMPT_TOO_LONG_CLASS
         if status == 429 or "RateLimit" in bare or _RATE.search(text):
             return Classification("rate_limited", None, "status 429")
         if (status is not None and (status >= 500 or status in (408, 409, 425))) or bare in _TRANSIENT_TYPES:
