@@ -203,6 +203,7 @@ def _unit_seconds(unit: str | None) -> float:
 # permanent and not retryable: classify_text builds no object for them).
 _PROMPT_TOO_LONG_CLASS = Classification("prompt_too_long", None, "context length")
 _OUTPUT_TRUNCATED_CLASS = Classification("output_truncated", None, "output truncated")
+_FINISH_REASON_LENGTH_CLASS = Classification("output_truncated", None, "finish_reason length")
 _QUOTA_CLASS = Classification("permanent", None, "quota exhausted")
 _NOT_RETRYABLE_CLASS = Classification("permanent", None, "not retryable")
 
@@ -310,7 +311,7 @@ def classify_exception(exc: BaseException) -> Classification:
         if any(n in _ABORT_TYPES for n in names):
             return Classification("aborted", None, f"type {names[0]}")
         if "LengthFinishReasonError" in names:
-            return Classification("output_truncated", None, "finish_reason length")
+            return _FINISH_REASON_LENGTH_CLASS
         status = getattr(exc, "status_code", None)
         if not isinstance(status, int):
             response = getattr(exc, "response", None)
@@ -368,7 +369,7 @@ def classify_span(attributes: Mapping[str, Any], message: str = "") -> Classific
     try:
         reasons = _finish_reasons(attributes.get("gen_ai.response.finish_reasons"))
         if any(r in ("length", "max_tokens") for r in reasons):
-            return Classification("output_truncated", None, "finish_reason length")
+            return _FINISH_REASON_LENGTH_CLASS
         error_type = attributes.get("error.type")
         status = attributes.get("http.response.status_code")
         status = int(status) if isinstance(status, (int, str)) and str(status).isdigit() else None
